@@ -1,0 +1,521 @@
+"""The capture file: the one format samplers write and analyses read.
+
+A capture must outlive the machine and the tool version that made it, survive a killed recorder, and be
+queryable by other tools. So it is a small versioned container of standard columnar chunks:
+
+    header   MAGIC (8 bytes) | u16 format version | u16 flags (0)
+    record*  tag (4 ASCII bytes) | u32 payload length | u32 CRC-32 of the payload | payload
+               META  JSON object; later META records update earlier keys (the recorder adds to it)
+               TABL  u16 name length | table name (UTF-8) | one Parquet file: a chunk of that table
+               TRLR  JSON object: achieved timing and counts. Written last, and only by a clean end.
+
+All integers are little-endian. Chunks are appended as recording goes, each flushed to the kernel when
+written, so a recorder killed with SIGKILL leaves every finished chunk readable; a reader that meets a
+record cut short or with a bad CRC stops there and warns. A capture without a trailer reads back with
+a warning: the figures the trailer would hold (achieved interval, missed ticks) are then unknown.
+
+Each Parquet chunk holds cumulative counters exactly as read; sorted by (tid, tick) inside a chunk,
+the delta encoding then stores a mostly idle thread in a few bits per sample. `forensics export
+--format parquet` writes plain Parquet files for DuckDB or Spark.
+
+Version policy: readers read every version up to FORMAT_VERSION and refuse newer ones with a plain
+message. Adding a table or a nullable column does not bump the version; changing the meaning or unit of
+an existing column does.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import warnings
+import zlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from forensics.errors import CaptureFormatError, CaptureWarning
+
+MAGIC = b"\x89SSF\r\n\x1a\n"  # PNG-style: a high byte and CR/LF/^Z catch text-mode and 7-bit damage.
+FORMAT_VERSION = 1
+_HEADER = struct.Struct("<8sHH")
+_RECORD = struct.Struct("<4sII")
+TAG_META = b"META"
+TAG_TABLE = b"TABL"
+TAG_TRAILER = b"TRLR"
+SUFFIX = ".ssf"
+
+# --------------------------------------------------------------------------------------------------
+# Schemas of the tables the toolkit itself writes. Columns and units are documented in the README.
+# Unknown tables in a capture (from other recorders or later minor versions) are still loaded.
+
+SAMPLES_SCHEMA = pa.schema(
+    [
+        ("tick", pa.uint32()),  # tick number: scheduled at start + tick * interval (missed ticks skip numbers)
+        ("t_ns", pa.int64()),  # CLOCK_MONOTONIC ns when this thread's counters were read
+        ("tid", pa.int32()),
+        ("pid", pa.int32()),
+        ("run_ns", pa.int64()),  # schedstat 1: ns on a CPU (cumulative)
+        ("wait_ns", pa.int64()),  # schedstat 2: ns runnable on a run queue, not running (cumulative)
+        ("slices", pa.int64()),  # schedstat 3: times switched in (cumulative)
+        ("state", pa.dictionary(pa.int8(), pa.string())),  # stat 3: R S D T t X Z P I ...
+        ("minflt", pa.int64()),  # stat 10 (cumulative)
+        ("majflt", pa.int64()),  # stat 12 (cumulative)
+        ("utime", pa.int64()),  # stat 14, clock ticks (meta clk_tck)
+        ("stime", pa.int64()),  # stat 15, clock ticks
+        ("nice", pa.int8()),  # stat 19
+        ("cpu", pa.int16()),  # stat 39: CPU last run on
+        ("rtprio", pa.int16()),  # stat 40
+        ("policy", pa.int8()),  # stat 41: 0 OTHER, 1 FIFO, 2 RR, 3 BATCH, 5 IDLE, 6 DEADLINE
+        ("blkio_ticks", pa.int64()),  # stat 42: delayacct_blkio_ticks (0 unless kernel.task_delayacct=1)
+    ]
+)
+
+# /proc/<pid>/task/<tid>/sched, read only for the threads that need it (--sched). Time fields are ns,
+# converted exactly from the kernel's "ms.nnnnnn" text. Fields the kernel did not print are null.
+SCHED_FIELDS: dict[str, str] = {
+    # column name -> field name in the file (without the "se." / "se.statistics." prefix)
+    "nr_switches": "nr_switches",
+    "nr_voluntary_switches": "nr_voluntary_switches",
+    "nr_involuntary_switches": "nr_involuntary_switches",
+    "nr_migrations": "nr_migrations",
+    "sum_exec_runtime_ns": "sum_exec_runtime",
+    # CONFIG_SCHEDSTATS and kernel.sched_schedstats=1 only:
+    "wait_sum_ns": "wait_sum",
+    "wait_max_ns": "wait_max",
+    "wait_count": "wait_count",
+    "sum_sleep_runtime_ns": "sum_sleep_runtime",
+    "sum_block_runtime_ns": "sum_block_runtime",  # D state only, 5.16+
+    "iowait_sum_ns": "iowait_sum",
+    "iowait_count": "iowait_count",
+    "sleep_max_ns": "sleep_max",
+    "block_max_ns": "block_max",
+    "exec_max_ns": "exec_max",
+    "nr_wakeups": "nr_wakeups",
+    "nr_wakeups_sync": "nr_wakeups_sync",
+    "nr_wakeups_migrate": "nr_wakeups_migrate",
+    "policy": "policy",
+    "prio": "prio",
+}
+SCHED_SCHEMA = pa.schema(
+    [("tick", pa.uint32()), ("t_ns", pa.int64()), ("tid", pa.int32())] + [(name, pa.int64()) for name in SCHED_FIELDS]
+)
+
+SYSTEM_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),
+        ("cpu", pa.int16()),  # -1: the whole machine ("cpu" line of /proc/stat); else one CPU
+        # /proc/stat jiffies (cumulative, clock ticks)
+        ("user", pa.int64()),
+        ("nice", pa.int64()),
+        ("system", pa.int64()),
+        ("idle", pa.int64()),
+        ("iowait", pa.int64()),
+        ("irq", pa.int64()),
+        ("softirq", pa.int64()),
+        ("steal", pa.int64()),
+        # whole-machine rows only (null on per-CPU rows)
+        ("ctxt", pa.int64()),  # context switches since boot
+        ("intr", pa.int64()),  # interrupts since boot
+        ("procs_running", pa.int64()),
+        ("procs_blocked", pa.int64()),
+        ("psi_cpu_some_us", pa.int64()),  # /proc/pressure/*: cumulative stall µs ("total=")
+        ("psi_io_some_us", pa.int64()),
+        ("psi_io_full_us", pa.int64()),
+        ("psi_memory_some_us", pa.int64()),
+        ("psi_memory_full_us", pa.int64()),
+    ]
+)
+
+THREADS_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),  # when this row was learned (a thread's first row: when it was first seen)
+        ("tid", pa.int32()),
+        ("pid", pa.int32()),
+        ("comm", pa.string()),  # thread name, /proc/<pid>/task/<tid>/comm (latest row wins)
+        ("process", pa.string()),  # process name, /proc/<pid>/comm
+        ("cmdline", pa.string()),  # null when recorded with --redact
+        ("starttime", pa.int64()),  # stat 22, clock ticks after boot: tells a reused tid apart
+    ]
+)
+
+EVENTS_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),
+        ("kind", pa.string()),  # marker, process_appeared, process_exited, thread_appeared, thread_exited,
+        # thread_renamed, policy_changed, target_missing, ...
+        ("pid", pa.int32()),
+        ("tid", pa.int32()),
+        ("text", pa.string()),
+    ]
+)
+
+TRUTH_SCHEMA = pa.schema(
+    [("cause", pa.string()), ("tid", pa.int32()), ("start_ns", pa.int64()), ("end_ns", pa.int64())]
+)
+CYCLES_SCHEMA = pa.schema(
+    [("tid", pa.int32()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("deadline_ns", pa.int64())]
+)
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "samples": SAMPLES_SCHEMA,
+    "sched": SCHED_SCHEMA,
+    "system": SYSTEM_SCHEMA,
+    "threads": THREADS_SCHEMA,
+    "events": EVENTS_SCHEMA,
+    "truth": TRUTH_SCHEMA,
+    "cycles": CYCLES_SCHEMA,
+}
+
+
+def register_table(name: str, schema: pa.Schema) -> None:
+    """Declare the schema of a further table (eBPF events, taskstats...) so empty reads have columns."""
+    SCHEMAS[name] = schema
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing
+
+
+def _encode_chunk(table: pa.Table) -> bytes:
+    """One Parquet file in memory. Integer columns are delta-encoded: counters as read are cumulative."""
+    if "tid" in table.column_names and ("tick" in table.column_names or "t_ns" in table.column_names):
+        order = "tick" if "tick" in table.column_names else "t_ns"
+        table = table.sort_by([("tid", "ascending"), (order, "ascending")])
+    delta_columns = [f.name for f in table.schema if pa.types.is_integer(f.type) and table.num_rows > 0]
+    buf = io.BytesIO()
+    pq.write_table(
+        table,
+        buf,
+        compression="zstd",
+        compression_level=3,
+        use_dictionary=[f.name for f in table.schema if pa.types.is_dictionary(f.type)],
+        column_encoding=dict.fromkeys(delta_columns, "DELTA_BINARY_PACKED") or None,
+        write_statistics=False,
+    )
+    return buf.getvalue()
+
+
+def _to_arrow(name: str, data: pa.Table | pd.DataFrame | Mapping[str, Any]) -> pa.Table:
+    schema = SCHEMAS.get(name)
+    if isinstance(data, pa.Table):
+        table = data
+    elif isinstance(data, pd.DataFrame):
+        table = pa.Table.from_pandas(data, preserve_index=False)
+    else:
+        table = pa.table(dict(data))
+    if schema is not None:
+        missing = [f.name for f in schema if f.name not in table.column_names]
+        for column in missing:
+            table = table.append_column(column, pa.nulls(table.num_rows, schema.field(column).type))
+        extra = [c for c in table.column_names if c not in schema.names]
+        table = table.select(schema.names + extra)
+        known = pa.schema([schema.field(n) for n in schema.names] + [table.schema.field(c) for c in extra])
+        table = table.cast(known)
+    return table
+
+
+class CaptureWriter:
+    """Appends records to a capture file; every record is flushed to the kernel as it is written."""
+
+    def __init__(self, path: str | os.PathLike[str], meta: Mapping[str, Any]) -> None:
+        self.path = Path(path)
+        try:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        except OSError as err:
+            raise CaptureFormatError(f"cannot write the capture {self.path}: {err.strerror}") from err
+        self.bytes_written = 0
+        self.rows_written: dict[str, int] = {}
+        self._write(_HEADER.pack(MAGIC, FORMAT_VERSION, 0))
+        self.update_meta(dict(meta, format_version=FORMAT_VERSION))
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        self.bytes_written += len(data)
+
+    def _record(self, tag: bytes, payload: bytes) -> None:
+        self._write(_RECORD.pack(tag, len(payload), zlib.crc32(payload)) + payload)
+
+    def update_meta(self, patch: Mapping[str, Any]) -> None:
+        self._record(TAG_META, json.dumps(patch, sort_keys=True, default=_json_default).encode())
+
+    def append(self, name: str, data: pa.Table | pd.DataFrame | Mapping[str, Any]) -> None:
+        table = _to_arrow(name, data)
+        if table.num_rows == 0:
+            return
+        encoded_name = name.encode()
+        self._record(TAG_TABLE, struct.pack("<H", len(encoded_name)) + encoded_name + _encode_chunk(table))
+        self.rows_written[name] = self.rows_written.get(name, 0) + table.num_rows
+
+    def close(self, trailer: Mapping[str, Any] | None = None) -> None:
+        """Finish the file. `trailer=None` leaves it as a killed recorder would (for tests)."""
+        if self._fd < 0:
+            return
+        if trailer is not None:
+            body = dict(trailer, rows=dict(self.rows_written))
+            self._record(TAG_TRAILER, json.dumps(body, sort_keys=True, default=_json_default).encode())
+        os.close(self._fd)
+        self._fd = -1
+
+    def __enter__(self) -> CaptureWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(None if exc[0] is not None else {})
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, set | frozenset | tuple):
+        return sorted(value) if isinstance(value, set | frozenset) else list(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading
+
+
+@dataclass
+class _Contents:
+    meta: dict[str, Any] = field(default_factory=dict)
+    trailer: dict[str, Any] | None = None
+    chunks: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # name -> [(offset, length)]
+    warnings: list[str] = field(default_factory=list)
+    version: int = FORMAT_VERSION
+
+
+def _scan(fh: BinaryIO, path: Path, size: int) -> _Contents:
+    head = fh.read(_HEADER.size)
+    if len(head) < _HEADER.size or not head.startswith(MAGIC):
+        raise CaptureFormatError(f"{path} is not a capture file (it does not start with the forensics capture magic)")
+    _, version, _flags = _HEADER.unpack(head)
+    if version > FORMAT_VERSION:
+        raise CaptureFormatError(
+            f"{path} is capture format version {version}, newer than this forensics reads "
+            f"(up to {FORMAT_VERSION}): upgrade spike-stall-forensics to read it"
+        )
+    contents = _Contents(version=version)
+    offset = _HEADER.size
+    while offset < size:
+        head = fh.read(_RECORD.size)
+        if len(head) < _RECORD.size:
+            contents.warnings.append(f"capture is truncated: the last {size - offset} bytes are a cut record")
+            break
+        tag, length, crc = _RECORD.unpack(head)
+        payload = fh.read(length)
+        if len(payload) < length:
+            contents.warnings.append(
+                f"capture is truncated: the last record ({tag.decode(errors='replace')}, {length} bytes) "
+                f"is cut short at byte {offset}"
+            )
+            break
+        if zlib.crc32(payload) != crc:
+            contents.warnings.append(
+                f"capture record at byte {offset} is damaged (CRC mismatch); reading stopped there"
+            )
+            break
+        body_offset = offset + _RECORD.size
+        if tag == TAG_META:
+            contents.meta.update(json.loads(payload))
+        elif tag == TAG_TABLE:
+            (name_len,) = struct.unpack_from("<H", payload)
+            name = payload[2 : 2 + name_len].decode()
+            contents.chunks.setdefault(name, []).append((body_offset + 2 + name_len, length - 2 - name_len))
+        elif tag == TAG_TRAILER:
+            contents.trailer = json.loads(payload)
+        # Unknown tags come from a later minor version: skipped on purpose (forward compatible).
+        offset = body_offset + length
+    if contents.trailer is None:
+        contents.warnings.append(
+            "capture has no trailer: the recorder did not finish (killed?); what was written reads back, "
+            "but the achieved interval and missed ticks are unknown"
+        )
+    return contents
+
+
+class Capture:
+    """A capture read back: `.meta`, `.trailer`, and tables as pandas DataFrames, loaded on first use.
+
+    `.samples`  one row per thread per tick, cumulative counters as read (see SAMPLES_SCHEMA)
+    `.sched`    rows of /proc/<pid>/task/<tid>/sched for the threads it was read for
+    `.threads`  one row per thread: tid pid comm process cmdline starttime first_ns last_ns exit_ns
+    `.events`   t_ns kind pid tid text
+    `.system`   /proc/stat per CPU (cpu = -1: the machine), context switches, interrupts, PSI
+    `.truth`    lab ground truth (cause tid start_ns end_ns); empty unless the lab was recorded
+    `.cycles`   lab callbacks (tid start_ns end_ns deadline_ns); empty unless the lab was recorded
+    """
+
+    def __init__(
+        self,
+        path: Path | None,
+        meta: dict[str, Any],
+        trailer: dict[str, Any] | None,
+        chunks: dict[str, list[tuple[int, int]]],
+        tables: dict[str, pd.DataFrame] | None = None,
+        capture_warnings: list[str] | None = None,
+    ) -> None:
+        self.path = path
+        self.meta = meta
+        self.trailer = trailer
+        self.warnings = list(capture_warnings or [])
+        self._chunks = chunks
+        self._tables: dict[str, pd.DataFrame] = dict(tables or {})
+
+    @classmethod
+    def from_frames(
+        cls,
+        meta: Mapping[str, Any] | None = None,
+        trailer: Mapping[str, Any] | None = None,
+        **tables: pd.DataFrame,
+    ) -> Capture:
+        """An in-memory capture, for tests and for analyses that derive one capture from another."""
+        return cls(None, dict(meta or {}), dict(trailer) if trailer is not None else {}, {}, tables)
+
+    @property
+    def table_names(self) -> list[str]:
+        return sorted(set(self._chunks) | set(self._tables))
+
+    def table(self, name: str, columns: Iterable[str] | None = None) -> pd.DataFrame:
+        """The whole table `name` (empty with its schema's columns when the capture has none)."""
+        if columns is None and name in self._tables:
+            return self._tables[name]
+        cols = list(columns) if columns is not None else None
+        if name in self._tables:
+            return self._tables[name][cols]
+        frame = self._read_table(name, cols)
+        if cols is None:
+            self._tables[name] = frame
+        return frame
+
+    def iter_chunks(self, name: str, columns: Iterable[str] | None = None) -> Iterator[pd.DataFrame]:
+        """The table chunk by chunk, for work that need not hold a whole large capture at once."""
+        cols = list(columns) if columns is not None else None
+        if name in self._tables:
+            yield self._tables[name] if cols is None else self._tables[name][cols]
+            return
+        for table in self._read_arrow_chunks(name, cols):
+            yield _to_pandas(table)
+
+    def _read_arrow_chunks(self, name: str, columns: list[str] | None) -> Iterator[pa.Table]:
+        if self.path is None or name not in self._chunks:
+            return
+        with open(self.path, "rb") as fh:
+            for offset, length in self._chunks[name]:
+                fh.seek(offset)
+                data = fh.read(length)
+                table = pq.read_table(pa.BufferReader(data), columns=columns)
+                yield table
+
+    def _read_table(self, name: str, columns: list[str] | None) -> pd.DataFrame:
+        tables = list(self._read_arrow_chunks(name, columns))
+        if not tables:
+            schema = SCHEMAS.get(name)
+            if schema is None:
+                return pd.DataFrame(columns=columns or [])
+            if columns is not None:
+                schema = pa.schema([schema.field(c) for c in columns if c in schema.names])
+            return _to_pandas(schema.empty_table())
+        table = pa.concat_tables(tables, promote_options="permissive")
+        if name in ("samples", "sched"):
+            if "tick" in table.column_names:
+                table = table.sort_by([("tick", "ascending"), ("tid", "ascending")])
+        elif "t_ns" in table.column_names:
+            table = table.sort_by([("t_ns", "ascending")])
+        return _to_pandas(table)
+
+    # Named tables --------------------------------------------------------------------------------
+    @property
+    def samples(self) -> pd.DataFrame:
+        return self.table("samples")
+
+    @property
+    def sched(self) -> pd.DataFrame:
+        return self.table("sched")
+
+    @property
+    def system(self) -> pd.DataFrame:
+        return self.table("system")
+
+    @property
+    def events(self) -> pd.DataFrame:
+        return self.table("events")
+
+    @property
+    def truth(self) -> pd.DataFrame:
+        return self.table("truth")
+
+    @property
+    def cycles(self) -> pd.DataFrame:
+        return self.table("cycles")
+
+    @property
+    def threads(self) -> pd.DataFrame:
+        """One row per thread: its latest names, when first and last seen, and when it exited."""
+        if "threads_summary" in self._tables:
+            return self._tables["threads_summary"]
+        rows = self.table("threads")
+        if rows.empty:
+            summary = rows.assign(
+                first_ns=pd.Series(dtype="int64"), last_ns=pd.Series(dtype="Int64"), exit_ns=pd.Series(dtype="Int64")
+            )
+        else:
+            first = rows.groupby("tid", sort=True)["t_ns"].min().rename("first_ns")
+            latest = rows.sort_values("t_ns").groupby("tid", sort=True).last().drop(columns=["t_ns"])
+            summary = latest.join(first)
+            samples = self.table("samples", columns=["tid", "t_ns"])
+            summary = summary.join(samples.groupby("tid")["t_ns"].max().rename("last_ns").astype("Int64"))
+            events = self.events
+            exits = events[events["kind"] == "thread_exited"].groupby("tid")["t_ns"].min().rename("exit_ns")
+            summary = summary.join(exits.astype("Int64")).reset_index()
+        summary = summary[["tid", "pid", "comm", "process", "cmdline", "starttime", "first_ns", "last_ns", "exit_ns"]]
+        self._tables["threads_summary"] = summary
+        return summary
+
+    @property
+    def complete(self) -> bool:
+        """True when the recorder finished cleanly and wrote its trailer."""
+        return self.trailer is not None
+
+    def __repr__(self) -> str:
+        where = str(self.path) if self.path else "in memory"
+        return f"<Capture {where} tables={self.table_names}>"
+
+
+def _to_pandas(table: pa.Table) -> pd.DataFrame:
+    """Arrow to pandas, keeping ns exact: an integer column with nulls becomes nullable Int64, not float."""
+    nullable = [f.name for f in table.schema if pa.types.is_integer(f.type) and table.column(f.name).null_count > 0]
+    frame = table.drop_columns(nullable).to_pandas() if nullable else table.to_pandas()
+    for name in nullable:
+        frame[name] = table.column(name).to_pandas(types_mapper=lambda _t: pd.Int64Dtype()).array
+    return frame[table.column_names] if nullable else frame
+
+
+def load(path: str | os.PathLike[str]) -> Capture:
+    """Open a capture. Tables are read when first used; problems with the file raise ForensicsError."""
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        fh = open(p, "rb")  # noqa: SIM115 - closed below; scan needs the size first
+    except FileNotFoundError as err:
+        raise CaptureFormatError(f"no such capture: {p}") from err
+    except IsADirectoryError as err:
+        raise CaptureFormatError(f"{p} is a directory, not a capture file") from err
+    except PermissionError as err:
+        raise CaptureFormatError(f"cannot read {p}: permission denied") from err
+    with fh:
+        contents = _scan(fh, p, size)
+    for message in contents.warnings:
+        warnings.warn(f"{p}: {message}", CaptureWarning, stacklevel=2)
+    return Capture(p, contents.meta, contents.trailer, contents.chunks, capture_warnings=contents.warnings)

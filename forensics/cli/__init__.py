@@ -1,0 +1,80 @@
+"""The `forensics` command group. Each subcommand lives in its own module; they are registered here.
+
+Failures the user can fix raise ForensicsError anywhere below; they are caught once, in `main`, and
+printed as one line on stderr with a non-zero exit. Capture warnings (a truncated file, no trailer)
+print as `forensics: warning: ...` lines and do not stop the command.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from importlib import import_module
+from typing import Any
+
+import click
+
+from forensics import __version__
+from forensics.errors import CaptureWarning, ForensicsError
+
+# name -> "module:function". The one place commands are registered; imported only when run, so that
+# `forensics --help` stays fast and one command's heavy imports do not slow the others.
+COMMANDS: dict[str, str] = {
+    "info": "forensics.cli.info:info",
+    "dump": "forensics.cli.dump:dump",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, _, attr = target.partition(":")
+        return getattr(import_module(module_name), attr)  # type: ignore[no-any-return]
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="forensics")
+def cli() -> None:
+    """Spike and stall forensics for Linux audio engines.
+
+    Record with `catch-load`, then read the capture with the commands below: which thread was late,
+    when, on which core, and why (a long run, or a wait for a CPU, a disk, page faults or a lock).
+    """
+
+
+def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+    if issubclass(category, CaptureWarning):
+        click.echo(f"forensics: warning: {message}", err=True)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, *args, **kwargs))
+
+
+def run_cli(command: click.Command, prog: str, args: list[str] | None = None) -> None:
+    """Run a click command with the toolkit's error policy: ForensicsError -> one line, exit 2."""
+    warnings.showwarning = _show_warning
+    try:
+        command.main(args=args, prog_name=prog, standalone_mode=False)
+    except ForensicsError as err:
+        click.echo(f"{prog}: error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except click.exceptions.Abort:
+        click.echo(f"{prog}: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(err.exit_code)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+    except BrokenPipeError:
+        # `forensics dump x | head`: the reader went away; not an error worth a traceback.
+        sys.stderr.close()
+        sys.exit(0)
+
+
+def main(args: list[str] | None = None) -> None:
+    run_cli(cli, "forensics", args)

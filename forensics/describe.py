@@ -1,0 +1,139 @@
+"""A capture's metadata and trailer as readable sections (for `forensics info` and the report)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from forensics.capture import Capture
+
+
+def fmt_ns(ns: float | int | None) -> str:
+    """A duration for people: 1234 -> "1.2 us", 2_000_000 -> "2.000 ms"."""
+    if ns is None:
+        return "unknown"
+    ns = float(ns)
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.3f} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.3f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+def _yes_no(value: Any) -> str:
+    if value is None:
+        return "unknown"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def describe_capture(cap: Capture) -> dict[str, Any]:
+    """Sections of label -> text, plus the raw meta/trailer/counts for JSON."""
+    meta = cap.meta
+    trailer = cap.trailer
+    host = meta.get("host", {})
+    cpus = meta.get("cpus", {})
+    sources = meta.get("sources", {})
+    rec = meta.get("recording", {})
+    counts = {name: int(n) for name, n in (trailer or {}).get("rows", {}).items()}
+    if not counts:  # no trailer: count what reads back
+        counts = {name: len(cap.table(name, columns=_first_column(cap, name))) for name in cap.table_names}
+
+    machine = {
+        "host": host.get("hostname", "unknown"),
+        "kernel": f"{host.get('kernel_release', 'unknown')} {host.get('kernel_version', '')}".strip(),
+        "preemption": host.get("preemption", "unknown"),
+        "cpus online": cpus.get("online_list", "unknown"),
+        "core types": ", ".join(f"{k}: {v}" for k, v in (cpus.get("core_types") or {}).items()) or "uniform",
+        "governor": ", ".join(sorted(set((cpus.get("governor") or {}).values()))) or "unknown",
+    }
+    source_rows = {
+        "schedstat + stat": "every tick",
+        "sched file": sources.get("sched", "unknown"),
+        "schedstats": _schedstats_text(sources),
+        "delay accounting": _yes_no(sources.get("delayacct")),
+        "taskstats": _yes_no(sources.get("taskstats")),
+        "eBPF": _yes_no(sources.get("ebpf")),
+        "pressure (PSI)": _yes_no(sources.get("psi")),
+    }
+    timing: dict[str, str] = {
+        "interval asked": fmt_ns(rec.get("interval_ns")),
+        "started": str(rec.get("started_wall", "unknown")),
+    }
+    if trailer is None:
+        timing["trailer"] = "MISSING: the recorder did not finish (killed?); timing below is unknown"
+    else:
+        timing.update(
+            {
+                "duration": fmt_ns(trailer.get("duration_ns")),
+                "ticks": str(trailer.get("ticks", "unknown")),
+                "missed ticks": _missed_text(trailer),
+                "interval p50/p99/max": " / ".join(
+                    fmt_ns(trailer.get(k)) for k in ("interval_p50_ns", "interval_p99_ns", "interval_max_ns")
+                ),
+                "recorder CPU": _cpu_text(trailer),
+                "ended because": str(trailer.get("end_reason", "unknown")),
+            }
+        )
+    targets = rec.get("targets", {})
+    target_rows = {k: str(v) for k, v in targets.items() if v not in (None, [], False, "")}
+    target_rows["command line"] = " ".join(rec.get("argv", [])) or "unknown"
+    content = {name: str(n) for name, n in sorted(counts.items())}
+    threads = cap.threads
+    if not threads.empty:
+        content["distinct threads"] = str(len(threads))
+        content["processes"] = str(threads["pid"].nunique())
+    if meta.get("tool_version"):
+        tool = f"{meta.get('tool', 'forensics')} {meta['tool_version']}"
+        content["written by"] = f"{tool}, format {meta.get('format_version')}"
+    sections = {
+        "Machine": machine,
+        "Sources": source_rows,
+        "Timing": timing,
+        "Targets": target_rows,
+        "Contents (rows)": content,
+    }
+    if cap.warnings:
+        sections["Warnings"] = {str(i + 1): w for i, w in enumerate(cap.warnings)}
+    return {"sections": sections, "meta": meta, "trailer": trailer, "rows": counts}
+
+
+def _first_column(cap: Capture, name: str) -> list[str] | None:
+    from forensics.capture import SCHEMAS
+
+    schema = SCHEMAS.get(name)
+    return [schema.names[0]] if schema is not None else None
+
+
+def _schedstats_text(sources: dict[str, Any]) -> str:
+    compiled = sources.get("schedstats_compiled")
+    enabled = sources.get("schedstats_enabled")
+    if compiled is False:
+        return "not compiled in (no CONFIG_SCHEDSTATS): wait/sleep/block sums unknown"
+    if compiled is None:
+        return "unknown"
+    return "on" if enabled else "compiled in, off (kernel.sched_schedstats=0)"
+
+
+def _missed_text(trailer: dict[str, Any]) -> str:
+    missed = trailer.get("missed_ticks")
+    ticks = trailer.get("ticks")
+    if missed is None:
+        return "unknown"
+    if ticks:
+        return f"{missed} ({100.0 * missed / (ticks + missed):.3f} %)"
+    return str(missed)
+
+
+def _cpu_text(trailer: dict[str, Any]) -> str:
+    duration = trailer.get("duration_ns") or 0
+    parts = []
+    for key, label in (("sampler_cpu_ns", "sampler"), ("writer_cpu_ns", "writer")):
+        value = trailer.get(key)
+        if value is None:
+            continue
+        pct = f" ({100.0 * value / duration:.1f} % of a core)" if duration else ""
+        parts.append(f"{label} {fmt_ns(value)}{pct}")
+    return "; ".join(parts) or "unknown"

@@ -1,0 +1,212 @@
+"""Parsing the per-thread /proc files, one at a time (for discovery) and in bulk (for the samples).
+
+The hot loop only reads raw bytes; everything here runs off the tick. Formats, from the kernel's
+fs/proc/array.c (do_task_stat), fs/proc/base.c (proc_pid_schedstat) and kernel/sched/debug.c
+(proc_sched_show_task):
+
+- `schedstat`: "run_ns wait_ns slices\n", three unsigned integers in ns / count.
+- `stat`: "tid (comm) S f4 f5 ...": comm may hold spaces and ')' (prctl PR_SET_NAME takes any 15 bytes),
+  so split after the LAST ')' (as psutil's _pslinux.py does with rfind(b')')).
+- `sched`: "name : value" lines; time values print as "ms.nnnnnn" (SPLIT_NS: integer ms, a dot, six
+  digits of ns), so they are parsed as exact integer ns, never through float. Field names carry "se." or,
+  before 5.16, "se.statistics." prefixes; schedstats fields exist only with CONFIG_SCHEDSTATS and
+  kernel.sched_schedstats=1.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# 0-based index into the tokens after the last ')': token j is stat field j + 3 (proc(5) numbering).
+STAT_STATE = 0  # field 3
+STAT_PPID = 1  # field 4
+STAT_MINFLT = 7  # field 10
+STAT_MAJFLT = 9  # field 12
+STAT_UTIME = 11  # field 14
+STAT_STIME = 12  # field 15
+STAT_NICE = 16  # field 19
+STAT_NUM_THREADS = 17  # field 20
+STAT_STARTTIME = 19  # field 22
+STAT_PROCESSOR = 36  # field 39
+STAT_RT_PRIORITY = 37  # field 40
+STAT_POLICY = 38  # field 41
+STAT_BLKIO_TICKS = 39  # field 42: delayacct_blkio_ticks (2.6.18+)
+
+# The numeric stat columns of the samples table, in order, with their token index.
+STAT_NUMERIC = {
+    "minflt": STAT_MINFLT,
+    "majflt": STAT_MAJFLT,
+    "utime": STAT_UTIME,
+    "stime": STAT_STIME,
+    "nice": STAT_NICE,
+    "cpu": STAT_PROCESSOR,
+    "rtprio": STAT_RT_PRIORITY,
+    "policy": STAT_POLICY,
+    "blkio_ticks": STAT_BLKIO_TICKS,
+}
+
+POLICY_NAMES = {0: "OTHER", 1: "FIFO", 2: "RR", 3: "BATCH", 5: "IDLE", 6: "DEADLINE", 7: "EXT"}
+RT_POLICIES = frozenset({1, 2, 6})
+
+
+def policy_name(policy: int) -> str:
+    return POLICY_NAMES.get(int(policy), str(policy))
+
+
+@dataclass(frozen=True)
+class StatLine:
+    """The fields of one stat line that discovery and the thread table need."""
+
+    tid: int
+    comm: str
+    state: str
+    ppid: int
+    minflt: int
+    majflt: int
+    utime: int
+    stime: int
+    nice: int
+    num_threads: int
+    starttime: int
+    cpu: int
+    rtprio: int
+    policy: int
+    blkio_ticks: int | None
+
+
+def parse_stat(raw: bytes) -> StatLine:
+    """One /proc/<pid>[/task/<tid>]/stat line. Raises ValueError on text that is not a stat line."""
+    close = raw.rfind(b")")
+    open_ = raw.find(b"(")
+    if close < 0 or open_ < 0:
+        raise ValueError(f"not a stat line: {raw[:60]!r}")
+    tokens = raw[close + 2 :].split()
+    if len(tokens) < STAT_POLICY + 1:
+        raise ValueError(f"stat line has {len(tokens) + 2} fields, need at least {STAT_POLICY + 3}")
+
+    def num(i: int) -> int:
+        return int(tokens[i])
+
+    return StatLine(
+        tid=int(raw[:open_]),
+        comm=raw[open_ + 1 : close].decode(errors="replace"),
+        state=tokens[STAT_STATE].decode(),
+        ppid=num(STAT_PPID),
+        minflt=num(STAT_MINFLT),
+        majflt=num(STAT_MAJFLT),
+        utime=num(STAT_UTIME),
+        stime=num(STAT_STIME),
+        nice=num(STAT_NICE),
+        num_threads=num(STAT_NUM_THREADS),
+        starttime=num(STAT_STARTTIME),
+        cpu=num(STAT_PROCESSOR),
+        rtprio=num(STAT_RT_PRIORITY),
+        policy=num(STAT_POLICY),
+        blkio_ticks=num(STAT_BLKIO_TICKS) if len(tokens) > STAT_BLKIO_TICKS else None,
+    )
+
+
+def parse_schedstat(raw: bytes) -> tuple[int, int, int]:
+    run_ns, wait_ns, slices = raw.split()[:3]
+    return int(run_ns), int(wait_ns), int(slices)
+
+
+def ms_text_to_ns(text: bytes | str) -> int:
+    """Exact ns from the kernel's "ms.nnnnnn" (SPLIT_NS) text: "12.345678" -> 12345678, "-0.000001" -> -1.
+
+    Through float, "1234567.891011" would lose its last digits: the resolution these fields exist for.
+    """
+    s = text.decode() if isinstance(text, bytes) else text
+    s = s.strip()
+    negative = s.startswith("-")
+    if negative:
+        s = s[1:]
+    whole, _, frac = s.partition(".")
+    ns = int(whole or "0") * 1_000_000 + int((frac + "000000")[:6])
+    return -ns if negative else ns
+
+
+_SCHED_LINE = re.compile(rb"^([A-Za-z_.>\-]+)\s*:\s*(-?[0-9]+(?:\.[0-9]+)?)\s*$", re.MULTILINE)
+
+
+def parse_sched(raw: bytes) -> dict[str, int]:
+    """All numeric "name : value" fields of a sched file, names without "se." / "se.statistics.".
+
+    A value with a decimal point is a time in ms (SPLIT_NS) and comes back as exact ns; integers stay
+    counts. Fields a kernel does not print are simply absent (no CONFIG_SCHEDSTATS: no wait_sum...).
+    """
+    fields: dict[str, int] = {}
+    for name_b, value_b in _SCHED_LINE.findall(raw):
+        name = name_b.decode()
+        for prefix in ("se.statistics.", "stats.", "se."):
+            if name.startswith(prefix):
+                name = name[len(prefix) :]
+                break
+        fields[name] = ms_text_to_ns(value_b) if b"." in value_b else int(value_b)
+    return fields
+
+
+# --------------------------------------------------------------------------------------------------
+# Bulk parsing: one call per batch of reads, vectorised where it counts.
+
+
+def parse_schedstat_batch(raws: Sequence[bytes]) -> np.ndarray:
+    """(n, 3) int64 array of run_ns, wait_ns, slices."""
+    if not raws:
+        return np.zeros((0, 3), dtype=np.int64)
+    tokens = b" ".join(raws).split()
+    if len(tokens) == 3 * len(raws):
+        return np.array(tokens).astype(np.int64).reshape(-1, 3)
+    return np.array([parse_schedstat(r) for r in raws], dtype=np.int64)
+
+
+_STAT_PICK = tuple(STAT_NUMERIC.values())
+
+
+def parse_stat_batch(raws: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    """(states, numbers): states a (n,) array of one-letter str, numbers (n, len(STAT_NUMERIC)) int64.
+
+    A kernel too old for field 42 gets -1 there (the caller turns it into null).
+    """
+    n = len(raws)
+    if n == 0:
+        return np.zeros(0, dtype="<U1"), np.zeros((0, len(STAT_NUMERIC)), dtype=np.int64)
+    tails = [r[r.rfind(b")") + 2 :].split() for r in raws]
+    width = len(tails[0])
+    if width > STAT_BLKIO_TICKS and all(len(t) == width for t in tails):
+        picked = [tuple(t[i] for i in _STAT_PICK) for t in tails]
+        numbers = np.array(b" ".join(b" ".join(p) for p in picked).split()).astype(np.int64).reshape(n, -1)
+    else:  # mixed or short lines: slow path, one at a time
+        numbers = np.array([[int(t[i]) if i < len(t) else -1 for i in _STAT_PICK] for t in tails], dtype=np.int64)
+    states = np.array([t[STAT_STATE].decode() if t else "?" for t in tails], dtype="<U1")
+    return states, numbers
+
+
+# --------------------------------------------------------------------------------------------------
+# Where the files are. The root is a parameter so tests can point it at canned text.
+
+
+class ProcPaths:
+    def __init__(self, root: str = "/proc") -> None:
+        self.root = root.rstrip("/") or "/"
+
+    def path(self, *parts: object) -> str:
+        return os.path.join(self.root, *map(str, parts))
+
+    def task(self, pid: int, tid: int, name: str) -> str:
+        return os.path.join(self.root, str(pid), "task", str(tid), name)
+
+    def read(self, *parts: object) -> bytes:
+        with open(self.path(*parts), "rb") as fh:
+            return fh.read()
+
+    def read_text(self, *parts: object, default: str | None = None) -> str | None:
+        try:
+            return self.read(*parts).decode(errors="replace")
+        except OSError:
+            return default
