@@ -22,6 +22,7 @@ from forensics.errors import CaptureWarning, ForensicsError
 COMMANDS: dict[str, str] = {
     "info": "forensics.cli.info:info",
     "dump": "forensics.cli.dump:dump",
+    "restore": "forensics.cli.restore:restore",
 }
 
 
