@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "info": "forensics.cli.info:info",
     "dump": "forensics.cli.dump:dump",
     "restore": "forensics.cli.restore:restore",
+    "doctor": "forensics.cli.doctor:doctor",
 }
 
 
