@@ -262,7 +262,8 @@ def delayacct_check(roots: Roots, config: dict[str, str] | None) -> Check:
         "off (kernel.task_delayacct=0)",
         WARN,
         FORENSICS,
-        "record with --delayacct to turn it on for the recording (restored after): tells io from lock",
+        "--delayacct turns it on for a recording (restored after), but only threads created after that are "
+        "accounted (set up at fork): start the engine after it, or boot with `delayacct`",
     )
 
 

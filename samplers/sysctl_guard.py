@@ -64,6 +64,7 @@ class SettingOutcome:
     old: str | None
     new: str | None
     message: str
+    at_ns: int | None = None  # CLOCK_MONOTONIC ns when we changed it ("set" only)
 
     @property
     def in_force(self) -> bool:
@@ -220,13 +221,15 @@ class SysctlGuard:
             _write_sysctl(name, new, self.proc)
         except OSError as err:
             return self._refused(name, old, new, err)
+        changed_at = time.monotonic_ns()
         after = read_sysctl(name, self.proc)
         if after != new:
             return SettingOutcome(name, "error", old, new, f"{name}: wrote {new} but it reads back {after}")
         purpose = PURPOSE.get(name, name)
-        return SettingOutcome(
-            name, "set", old, new, f"{name}: {old} -> {new} for this recording ({purpose}); restored at the end"
-        )
+        message = f"{name}: {old} -> {new} for this recording ({purpose}); restored at the end"
+        if name == "kernel.task_delayacct":
+            message += " (threads that exist already get no delay accounting: the kernel sets it up at fork)"
+        return SettingOutcome(name, "set", old, new, message, at_ns=changed_at)
 
     def _refused(self, name: str, old: str, new: str, err: OSError) -> SettingOutcome:
         purpose = PURPOSE.get(name, name)

@@ -45,6 +45,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from forensics.capture import register_table
@@ -447,27 +448,109 @@ TASKSTATS_SCHEMA = pa.schema(
 register_table("taskstats", TASKSTATS_SCHEMA)
 
 
-def taskstats_table(rows: Iterable[tuple[int, int, int, bytes | None]], delayacct: bool | None) -> pa.Table:
+def _stats_location(raw: bytes) -> tuple[int, int]:
+    """(offset, length) of the struct taskstats inside one reply (walks the netlink attributes)."""
+    msg_len = min(_NLMSGHDR.unpack_from(raw, 0)[0], len(raw))
+    for attr_type, start, end in _iter_attrs(raw, _NLMSGHDR.size + _GENLHDR.size, msg_len):
+        if attr_type in (TASKSTATS_TYPE_AGGR_PID, TASKSTATS_TYPE_AGGR_TGID):
+            for inner_type, inner_start, inner_end in _iter_attrs(raw, start, end):
+                if inner_type == TASKSTATS_TYPE_STATS:
+                    return inner_start, inner_end - inner_start
+    raise ValueError("netlink reply holds no TASKSTATS_TYPE_STATS attribute")
+
+
+_DTYPES: dict[tuple[int, int, int, int], np.dtype] = {}
+
+
+def _reply_dtype(reply_len: int, offset: int, version: int, length: int) -> np.dtype:
+    """A numpy record type for whole replies of one shape: every numeric field the struct holds."""
+    key = (reply_len, offset, version, length)
+    dtype = _DTYPES.get(key)
+    if dtype is None:
+        fields = [f for f in layout_for(version) if f.offset + f.size <= length and f.fmt in ("B", "H", "I", "Q")]
+        fields = [f for f in fields if not f.name.startswith("_")]
+        dtype = np.dtype(
+            {
+                "names": [f.name for f in fields],
+                "formats": ["<" + {"B": "u1", "H": "u2", "I": "u4", "Q": "u8"}[f.fmt] for f in fields],
+                "offsets": [offset + f.offset for f in fields],
+                "itemsize": reply_len,
+            }
+        )
+        _DTYPES[key] = dtype
+    return dtype
+
+
+def parse_replies(raws: Sequence[bytes]) -> dict[str, np.ndarray]:
+    """Many replies at once: field name -> array (float64 with NaN where a reply's struct lacks the field).
+
+    Replies of one length share one layout (the kernel sends one struct version), so each group is one
+    numpy view of the concatenated bytes: about 1 us a reply instead of ~25 us field by field.
+    """
+    n = len(raws)
+    out: dict[str, np.ndarray] = {}
+    lengths = np.fromiter((len(r) for r in raws), dtype=np.int64, count=n)
+    for reply_len in np.unique(lengths):
+        rows = np.flatnonzero(lengths == reply_len)
+        first = raws[rows[0]]
+        offset, length = _stats_location(first)
+        (version,) = struct.unpack_from("<H", first, offset)
+        block = np.frombuffer(b"".join(raws[i] for i in rows), dtype=np.uint8).reshape(len(rows), int(reply_len))
+        same = block[:, offset : offset + 2].copy().view("<u2").ravel() == version
+        if not same.all():  # another version with the same length (never seen): the slow path for those
+            for i in rows[~same]:
+                for name, value in parse_reply(raws[i]).items():
+                    out.setdefault(name, np.full(n, np.nan))[i] = value
+            rows = rows[same]
+            block = block[same]
+        records = np.frombuffer(block.tobytes(), dtype=_reply_dtype(int(reply_len), offset, version, length))
+        for name in records.dtype.names or ():
+            out.setdefault(name, np.full(n, np.nan))[rows] = records[name]
+        out.setdefault("struct_len", np.full(n, np.nan))[rows] = length
+    return out
+
+
+def taskstats_table(
+    rows: Iterable[tuple[int, int, int, bytes | None]],
+    delayacct: bool | None,
+    delayacct_since_ns: int | None = None,
+) -> pa.Table:
     """The "taskstats" table from (tick, t_ns, tid, raw reply) rows; rows whose reply is None are dropped.
 
     `delayacct`: whether kernel.task_delayacct was 1 for the whole recording. When it was not (False or
     unknown), the columns only delay accounting fills are null (unknown), not the kernel's zeros.
-    Fields the kernel's struct version lacks are null too.
+    `delayacct_since_ns`: when it was switched on (CLOCK_MONOTONIC), if during this run. A thread that
+    started before that never gets delay accounting: the kernel gives a task its delay struct at fork
+    only while delay accounting is on (include/linux/delayacct.h delayacct_tsk_init(); measured here:
+    an fsync thread created before the switch shows no blkio at all after it). Its delay columns are
+    null too. Fields the kernel's struct version lacks are null.
     """
-    columns: dict[str, list[int | None]] = {f.name: [] for f in TASKSTATS_SCHEMA}
-    mapping = {**DELAY_COLUMNS, **OTHER_COLUMNS}
-    for tick, t_ns, tid, raw in rows:
-        if raw is None:
-            continue
-        fields = parse_reply(raw)
-        columns["tick"].append(tick)
-        columns["t_ns"].append(t_ns)
-        columns["tid"].append(tid)
-        columns["pid"].append(fields.get("ac_tgid"))
-        columns["version"].append(fields["version"])
-        for column, field in mapping.items():
-            value = fields.get(field)
-            if column in DELAYACCT_ONLY and not delayacct:
-                value = None
-            columns[column].append(value)
-    return pa.table(columns, schema=TASKSTATS_SCHEMA)
+    kept = [row for row in rows if row[3] is not None]
+    if not kept:
+        return TASKSTATS_SCHEMA.empty_table()
+    ticks, t_ns, tids, raws = zip(*kept, strict=True)
+    fields = parse_replies(list(raws))  # type: ignore[arg-type]
+    t = np.asarray(t_ns, dtype=np.int64)
+    n = len(t)
+
+    def column(field: str, null: np.ndarray | None = None) -> pa.Array:
+        values = fields.get(field, np.full(n, np.nan))
+        mask = np.isnan(values) if null is None else (np.isnan(values) | null)
+        return pa.array(np.nan_to_num(values).astype(np.int64), mask=mask)
+
+    no_delays = np.full(n, not delayacct)
+    if delayacct and delayacct_since_ns is not None and "ac_etime" in fields:
+        started = t - fields["ac_etime"] * 1000.0  # ac_etime: us since the thread started (monotonic)
+        no_delays = np.nan_to_num(started, nan=-np.inf) < delayacct_since_ns
+    data: dict[str, pa.Array] = {
+        "tick": pa.array(np.asarray(ticks, dtype=np.uint32)),
+        "t_ns": pa.array(t),
+        "tid": pa.array(np.asarray(tids, dtype=np.int32)),
+        "pid": column("ac_tgid"),
+        "version": column("version"),
+    }
+    for name, field in DELAY_COLUMNS.items():
+        data[name] = column(field, no_delays if name in DELAYACCT_ONLY else None)
+    for name, field in OTHER_COLUMNS.items():
+        data[name] = column(field)
+    return pa.table(data).cast(TASKSTATS_SCHEMA)

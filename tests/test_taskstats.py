@@ -328,3 +328,72 @@ def test_fsync_shows_no_blkio_delay_without_delayacct(tmp_path: Path) -> None:
     # Delay accounting off: the kernel's blkio figures do not move, which is why taskstats_table nulls them.
     assert after["blkio_delay_total"] == before["blkio_delay_total"]
     assert after["write_bytes"] - before["write_bytes"] >= 4 * 256 * 1024  # the IO did happen
+
+
+def test_batch_parse_matches_one_by_one() -> None:
+    v16, _ = canned_struct(16, 560, V16_OFFSETS)
+    v8, _ = canned_struct(8, 328, V16_OFFSETS)
+    raws = [netlink_reply(v16, 1), netlink_reply(v8, 2), netlink_reply(v16, 3, padding_attr=True)]
+    batch = ts.parse_replies(raws)
+    for i, raw in enumerate(raws):
+        single = ts.parse_reply(raw)
+        for name, value in single.items():
+            if name in ("tid", "tgid"):
+                continue
+            assert batch[name][i] == value, (i, name)
+        for name, values in batch.items():
+            if name not in single:
+                assert values[i] != values[i], (i, name)  # NaN: the field is not in that struct
+
+
+def test_threads_older_than_the_switch_get_null_delays() -> None:
+    # ac_etime (us since the thread started) = 2000 us at t = 10 ms: it started at 8 ms.
+    offsets = dict(V16_OFFSETS, ac_etime=(144, "Q"))
+    buf = bytearray(canned_struct(16, 560, offsets)[0])
+    struct.pack_into("<Q", buf, 144, 2000)
+    reply = netlink_reply(bytes(buf), 5)
+    before_switch = ts.taskstats_table([(1, 10_000_000, 5, reply)], True, delayacct_since_ns=9_000_000).to_pylist()
+    after_switch = ts.taskstats_table([(1, 10_000_000, 5, reply)], True, delayacct_since_ns=7_000_000).to_pylist()
+    assert before_switch[0]["blkio_delay_ns"] is None and before_switch[0]["cpu_delay_ns"] is not None
+    assert after_switch[0]["blkio_delay_ns"] is not None
+
+
+@root
+def test_delayacct_covers_only_threads_created_after_the_switch(tmp_path: Path) -> None:
+    if read_sysctl("kernel.task_delayacct") != "0":
+        pytest.skip("kernel.task_delayacct is already on: no thread predates the switch")
+    old_box: list[int] = []
+    old_go, old_done, release = threading.Event(), threading.Event(), threading.Event()
+
+    def old_worker() -> None:
+        old_box.append(threading.get_native_id())
+        old_go.wait()
+        with open(tmp_path / "old.bin", "wb", buffering=0) as fh:
+            for _ in range(4):
+                fh.write(os.urandom(256 * 1024))
+                os.fsync(fh.fileno())
+        old_done.set()
+        release.wait()
+
+    old = threading.Thread(target=old_worker, daemon=True)
+    old.start()  # created while delay accounting is off
+    while not old_box:
+        time.sleep(0.001)
+    with (
+        SysctlGuard({"kernel.task_delayacct": "1"}, state_dir=tmp_path / "state") as guard,
+        ts.TaskstatsClient() as client,
+    ):
+        since = guard.outcomes["kernel.task_delayacct"].at_ns
+        assert since is not None
+        rows = [(0, time.monotonic_ns(), old_box[0], client.query_raw(old_box[0]))]
+        old_go.set()
+        old_done.wait()
+        _, new_before, new_after = _fsync_thread(tmp_path)  # created after the switch
+        rows.append((1, time.monotonic_ns(), old_box[0], client.query_raw(old_box[0])))
+    release.set()
+    old.join()
+    assert new_after["blkio_count"] - new_before["blkio_count"] >= 4  # the new thread is accounted
+    old_fields = ts.parse_reply(rows[-1][3] or b"")
+    assert old_fields["blkio_count"] == 0 and old_fields["write_bytes"] >= 4 * 256 * 1024  # IO done, none counted
+    table = ts.taskstats_table(rows, True, delayacct_since_ns=since).to_pylist()
+    assert all(r["blkio_delay_ns"] is None and r["blkio_count"] is None for r in table)  # unknown, not 0

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import mmap
 import platform
-import select
 import struct
 
 import numpy as np
@@ -59,8 +58,6 @@ class FixedRecordRing:
         self._consumer = mmap.mmap(map_fd, self.page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE, offset=0)
         self._producer = mmap.mmap(map_fd, self.page + 2 * data_size, mmap.MAP_SHARED, mmap.PROT_READ, offset=self.page)
         self._data = np.frombuffer(self._producer, dtype=np.uint8, offset=self.page)
-        self._epoll = select.epoll()
-        self._epoll.register(map_fd, select.EPOLLIN)
         self.odd_records = 0  # records of another size or discarded: skipped (our probes write none)
 
     def _positions(self) -> tuple[int, int]:
@@ -103,17 +100,7 @@ class FixedRecordRing:
             return np.empty(0, dtype=self.record_dtype)
         return batches[0] if len(batches) == 1 else np.concatenate(batches)
 
-    def wait(self, timeout_ms: int) -> bool:
-        """Block until data is there (the kernel's wakeup) or the timeout passes. True if data."""
-        if self.available() > 0:
-            return True
-        if timeout_ms == 0:
-            return False
-        self._epoll.poll(timeout_ms / 1000.0 if timeout_ms > 0 else -1)
-        return self.available() > 0
-
     def close(self) -> None:
-        self._epoll.close()
         del self._data
         self._producer.close()
         self._consumer.close()
