@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import struct
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -52,13 +54,29 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def read_frames(fd: int, bufsize: int = 1 << 20) -> Iterator[tuple[int, bytes]]:
+def _chunks(fd: int, bufsize: int, drain_in_thread: bool) -> Iterator[bytes]:
+    if not drain_in_thread:
+        while chunk := os.read(fd, bufsize):
+            yield chunk
+        return
+    # A thread keeps the pipe empty while the consumer parses and compresses a chunk: a full pipe
+    # would block the recorder's tick (1 MiB is only ~8 ticks of 300 threads).
+    chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+
+    def drain() -> None:
+        while chunk := os.read(fd, bufsize):
+            chunks.put(chunk)
+        chunks.put(b"")
+
+    threading.Thread(target=drain, name="frame-drain", daemon=True).start()
+    while chunk := chunks.get():
+        yield chunk
+
+
+def read_frames(fd: int, bufsize: int = 1 << 20, drain_in_thread: bool = False) -> Iterator[tuple[int, bytes]]:
     """Frames from a pipe until EOF. A frame cut short by the recorder's death is dropped."""
     buf = bytearray()
-    while True:
-        chunk = os.read(fd, bufsize)
-        if not chunk:
-            return
+    for chunk in _chunks(fd, bufsize, drain_in_thread):
         buf += chunk
         offset = 0
         while len(buf) - offset >= FRAME.size:

@@ -10,7 +10,9 @@ or changed its scheduling policy or priority (stat fields 40 and 41).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -22,7 +24,7 @@ import pyarrow as pa
 
 from forensics.capture import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, CaptureWriter
 from samplers import frames
-from samplers.procfs import STAT_NUMERIC, parse_sched, parse_stat_batch, policy_name
+from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat_blob, policy_name
 from samplers.system import PRESSURE_FILES, system_rows
 
 FLUSH_EVERY_NS = 500_000_000  # at most this much of the recording sits in memory before it is on disk
@@ -138,8 +140,9 @@ class CaptureSink:
         t_ns: list[np.ndarray] = []
         tids: list[np.ndarray] = []
         pids: list[np.ndarray] = []
-        schedstat_blobs: list[bytes] = []
-        stat_lines: list[bytes] = []
+        schedstat_sections: list[bytes] = []
+        stat_sections: list[bytes] = []
+        stat_lengths: list[np.ndarray] = []
         sched_rows: list[tuple[int, int, int, bytes]] = []
         for layout, tick, _tick_ns, payload in self.pending:
             n = len(layout.tids)
@@ -152,24 +155,21 @@ class CaptureSink:
             alive = np.ones(n, dtype=bool)
             if n_dead:
                 alive[dead] = False
-            n_alive = n - n_dead
             # Lengths, not newlines, split the stat texts: PR_SET_NAME accepts "\n" in a comm and
             # /proc/<pid>/stat prints the comm unescaped (fs/proc/array.c, proc_task_name(..., false)).
-            stat_lens = np.frombuffer(payload, dtype="<u4", count=n_alive, offset=offset)
-            offset += 4 * n_alive
+            stat_lengths.append(np.frombuffer(payload, dtype="<u4", count=n - n_dead, offset=offset))
+            offset += 4 * (n - n_dead)
             sched_lens = np.frombuffer(payload, dtype="<u4", count=n_sched, offset=offset)
             offset += 4 * n_sched
-            schedstat_blobs.append(payload[offset : offset + len_ss])
+            schedstat_sections.append(payload[offset : offset + len_ss])
             offset += len_ss
-            ends = (offset + np.cumsum(stat_lens)).tolist()
-            starts = [offset, *ends[:-1]] if ends else []
-            stat_lines.extend(payload[a:b] for a, b in zip(starts, ends, strict=True))
+            stat_sections.append(payload[offset : offset + len_st])
             offset += len_st
-            ticks.append(np.full(int(alive.sum()), tick, dtype=np.uint32))
+            ticks.append(np.full(n - n_dead, tick, dtype=np.uint32))
             t_ns.append(times[alive])
             tids.append(layout.tids[alive])
             pids.append(layout.pids[alive])
-            for index, length in zip(layout.sched, sched_lens, strict=True):
+            for index, length in zip(layout.sched.tolist(), sched_lens.tolist(), strict=True):
                 if length:
                     sched_rows.append(
                         (tick, int(times[index]), int(layout.tids[index]), payload[offset : offset + length])
@@ -179,17 +179,13 @@ class CaptureSink:
         self.pending_rows = 0
         self.pending_since = None
 
-        tick_col = np.concatenate(ticks)
         tid_col = np.concatenate(tids)
-        schedstat_tokens = b"".join(schedstat_blobs).split()
-        schedstat = np.array(schedstat_tokens).astype(np.int64).reshape(-1, 3)
-        if len(stat_lines) != len(tid_col) or len(schedstat) != len(tid_col):
-            raise ValueError(
-                f"frame damage: {len(tid_col)} threads, {len(stat_lines)} stat and {len(schedstat)} schedstat texts"
-            )
-        states, numbers = parse_stat_batch(stat_lines)
+        lengths = np.concatenate(stat_lengths).astype(np.int64)
+        stat_blob = b"".join(stat_sections)
+        schedstat = parse_schedstat_blob(b"".join(schedstat_sections), len(tid_col))
+        states, numbers = parse_stat_blob(stat_blob, lengths)
         columns: dict[str, Any] = {
-            "tick": tick_col,
+            "tick": np.concatenate(ticks),
             "t_ns": np.concatenate(t_ns),
             "tid": tid_col,
             "pid": np.concatenate(pids),
@@ -202,13 +198,14 @@ class CaptureSink:
             columns[name] = numbers[:, i]
         blkio = numbers[:, list(STAT_NUMERIC).index("blkio_ticks")]
         columns["blkio_ticks"] = pa.array(blkio, mask=blkio < 0)  # -1: kernel too old to have field 42
-        self._derive_thread_changes(stat_lines, columns)
+        self._derive_thread_changes(stat_blob, lengths, columns)
         self.writer.append("samples", columns)
         if sched_rows:
             self._write_sched(sched_rows)
 
-    def _derive_thread_changes(self, stat_lines: list[bytes], columns: dict[str, Any]) -> None:
+    def _derive_thread_changes(self, stat_blob: bytes, lengths: np.ndarray, columns: dict[str, Any]) -> None:
         """Renames and policy/priority changes, from the last row of each thread in this chunk."""
+        line_ends = np.cumsum(lengths)
         tid_col = columns["tid"]
         policy = columns["policy"]
         rtprio = columns["rtprio"]
@@ -217,7 +214,7 @@ class CaptureSink:
         last_rows = len(tid_col) - 1 - last_rev
         for row in last_rows:
             tid = int(tid_col[row])
-            line = stat_lines[row]
+            line = stat_blob[int(line_ends[row] - lengths[row]) : int(line_ends[row])]
             comm = line[line.find(b"(") + 1 : line.rfind(b")")]
             t = int(columns["t_ns"][row])
             pid = int(columns["pid"][row])
@@ -289,9 +286,16 @@ def main(argv: list[str] | None = None) -> int:
     # has sent its trailer. It ends on EOF instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Parsing and compression can wait; the target threads and the recorder's tick cannot. The frame
+    # drain thread keeps the pipe empty even when this process gets less CPU.
+    with contextlib.suppress(OSError):
+        os.nice(10)
     sink = CaptureSink(args[0])
+    # Tell the recorder we are ready: until the imports above are done, frames would only fill the
+    # pipe and block its first ticks (pandas and pyarrow take most of a second to import).
+    os.write(sys.stdout.fileno(), b"R")
     try:
-        for kind, payload in frames.read_frames(sys.stdin.fileno()):
+        for kind, payload in frames.read_frames(sys.stdin.fileno(), drain_in_thread=True):
             sink.handle(kind, payload)
             if sink.finished:
                 break
