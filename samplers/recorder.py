@@ -149,7 +149,15 @@ class Recorder:
         if self.options.mark_on_new_process and not at_start:
             self._event(t_ns, "marker", info.pid, None, f"new process {info.pid} {info.comm}")
         self._process_names[info.pid] = (info.comm, cmdline)
-        self._add_threads(info.pid, t_ns, at_start)
+        try:
+            self._add_threads(info.pid, t_ns, at_start)
+        except ForensicsError:
+            if info.why in ("pid", "command"):
+                raise  # asked for by name: the user must know now
+            # Found by --match/--children but not ours to read (another user, hidepid): note it, go on.
+            self._event(t_ns, "target_unreadable", info.pid, None,
+                        f"{info.comm}: permission denied; record as its user or as root")
+            self._process_exited(info.pid, t_ns)
 
     def _add_threads(self, pid: int, t_ns: int, at_start: bool) -> None:
         known = self.processes.get(pid)
