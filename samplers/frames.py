@@ -29,10 +29,10 @@ SYSTEM = 6  # binary, see SYSTEM_HEADER
 TABLE = 7  # JSON: {"name": table, "rows": {column: [values]}}: small tables (lab truth, cycles)
 TRAILER = 8  # JSON: the trailer; the writer finishes the file and exits
 
-# TICK payload: header, then int64 t_ns per thread of the layout, u32 index of each thread whose read
-# failed (it exited), u32 length of each live thread's stat text, u32 length of each `sched` read (0 when
-# it failed), then the schedstat texts of the live threads, their stat texts, the sched texts: each
-# section one contiguous run of bytes.
+# TICK payload: header, then int64 t_ns per thread of the layout, u32 index of each thread without a
+# row this tick (its read failed: it exited), u32 length of each live thread's stat text, u32 length
+# of each `sched` read (0 when it failed), then the schedstat texts of the live threads, their stat
+# texts, the sched texts: each section one contiguous run of bytes.
 TICK_HEADER = struct.Struct("<IIqIIII")  # tick, layout id, tick start ns, n_dead, n_sched, len ss, len st
 # SYSTEM payload: t_ns, then the lengths of /proc/stat and of /proc/pressure/{cpu,io,memory} texts.
 SYSTEM_HEADER = struct.Struct("<qIIII")

@@ -148,18 +148,18 @@ class CaptureSink:
             n = len(layout.tids)
             _, _, _, n_dead, n_sched, len_ss, len_st = frames.TICK_HEADER.unpack_from(payload)
             offset = frames.TICK_HEADER.size
-            times = np.frombuffer(payload, dtype="<i8", count=n, offset=offset)
+            times = _array(payload, "<i8", n, offset)
             offset += 8 * n
-            dead = np.frombuffer(payload, dtype="<u4", count=n_dead, offset=offset)
+            dead = _array(payload, "<u4", n_dead, offset)
             offset += 4 * n_dead
             alive = np.ones(n, dtype=bool)
             if n_dead:
                 alive[dead] = False
             # Lengths, not newlines, split the stat texts: PR_SET_NAME accepts "\n" in a comm and
             # /proc/<pid>/stat prints the comm unescaped (fs/proc/array.c, proc_task_name(..., false)).
-            stat_lengths.append(np.frombuffer(payload, dtype="<u4", count=n - n_dead, offset=offset))
+            stat_lengths.append(_array(payload, "<u4", n - n_dead, offset))
             offset += 4 * (n - n_dead)
-            sched_lens = np.frombuffer(payload, dtype="<u4", count=n_sched, offset=offset)
+            sched_lens = _array(payload, "<u4", n_sched, offset)
             offset += 4 * n_sched
             schedstat_sections.append(payload[offset : offset + len_ss])
             offset += len_ss
@@ -275,6 +275,11 @@ class CaptureSink:
         self.flush()
         if self.writer is not None:
             self.writer.close(None)
+
+
+def _array(payload: bytes, dtype: str, count: int, offset: int) -> np.ndarray:
+    # np.frombuffer refuses count=0 at the very end of the buffer (a tick where no thread had a row).
+    return np.frombuffer(payload, dtype=dtype, count=count, offset=offset) if count else np.zeros(0, dtype=dtype)
 
 
 def main(argv: list[str] | None = None) -> int:
