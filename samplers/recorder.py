@@ -30,7 +30,7 @@ import numpy as np
 
 from forensics.errors import ForensicsError
 from samplers import frames
-from samplers.procfs import RT_POLICIES, ProcPaths
+from samplers.procfs import RT_POLICIES, ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
 
@@ -179,12 +179,10 @@ class Recorder:
             self.threads_seen += 1
             self._layout_dirty = True
             comm = self.procfs.read_text(pid, "task", tid, "comm", default="?")
-            starttime = None
             try:
-                stat = os.pread(thread.fd_stat, STAT_BYTES, 0)
-                starttime = int(stat[stat.rfind(b")") + 2 :].split()[19])
-            except (OSError, IndexError, ValueError):
-                pass
+                first = parse_stat(os.pread(thread.fd_stat, STAT_BYTES, 0))
+            except (OSError, ValueError):
+                first = None
             process, cmdline = self._process_names.get(pid, (None, None))
             self._send(
                 frames.encode_json(
@@ -196,7 +194,9 @@ class Recorder:
                         "comm": (comm or "?").rstrip("\n"),
                         "process": process,
                         "cmdline": cmdline,
-                        "starttime": starttime,
+                        "starttime": first.starttime if first else None,
+                        "policy": first.policy if first else None,
+                        "rtprio": first.rtprio if first else None,
                     },
                 )
             )

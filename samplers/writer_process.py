@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from forensics.capture import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, CaptureWriter
+from forensics.capture import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, CaptureWriter
 from samplers import frames
 from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat_blob, policy_name
 from samplers.system import PRESSURE_FILES, system_rows
@@ -54,7 +54,6 @@ class CaptureSink:
         self.system: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self.threads: list[dict[str, Any]] = []
-        self.last_comm: dict[int, bytes] = {}
         self.last_policy: dict[int, tuple[int, int]] = {}
         self.comm_of: dict[int, str] = {}
         self.clock = clock
@@ -83,6 +82,8 @@ class CaptureSink:
         elif kind == frames.THREAD:
             row = json.loads(payload)
             self.comm_of[row["tid"]] = row["comm"]
+            if row.get("policy") is not None:
+                self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
             self.threads.append(row)
         elif kind == frames.EVENT:
             self.events.append(json.loads(payload))
@@ -126,7 +127,7 @@ class CaptureSink:
             self.writer.append("system", columns)
             self.system = []
         if self.threads:
-            names = ("t_ns", "tid", "pid", "comm", "process", "cmdline", "starttime")
+            names = THREADS_SCHEMA.names
             self.writer.append("threads", {n: [r.get(n) for r in self.threads] for n in names})
             self.threads = []
         if self.events:
@@ -204,57 +205,52 @@ class CaptureSink:
             self._write_sched(sched_rows)
 
     def _derive_thread_changes(self, stat_blob: bytes, lengths: np.ndarray, columns: dict[str, Any]) -> None:
-        """Renames and policy/priority changes, from the last row of each thread in this chunk."""
-        line_ends = np.cumsum(lengths)
+        """Policy/priority changes at every tick they happen; renames as of each thread's last row here.
+
+        The comm is only compared once a chunk (extracting it from every row would cost a Python step
+        per sample); a thread that renames itself is seen within one chunk, 0.5 s.
+        """
         tid_col = columns["tid"]
-        policy = columns["policy"]
-        rtprio = columns["rtprio"]
-        # index of the last row of each tid (rows are in tick order)
-        _, last_rev = np.unique(tid_col[::-1], return_index=True)
-        last_rows = len(tid_col) - 1 - last_rev
-        for row in last_rows:
-            tid = int(tid_col[row])
+        order = np.lexsort((columns["tick"], tid_col))  # by thread, then time
+        tids = tid_col[order]
+        policy = columns["policy"][order]
+        rtprio = columns["rtprio"][order]
+        first_of_tid = np.ones(len(tids), dtype=bool)
+        first_of_tid[1:] = tids[1:] != tids[:-1]
+        changed = np.zeros(len(tids), dtype=bool)
+        changed[1:] = ~first_of_tid[1:] & ((policy[1:] != policy[:-1]) | (rtprio[1:] != rtprio[:-1]))
+        for i in np.flatnonzero(first_of_tid):  # against the previous chunk (or the discovery)
+            before = self.last_policy.get(int(tids[i]))
+            changed[i] = before is not None and before != (int(policy[i]), int(rtprio[i]))
+        for i in np.flatnonzero(changed):
+            row = order[i]
+            tid = int(tids[i])
+            before = (int(policy[i - 1]), int(rtprio[i - 1])) if not first_of_tid[i] else self.last_policy[tid]
+            self.events.append(
+                {
+                    "t_ns": int(columns["t_ns"][row]),
+                    "kind": "policy_changed",
+                    "pid": int(columns["pid"][row]),
+                    "tid": tid,
+                    "text": f"{policy_name(before[0])}/{before[1]} -> {policy_name(policy[i])}/{rtprio[i]}",
+                }
+            )
+        last_of_tid = np.append(first_of_tid[1:], True)
+        line_ends = np.cumsum(lengths)
+        for i in np.flatnonzero(last_of_tid):
+            row = order[i]
+            tid = int(tids[i])
+            self.last_policy[tid] = (int(policy[i]), int(rtprio[i]))
             line = stat_blob[int(line_ends[row] - lengths[row]) : int(line_ends[row])]
-            comm = line[line.find(b"(") + 1 : line.rfind(b")")]
-            t = int(columns["t_ns"][row])
-            pid = int(columns["pid"][row])
-            previous = self.last_comm.get(tid)
+            comm = line[line.find(b"(") + 1 : line.rfind(b")")].decode(errors="replace")
+            previous = self.comm_of.get(tid)
             if previous is not None and previous != comm:
-                text = comm.decode(errors="replace")
-                self.threads.append(
-                    {
-                        "t_ns": t,
-                        "tid": tid,
-                        "pid": pid,
-                        "comm": text,
-                        "process": None,
-                        "cmdline": None,
-                        "starttime": None,
-                    }
-                )
+                t, pid = int(columns["t_ns"][row]), int(columns["pid"][row])
+                self.threads.append({"t_ns": t, "tid": tid, "pid": pid, "comm": comm})
                 self.events.append(
-                    {
-                        "t_ns": t,
-                        "kind": "thread_renamed",
-                        "pid": pid,
-                        "tid": tid,
-                        "text": f"{previous.decode(errors='replace')} -> {text}",
-                    }
+                    {"t_ns": t, "kind": "thread_renamed", "pid": pid, "tid": tid, "text": f"{previous} -> {comm}"}
                 )
-            self.last_comm[tid] = comm
-            sched = (int(policy[row]), int(rtprio[row]))
-            before = self.last_policy.get(tid)
-            if before is not None and before != sched:
-                self.events.append(
-                    {
-                        "t_ns": t,
-                        "kind": "policy_changed",
-                        "pid": pid,
-                        "tid": tid,
-                        "text": f"{policy_name(before[0])}/{before[1]} -> {policy_name(sched[0])}/{sched[1]}",
-                    }
-                )
-            self.last_policy[tid] = sched
+            self.comm_of[tid] = comm
 
     def _write_sched(self, rows: list[tuple[int, int, int, bytes]]) -> None:
         assert self.writer is not None
