@@ -1,0 +1,24 @@
+# Tests and benchmarks. Benchmarks are run by hand on an otherwise idle machine; their figures are
+# written to bench/out/ and quoted in the issues' closing notes.
+PYTHON ?= python3
+
+.PHONY: test lint bench bench-sampler bench-churn bench-analyses bench-exact
+test:
+	$(PYTHON) -m pytest
+
+lint:
+	ruff check . && ruff format --check .
+
+bench: bench-sampler bench-churn bench-analyses bench-exact
+
+bench-sampler:
+	$(PYTHON) bench/sampler_bench.py
+
+bench-churn:
+	$(PYTHON) bench/churn_bench.py
+
+bench-analyses:
+	$(PYTHON) bench/analyses_bench.py
+
+bench-exact:  # root: taskstats, BCC start, ring-buffer rate against loss, recording cost per source
+	$(PYTHON) bench/bench_exact.py
