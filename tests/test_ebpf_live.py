@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ import pandas as pd
 import pytest
 
 from analyses import exact
-from samplers.ebpf import EbpfOptions
+from samplers.ebpf import EbpfCollector, EbpfOptions, merge_tables
 from samplers.ebpf.bcc_import import BccUnavailable, import_bcc
 from samplers.sysctl_guard import SysctlGuard
 
@@ -284,3 +285,64 @@ def test_tracefs_mounted_when_missing() -> None:
     first, second = result.stdout.strip().splitlines()
     assert first.startswith("True mounted tracefs at /sys/kernel/tracing")
     assert second == "None"  # unmounted again at the end
+
+
+def test_without_privileges_one_line_and_no_probe_left() -> None:
+    """uid 0 without capabilities (setpriv): start() fails with one plain line; nothing stays attached."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is needed to drop capabilities")
+    code = (
+        "import os\n"
+        "from samplers.ebpf import EbpfCollector, EbpfUnavailable\n"
+        "try:\n"
+        "    EbpfCollector([os.getpid()]).start()\n"
+        "except EbpfUnavailable as err:\n"
+        "    print('UNAVAILABLE', err)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    result = subprocess.run(
+        [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("UNAVAILABLE ") and "recording without eBPF" in lines[0], result
+    assert "Traceback" not in result.stderr
+
+
+def test_processes_added_and_removed_while_recording() -> None:
+    ticking = "import time\nfor _ in range(400):\n    time.sleep(0.002)\n"
+    a = subprocess.Popen([sys.executable, "-c", ticking])
+    b = subprocess.Popen([sys.executable, "-c", ticking])
+    collector = EbpfCollector([a.pid], EbpfOptions(faults=False, block=False))
+    try:
+        collector.start()
+        first = collector.poll(150)
+        collector.add_tgids([b.pid])  # found later, as a recorder discovers processes
+        second = collector.poll(150)
+        collector.remove_tgids([b.pid])
+        removed_at = time.monotonic_ns()
+        third = merge_tables([collector.poll(150), collector.stop()])
+    finally:
+        a.kill()
+        b.kill()
+        a.wait()
+        b.wait()
+    # prev_pid is any task's (the switch is kept if the other side is a target); next_pid is filled only
+    # for target threads: it tells which processes the probes treat as targets.
+    first_sw, second_sw = first["sched_switch"].to_pandas(), second["sched_switch"].to_pandas()
+    assert ((first_sw["prev_pid"] == a.pid) | (first_sw["next_pid"] == a.pid)).all()
+    assert not (first_sw["next_pid"] == b.pid).any()
+    assert (second_sw["next_pid"] == b.pid).any() and (second_sw["next_pid"] == a.pid).any()
+    late = third["sched_switch"].to_pandas()
+    late = late[late["t_ns"] > removed_at + 1_000_000]
+    assert (late["prev_pid"] == a.pid).any()
+    # b no longer counts: its switches are kept only where a is the other side, and the probes no
+    # longer know its threads (next_pid is filled for targets only).
+    assert ((late["prev_pid"] == a.pid) | (late["next_pid"] == a.pid)).all()
+    assert not (late["next_pid"] == b.pid).any()

@@ -256,3 +256,14 @@ def test_pypi_bcc_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "bcc", impostor)
     with pytest.raises(BccUnavailable, match="not BCC"):
         import_bcc()
+
+
+def test_no_bcc_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from samplers.ebpf import bcc_import
+
+    monkeypatch.delitem(sys.modules, "bcc", raising=False)
+    monkeypatch.setattr(bcc_import, "SYSTEM_BCC_DIRS", (str(tmp_path / "nowhere"),))
+    monkeypatch.setattr(bcc_import, "_system_bcc_dir", lambda: None)
+    with pytest.raises(BccUnavailable) as err:
+        import_bcc(tmp_path)
+    assert "apt-get install python3-bpfcc" in str(err.value) and "\n" not in str(err.value)

@@ -264,14 +264,20 @@ class EbpfCollector:
                     tids[tids.Key(int(tid))] = tids.Leaf(tgid)
 
     def remove_tgids(self, tgids: Iterable[int]) -> None:
+        """Stop recording these processes (their threads too: a thread's tid stays known otherwise)."""
         if self._bpf is None:
+            self._initial = [t for t in self._initial if t not in set(map(int, tgids))]
             return
+        gone = {int(t) for t in tgids}
         targets = self._bpf[b"targets"]
-        for tgid in tgids:
-            tgid = int(tgid)
+        tids = self._bpf[b"tids"]
+        for tgid in gone:
             with contextlib.suppress(KeyError):
                 del targets[targets.Key(tgid)]
             self.tgids.discard(tgid)
+        for key in [k for k, v in tids.items() if v.value in gone]:
+            with contextlib.suppress(KeyError):
+                del tids[key]
 
     # -- events ------------------------------------------------------------------------------------
     def _read_records(self, timeout_ms: int) -> np.ndarray:
