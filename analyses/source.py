@@ -142,3 +142,11 @@ def capture_interval_ns(cap: Capture) -> int:
     first_tid = head["tid"].iloc[0]
     t = np.sort(head.loc[head["tid"] == first_tid, "t_ns"].to_numpy())
     return int(np.median(np.diff(t))) if len(t) > 1 else 2_000_000
+
+
+def capture_origin_ns(cap: Capture) -> int | None:
+    """The first sample's t_ns (times in views are shown relative to it); None for an empty capture."""
+    for chunk in cap.iter_chunks("samples", columns=["t_ns"]):
+        if len(chunk):
+            return int(chunk["t_ns"].min())
+    return None

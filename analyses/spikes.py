@@ -54,7 +54,12 @@ def find_spikes(
     profiles = thread_profiles(cap, t_range=t_range)
     if profiles.empty:
         return _empty(SPIKE_COLUMNS), _empty(BURNER_COLUMNS)
-    windows = thread_windows(cap, t_range=t_range, columns=["pid", "run_ns", "wait_ns", "slices", "cpu", "policy", "rtprio", "state"], with_sched=False)
+    windows = thread_windows(
+        cap,
+        t_range=t_range,
+        columns=["pid", "run_ns", "wait_ns", "slices", "cpu", "policy", "rtprio", "state"],
+        with_sched=False,
+    )
     if windows.empty:
         return _empty(SPIKE_COLUMNS), _empty(BURNER_COLUMNS)
     watched = profiles if pattern is None else select_threads(profiles, pattern=pattern)

@@ -16,10 +16,10 @@ Rules (thresholds in `StallRules`; why each value, below and in the README):
    - *io*: off-CPU time of a window whose closing read found the thread in state D (uninterruptible:
      waiting for block IO, or for pages read from disk, which is `fault` when major faults rose).
    - *missed wake-up* (periodic threads only): a run of windows with no switch-in (schedstat field 3 did
-     not move) in which the thread was off CPU for longer than the period plus a quarter interval. A periodic thread is switched in
-     at least once a period, so such a run means it was kept from waking: its off-CPU time is `lock` when
-     the reads found it in S (a futex, pipe or condition wait: another thread held it up), `io` for D,
-     `unknown` for any other letter.
+     not move) in which the thread was off CPU for longer than the period plus a quarter interval. A
+     periodic thread is switched in at least once a period, so such a run means it was kept from
+     waking: its off-CPU time is `lock` when the reads found it in S (a futex, pipe or condition wait:
+     another thread held it up), `io` for D, `unknown` for any other letter.
 2. Adjacent anomalous windows (hot, io, or missed wake-up) of a thread merge into an episode.
 3. Components: run (on CPU, not fault), runqueue (runnable, waiting for a CPU), io, fault, lock, reclaim
    (only with taskstats), unknown. The verdict is the largest. `idle_ns` is the normal sleep inside
@@ -175,6 +175,8 @@ def find_stalls(
         return empty_stalls()
     if with_suspects:
         episodes = _add_suspects(cap, episodes, interval)
+    else:
+        episodes["suspect"] = ""
     episodes["evidence"] = _evidence(episodes, sources)
     episodes["sources"] = _source_lists(episodes, sources)
     episodes["undecided"] = [_undecided(sources)] * len(episodes)
@@ -261,7 +263,7 @@ def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.D
     episodes["lock_ns"] = episodes["c_lock"].astype(np.int64)
     episodes["unknown_ns"] = episodes["c_unknown"].astype(np.int64)
     episodes["reclaim_ns"] = np.zeros(len(episodes), dtype=np.int64)
-    components = episodes[[f"{c}_ns" for c in CAUSES]].to_numpy()
+    components = episodes[[f"{c}_ns" for c in CAUSES]].to_numpy(dtype=np.int64)
     episodes["stall_ns"] = components.sum(axis=1)
     top = components.argmax(axis=1)
     episodes["verdict"] = np.array(CAUSES)[top]
@@ -274,10 +276,15 @@ def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.D
     explained = episodes["io_ns"] + episodes["lock_ns"] + episodes["unknown_ns"] + np.where(major, d_time, 0)
     episodes["idle_ns"] = np.maximum(episodes["off"] - explained, 0).astype(np.int64)
     episodes["reads"] = episodes["windows"]
+    # Without taskstats reclaim is unknown, not zero (DESIGN.md: never a silent zero).
+    reclaim_known = sources["taskstats"]
     episodes["components"] = [
-        {c: int(v) for c, v in zip(CAUSES, row, strict=True) if not (c == "reclaim" and not sources["taskstats"])}
+        {c: (int(v) if reclaim_known or c != "reclaim" else None) for c, v in zip(CAUSES, row, strict=True)}
         for row in components.tolist()
     ]
+    if not reclaim_known:
+        episodes["reclaim_ns"] = pd.array([pd.NA] * len(episodes), dtype="Int64")
+    episodes["period_ns"] = episodes["period_ns"].astype("Float64").round(0).astype("Int64")
     return episodes
 
 
@@ -287,7 +294,9 @@ def _undecided(sources: dict[str, bool]) -> list[str]:
     if not sources["taskstats"]:
         missing.append("reclaim (needs taskstats: freepages/thrashing/compaction delays)")
     if not (sources["delayacct"] or sources["schedstats"] or sources["ebpf"]):
-        missing.append("io and lock waits shorter than one sampling interval (needs delay accounting, schedstats or eBPF)")
+        missing.append(
+            "io and lock waits shorter than one sampling interval (needs delay accounting, schedstats or eBPF)"
+        )
     if not sources["ebpf"]:
         missing.append("lock waits shorter than the period (needs eBPF sched_switch/wakeup)")
     return missing
@@ -331,7 +340,9 @@ def _evidence(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[str]:
             parts.append(rq)
         if row.minflt or row.majflt:
             on_ms = max(on_cpu / 1e6, 1e-3)
-            parts.append(f"{int(row.minflt)} minor + {int(row.majflt)} major faults ({row.minflt / on_ms:.0f}/ms on CPU)")
+            parts.append(
+                f"{int(row.minflt)} minor + {int(row.majflt)} major faults ({row.minflt / on_ms:.0f}/ms on CPU)"
+            )
         if row.d_reads:
             parts.append(f"state D at {int(row.d_reads)} of {row.reads} reads")
         if row.lock_ns or row.unknown_ns:
@@ -385,12 +396,16 @@ def _add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int) -> pd.Dat
         if row.verdict == "runqueue":
             cpus = [int(c) for c in str(row.cpus).split(",") if c.strip().lstrip("-").isdigit()]
             inside &= others["cpu"].isin(cpus)
-        ran = others[inside].groupby("tid").agg(
-            on=("run_delta_ns", "sum"),
-            pid=("pid", "last"),
-            policy=("policy", "last"),
-            rtprio=("rtprio", "last"),
-            cpu=("cpu", "last"),
+        ran = (
+            others[inside]
+            .groupby("tid")
+            .agg(
+                on=("run_delta_ns", "sum"),
+                pid=("pid", "last"),
+                policy=("policy", "last"),
+                rtprio=("rtprio", "last"),
+                cpu=("cpu", "last"),
+            )
         )
         if ran.empty or ran["on"].max() <= 0:
             continue

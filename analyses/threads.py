@@ -5,9 +5,12 @@ client without rtprio, a plugin host's audio thread still at SCHED_OTHER): what 
 wake-up pattern. Switch-ins (schedstat field 3) are counted per block of `block_ns` (200 ms); a thread
 is periodic when
 
-- it wakes at least 10 times a second (median of at least 2 switch-ins per block),
-- its count per block is steady: in at least 80 % of blocks within max(1, 5 %) of the median (a thread
-  woken at random times varies like a Poisson count: +-sqrt(n)),
+- it wakes at least 10 times a second (median of at least 2 switch-ins per block); a slow waker's blocks
+  are merged so that each holds about 20 wake-ups,
+- its count per block is steady: in at least half of the blocks within max(1, 5 %) of the median, and
+  those blocks vary by at most a tenth of a Poisson count's spread (var/mean <= 0.1). A thread woken at
+  random varies like a Poisson count (+-sqrt(n)); a periodic one by one at most, except in the blocks
+  where it stalled (the lab injects an episode every 0.6 s: a third of the blocks),
 - and it sleeps: busy (on CPU or runnable) for at most 70 % of the block. A CPU-bound thread sharing a CPU
   is switched in at a steady rate too, by the scheduler's time slices, and is not a periodic waker.
 
@@ -30,7 +33,11 @@ RT_POLICIES = (1, 2, 6)  # SCHED_FIFO, SCHED_RR, SCHED_DEADLINE (include/uapi/li
 POLICY_NAMES = {0: "OTHER", 1: "FIFO", 2: "RR", 3: "BATCH", 5: "IDLE", 6: "DEADLINE", 7: "EXT"}
 BLOCK_NS = 200_000_000
 MIN_WAKEUPS_PER_BLOCK = 2
-STEADY_FRACTION = 0.8
+MIN_COUNT = 20  # wake-ups per (merged) block
+MAX_MERGE = 25  # at most 5 s blocks
+MIN_BLOCKS = 5
+STEADY_FRACTION = 0.5
+MAX_DISPERSION = 0.1
 MAX_BUSY_FRACTION = 0.7
 
 
@@ -101,22 +108,26 @@ def thread_profiles(
         )
     if not per_thread:
         return _empty_profiles()
-    threads = pd.concat(per_thread).groupby(level=0).agg(
-        pid=("pid", "last"),
-        samples=("samples", "sum"),
-        first_ns=("first_ns", "min"),
-        last_ns=("last_ns", "max"),
-        run_first=("run_first", "min"),
-        run_last=("run_last", "max"),
-        wait_first=("wait_first", "min"),
-        wait_last=("wait_last", "max"),
-        slices_first=("slices_first", "min"),
-        slices_last=("slices_last", "max"),
-        rt=("rt", "max"),
-        max_rtprio=("max_rtprio", "max"),
-        policy=("policy", "last"),
-        rtprio=("rtprio", "last"),
-        nice=("nice", "last"),
+    threads = (
+        pd.concat(per_thread)
+        .groupby(level=0)
+        .agg(
+            pid=("pid", "last"),
+            samples=("samples", "sum"),
+            first_ns=("first_ns", "min"),
+            last_ns=("last_ns", "max"),
+            run_first=("run_first", "min"),
+            run_last=("run_last", "max"),
+            wait_first=("wait_first", "min"),
+            wait_last=("wait_last", "max"),
+            slices_first=("slices_first", "min"),
+            slices_last=("slices_last", "max"),
+            rt=("rt", "max"),
+            max_rtprio=("max_rtprio", "max"),
+            policy=("policy", "last"),
+            rtprio=("rtprio", "last"),
+            nice=("nice", "last"),
+        )
     )
     blocks = pd.concat(per_block).groupby(level=[0, 1]).max().reset_index().sort_values(["tid", "block"])
     periodic = _periodicity(blocks)
@@ -149,22 +160,37 @@ def _periodicity(blocks: pd.DataFrame) -> pd.DataFrame:
     spans = blocks["t_last"].to_numpy() - blocks["t_last"].to_numpy()[prev]
     busy = blocks["busy"].to_numpy() - blocks["busy"].to_numpy()[prev]
     ok = same & (counts >= 0) & (spans > 0)
-    d = pd.DataFrame({"tid": tid[ok], "count": counts[ok], "span": spans[ok], "busy": busy[ok] / spans[ok]})
+    d = pd.DataFrame({"tid": tid[ok], "block": block[ok], "count": counts[ok], "span": spans[ok], "busy": busy[ok]})
     if d.empty:
         return pd.DataFrame(columns=["periodic", "period_ns", "steady_fraction"])
+    # Slow wakers get longer blocks (k consecutive ones) so that a block holds about MIN_COUNT wake-ups:
+    # a Poisson count of n varies by +-sqrt(n), so "steady within +-1" only separates the two from ~20 up.
+    rate = d.groupby("tid")["count"].transform("median").to_numpy()
+    k = np.clip(np.ceil(MIN_COUNT / np.maximum(rate, 1.0)), 1, MAX_MERGE).astype(np.int64)
+    d["group"] = d["block"].to_numpy() // k
+    d["k"] = k
+    grouped = d.groupby(["tid", "group"]).agg(
+        count=("count", "sum"), span=("span", "sum"), busy=("busy", "sum"), n=("count", "size"), k=("k", "first")
+    )
+    d = grouped[grouped["n"] == grouped["k"]].reset_index()  # whole groups only
+    if d.empty:
+        return pd.DataFrame(columns=["periodic", "period_ns", "steady_fraction"])
+    d["busy"] = d["busy"] / d["span"]
+    d["rate"] = d["count"] / d["k"]  # wake-ups per BLOCK_NS, for the rate test
     median = d.groupby("tid")["count"].transform("median")
     tolerance = np.maximum(1.0, 0.05 * median)
     d["steady"] = (d["count"] - median).abs() <= tolerance
-    d["median"] = median
     steady = d[d["steady"]]
-    agg = d.groupby("tid").agg(n=("count", "size"), median=("median", "first"), busy=("busy", "median"))
+    agg = d.groupby("tid").agg(n=("count", "size"), rate=("rate", "median"), busy=("busy", "median"))
     agg["steady_fraction"] = d.groupby("tid")["steady"].mean()
     sums = steady.groupby("tid").agg(span=("span", "sum"), count=("count", "sum"))
-    agg = agg.join(sums, how="left")
+    spread = steady.groupby("tid")["count"].agg(lambda c: c.var(ddof=0) / c.mean() if c.mean() > 0 else np.inf)
+    agg = agg.join(sums, how="left").join(spread.rename("dispersion"), how="left")
     agg["periodic"] = (
-        (agg["n"] >= 5)
-        & (agg["median"] >= MIN_WAKEUPS_PER_BLOCK)
+        (agg["n"] >= MIN_BLOCKS)
+        & (agg["rate"] >= MIN_WAKEUPS_PER_BLOCK)
         & (agg["steady_fraction"] >= STEADY_FRACTION)
+        & (agg["dispersion"] <= MAX_DISPERSION)
         & (agg["busy"] <= MAX_BUSY_FRACTION)
     )
     agg["period_ns"] = np.where(
@@ -200,18 +226,16 @@ def _empty_profiles() -> pd.DataFrame:
     )
 
 
-def select_threads(
-    profiles: pd.DataFrame, *, pattern: str | None = None, everything: bool = False
-) -> pd.DataFrame:
+def select_threads(profiles: pd.DataFrame, *, pattern: str | None = None, everything: bool = False) -> pd.DataFrame:
     """Threads of interest: all (`everything`), those whose comm or process matches `pattern`, or by
     default the real-time threads and the periodic ones. Adds a `why` column."""
     if everything:
         return profiles.assign(why="all threads")
     if pattern is not None:
         regex = re.compile(pattern)
-        match = profiles["comm"].astype(str).map(lambda s: bool(regex.search(s))) | profiles["process"].astype(
-            str
-        ).map(lambda s: bool(regex.search(s)))
+        match = profiles["comm"].astype(str).map(lambda s: bool(regex.search(s))) | profiles["process"].astype(str).map(
+            lambda s: bool(regex.search(s))
+        )
         return profiles[match.to_numpy()].assign(why=f"name matches {pattern!r}")
     rt = profiles["rt"].to_numpy(dtype=bool)
     periodic = profiles["periodic"].to_numpy(dtype=bool)

@@ -11,6 +11,7 @@ A window of thread T ends at a read of T's counters and starts at T's previous r
     state state_start                         state letter (int8 code, source.STATE_ALPHABET) at the
                                               read that ends / starts the window: a snapshot
     cpu core_type policy rtprio nice          placement and scheduling class at the read that ends it
+    cpu_start policy_start rtprio_start       the same at the read that starts it
 
 Optional, when the capture holds them: vol_switches invol_switches migrations (from the `sched` file) and
 the schedstats sums wait_sum_ns sleep_ns block_ns iowait_ns (CONFIG_SCHEDSTATS + kernel.sched_schedstats).
@@ -35,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyses.source import COMPACT_DTYPES, STATE_ALPHABET, iter_samples, load_samples
+from analyses.source import COMPACT_DTYPES, STATE_ALPHABET, STATE_R, iter_samples, load_samples
 from forensics.capture import Capture
 
 # Columns of the samples table each window column needs.
@@ -121,7 +122,10 @@ def window_deltas(
         out["state_start"] = state[pidx]
     for name in ("cpu", "policy", "rtprio", "nice"):
         if name in samples:
-            out[name] = samples[name].to_numpy()[idx]
+            values = samples[name].to_numpy()
+            out[name] = values[idx]
+            if name != "nice":  # where the thread was at the window's start: migrations, policy changes
+                out[f"{name}_start"] = values[pidx]
     return pd.DataFrame(out, copy=False)
 
 
@@ -158,10 +162,25 @@ def reconcile(windows: pd.DataFrame) -> pd.DataFrame:
         suffix_min = np.minimum.accumulate(lifted[::-1])[::-1] - group.astype(np.int64) * big
     # Time accounted before the first read of a thread (a negative start) is not ours to place.
     settled = np.maximum(suffix_min, 0)
+    if "state" in windows and "state_start" in windows:
+        # The suffix minimum puts off-CPU time as early as the counters allow. A window that began and
+        # ended with the thread in R and saw no switch-in was busy throughout (on CPU or runnable: to
+        # sleep and run again it would have been switched in), so it gets no off time: hold the curve
+        # flat across it. (A thread that slept and was woken but not yet switched in by the read is the
+        # rare exception; its window is then counted busy.)
+        held = (
+            (windows["state"].to_numpy() == STATE_R)
+            & (windows["state_start"].to_numpy() == STATE_R)
+            & (windows["switches"].to_numpy() == 0)
+            & ~starts
+        )
+        if held.any():
+            curve = pd.Series(np.where(held, np.nan, settled.astype(np.float64)))
+            settled = curve.groupby(group, sort=False).ffill().fillna(0.0).to_numpy().astype(np.int64)
     pending = np.maximum(cum_off - settled, 0)  # lived, not yet accounted as run or wait
     prev_settled = np.where(starts, 0, np.r_[0, settled[:-1]])
     prev_pending = np.where(starts, 0, np.r_[0, pending[:-1]])
-    off = settled - prev_settled
+    off = np.clip(settled - prev_settled, 0, wall)
     change = pending - prev_pending
     accrued = np.maximum(change, 0)
     released = np.maximum(-change, 0)
@@ -212,7 +231,7 @@ def _add_core_type(windows: pd.DataFrame, meta: Mapping[str, Any]) -> pd.DataFra
     cpu = windows["cpu"].to_numpy()
     if mapping:
         size = max(max(mapping) + 1, int(cpu.max()) + 1 if len(cpu) else 1)
-        labels = sorted(set(mapping.values())) + ["unknown"]
+        labels = [*sorted(set(mapping.values())), "unknown"]
         code = np.full(size, len(labels) - 1, dtype=np.int8)
         for c, label in mapping.items():
             code[c] = labels.index(label)
@@ -246,9 +265,7 @@ def _sched_windows(cap: Capture, tids: np.ndarray | None) -> pd.DataFrame | None
             continue  # the kernel did not print it (no CONFIG_SCHEDSTATS): leave the column out, not zero
         values = col.astype("Int64").to_numpy(dtype="float64", na_value=np.nan)
         delta = values - np.r_[np.nan, values[:-1]]
-        out[name] = pd.array(np.where(np.isnan(delta[~first]), np.nan, delta[~first]), dtype="Float64").astype(
-            "Int64"
-        )
+        out[name] = pd.array(np.where(np.isnan(delta[~first]), np.nan, delta[~first]), dtype="Float64").astype("Int64")
     return pd.DataFrame(out)
 
 
