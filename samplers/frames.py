@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import struct
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,10 +29,10 @@ SYSTEM = 6  # binary, see SYSTEM_HEADER
 TABLE = 7  # JSON: {"name": table, "rows": {column: [values]}}: small tables (lab truth, cycles)
 TRAILER = 8  # JSON: the trailer; the writer finishes the file and exits
 
-# TICK payload: header, then int64 t_ns per thread of the layout, u32 index of each thread whose read
-# failed (it exited), u32 length of each live thread's stat text, u32 length of each `sched` read (0 when
-# it failed), then the schedstat texts of the live threads, their stat texts, the sched texts: each
-# section one contiguous run of bytes.
+# TICK payload: header, then int64 t_ns per thread of the layout, u32 index of each thread without a
+# row this tick (its read failed: it exited), u32 length of each live thread's stat text, u32 length
+# of each `sched` read (0 when it failed), then the schedstat texts of the live threads, their stat
+# texts, the sched texts: each section one contiguous run of bytes.
 TICK_HEADER = struct.Struct("<IIqIIII")  # tick, layout id, tick start ns, n_dead, n_sched, len ss, len st
 # SYSTEM payload: t_ns, then the lengths of /proc/stat and of /proc/pressure/{cpu,io,memory} texts.
 SYSTEM_HEADER = struct.Struct("<qIIII")
@@ -52,13 +54,29 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def read_frames(fd: int, bufsize: int = 1 << 20) -> Iterator[tuple[int, bytes]]:
+def _chunks(fd: int, bufsize: int, drain_in_thread: bool) -> Iterator[bytes]:
+    if not drain_in_thread:
+        while chunk := os.read(fd, bufsize):
+            yield chunk
+        return
+    # A thread keeps the pipe empty while the consumer parses and compresses a chunk: a full pipe
+    # would block the recorder's tick (1 MiB is only ~8 ticks of 300 threads).
+    chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+
+    def drain() -> None:
+        while chunk := os.read(fd, bufsize):
+            chunks.put(chunk)
+        chunks.put(b"")
+
+    threading.Thread(target=drain, name="frame-drain", daemon=True).start()
+    while chunk := chunks.get():
+        yield chunk
+
+
+def read_frames(fd: int, bufsize: int = 1 << 20, drain_in_thread: bool = False) -> Iterator[tuple[int, bytes]]:
     """Frames from a pipe until EOF. A frame cut short by the recorder's death is dropped."""
     buf = bytearray()
-    while True:
-        chunk = os.read(fd, bufsize)
-        if not chunk:
-            return
+    for chunk in _chunks(fd, bufsize, drain_in_thread):
         buf += chunk
         offset = 0
         while len(buf) - offset >= FRAME.size:

@@ -30,7 +30,7 @@ import numpy as np
 
 from forensics.errors import ForensicsError
 from samplers import frames
-from samplers.procfs import RT_POLICIES, ProcPaths
+from samplers.procfs import RT_POLICIES, ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
 
@@ -149,7 +149,20 @@ class Recorder:
         if self.options.mark_on_new_process and not at_start:
             self._event(t_ns, "marker", info.pid, None, f"new process {info.pid} {info.comm}")
         self._process_names[info.pid] = (info.comm, cmdline)
-        self._add_threads(info.pid, t_ns, at_start)
+        try:
+            self._add_threads(info.pid, t_ns, at_start)
+        except ForensicsError:
+            if info.why in ("pid", "command"):
+                raise  # asked for by name: the user must know now
+            # Found by --match/--children but not ours to read (another user, hidepid): note it, go on.
+            self._event(
+                t_ns,
+                "target_unreadable",
+                info.pid,
+                None,
+                f"{info.comm}: permission denied; record as its user or as root",
+            )
+            self._process_exited(info.pid, t_ns)
 
     def _add_threads(self, pid: int, t_ns: int, at_start: bool) -> None:
         known = self.processes.get(pid)
@@ -166,12 +179,10 @@ class Recorder:
             self.threads_seen += 1
             self._layout_dirty = True
             comm = self.procfs.read_text(pid, "task", tid, "comm", default="?")
-            starttime = None
             try:
-                stat = os.pread(thread.fd_stat, STAT_BYTES, 0)
-                starttime = int(stat[stat.rfind(b")") + 2 :].split()[19])
-            except (OSError, IndexError, ValueError):
-                pass
+                first = parse_stat(os.pread(thread.fd_stat, STAT_BYTES, 0))
+            except (OSError, ValueError):
+                first = None
             process, cmdline = self._process_names.get(pid, (None, None))
             self._send(
                 frames.encode_json(
@@ -183,7 +194,9 @@ class Recorder:
                         "comm": (comm or "?").rstrip("\n"),
                         "process": process,
                         "cmdline": cmdline,
-                        "starttime": starttime,
+                        "starttime": first.starttime if first else None,
+                        "policy": first.policy if first else None,
+                        "rtprio": first.rtprio if first else None,
                     },
                 )
             )
@@ -410,18 +423,23 @@ class Recorder:
                 ss: list[bytes] = []
                 st: list[bytes] = []
                 dead: list[int] = []
+                empty: list[int] = []
                 t_app = times.append
                 ss_app = ss.append
                 st_app = st.append
                 for index, (fd_ss, fd_st) in enumerate(self.hot):
                     t_app(mono())
                     try:
-                        ss_app(pread(fd_ss, SCHEDSTAT_BYTES, 0))
-                        st_app(pread(fd_st, STAT_BYTES, 0))
+                        schedstat = pread(fd_ss, SCHEDSTAT_BYTES, 0)
+                        stat = pread(fd_st, STAT_BYTES, 0)
                     except OSError:  # ESRCH: the thread exited since the last tick
                         dead.append(index)
-                        if len(ss) > len(st):
-                            ss.pop()
+                        continue
+                    if schedstat and stat:
+                        ss_app(schedstat)
+                        st_app(stat)
+                    else:  # an empty read: no row this tick (procfs does not do this; a canned file might)
+                        empty.append(index)
                 sched_raw: list[bytes] = []
                 for _, fd in self.sched_hot:
                     try:
@@ -433,9 +451,17 @@ class Recorder:
                 st_blob = b"".join(st)
                 payload = b"".join(
                     (
-                        tick_header(tick, self.layout_id, now, len(dead), len(sched_raw), len(ss_blob), len(st_blob)),
+                        tick_header(
+                            tick,
+                            self.layout_id,
+                            now,
+                            len(dead) + len(empty),
+                            len(sched_raw),
+                            len(ss_blob),
+                            len(st_blob),
+                        ),
                         array("q", times).tobytes(),
-                        array("I", dead).tobytes(),
+                        array("I", dead + empty if empty else dead).tobytes(),
                         array("I", map(len, st)).tobytes(),
                         array("I", map(len, sched_raw)).tobytes(),
                         ss_blob,
@@ -447,7 +473,7 @@ class Recorder:
                     write(frame_header(tick_kind, len(payload)) + payload)
                 self.tick_starts.append(now)
                 self.reads += 2 * len(self.hot) + len(sched_raw)
-                self.sample_rows += len(self.hot) - len(dead)
+                self.sample_rows += len(st)
                 self.ticks += 1
 
                 # ---- between ticks ----

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import select
 import subprocess
 import sys
 from collections.abc import Callable
@@ -48,6 +49,7 @@ class RecordingSession:
         self.writer = subprocess.Popen(
             [sys.executable, "-m", "samplers.writer_process", str(out)],
             stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             env=package_env(),
         )
         assert self.writer.stdin is not None
@@ -56,8 +58,15 @@ class RecordingSession:
         spec.exclude.update({os.getpid(), self.writer.pid})
         self.recorder = Recorder(spec, options, on_status=on_status)
 
+    def _wait_ready(self, timeout_s: float = 60.0) -> None:
+        assert self.writer.stdout is not None
+        ready, _, _ = select.select([self.writer.stdout], [], [], timeout_s)
+        if not ready or self.writer.stdout.read(1) != b"R":
+            raise ForensicsError("the capture writer process did not start (its error is above)")
+
     def record(self, meta: dict[str, Any]) -> dict[str, Any]:
         assert self.writer.stdin is not None
+        self._wait_ready()
         try:
             return self.recorder.run(self.writer.stdin.fileno(), meta)
         except BrokenPipeError:

@@ -10,7 +10,9 @@ or changed its scheduling policy or priority (stat fields 40 and 41).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import sys
 import time
@@ -20,9 +22,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from forensics.capture import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, CaptureWriter
+from forensics.capture import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, CaptureWriter
 from samplers import frames
-from samplers.procfs import STAT_NUMERIC, parse_sched, parse_stat_batch, policy_name
+from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat_blob, policy_name
 from samplers.system import PRESSURE_FILES, system_rows
 
 FLUSH_EVERY_NS = 500_000_000  # at most this much of the recording sits in memory before it is on disk
@@ -52,7 +54,6 @@ class CaptureSink:
         self.system: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
         self.threads: list[dict[str, Any]] = []
-        self.last_comm: dict[int, bytes] = {}
         self.last_policy: dict[int, tuple[int, int]] = {}
         self.comm_of: dict[int, str] = {}
         self.clock = clock
@@ -81,6 +82,8 @@ class CaptureSink:
         elif kind == frames.THREAD:
             row = json.loads(payload)
             self.comm_of[row["tid"]] = row["comm"]
+            if row.get("policy") is not None:
+                self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
             self.threads.append(row)
         elif kind == frames.EVENT:
             self.events.append(json.loads(payload))
@@ -124,7 +127,7 @@ class CaptureSink:
             self.writer.append("system", columns)
             self.system = []
         if self.threads:
-            names = ("t_ns", "tid", "pid", "comm", "process", "cmdline", "starttime")
+            names = THREADS_SCHEMA.names
             self.writer.append("threads", {n: [r.get(n) for r in self.threads] for n in names})
             self.threads = []
         if self.events:
@@ -138,38 +141,36 @@ class CaptureSink:
         t_ns: list[np.ndarray] = []
         tids: list[np.ndarray] = []
         pids: list[np.ndarray] = []
-        schedstat_blobs: list[bytes] = []
-        stat_lines: list[bytes] = []
+        schedstat_sections: list[bytes] = []
+        stat_sections: list[bytes] = []
+        stat_lengths: list[np.ndarray] = []
         sched_rows: list[tuple[int, int, int, bytes]] = []
         for layout, tick, _tick_ns, payload in self.pending:
             n = len(layout.tids)
             _, _, _, n_dead, n_sched, len_ss, len_st = frames.TICK_HEADER.unpack_from(payload)
             offset = frames.TICK_HEADER.size
-            times = np.frombuffer(payload, dtype="<i8", count=n, offset=offset)
+            times = _array(payload, "<i8", n, offset)
             offset += 8 * n
-            dead = np.frombuffer(payload, dtype="<u4", count=n_dead, offset=offset)
+            dead = _array(payload, "<u4", n_dead, offset)
             offset += 4 * n_dead
             alive = np.ones(n, dtype=bool)
             if n_dead:
                 alive[dead] = False
-            n_alive = n - n_dead
             # Lengths, not newlines, split the stat texts: PR_SET_NAME accepts "\n" in a comm and
             # /proc/<pid>/stat prints the comm unescaped (fs/proc/array.c, proc_task_name(..., false)).
-            stat_lens = np.frombuffer(payload, dtype="<u4", count=n_alive, offset=offset)
-            offset += 4 * n_alive
-            sched_lens = np.frombuffer(payload, dtype="<u4", count=n_sched, offset=offset)
+            stat_lengths.append(_array(payload, "<u4", n - n_dead, offset))
+            offset += 4 * (n - n_dead)
+            sched_lens = _array(payload, "<u4", n_sched, offset)
             offset += 4 * n_sched
-            schedstat_blobs.append(payload[offset : offset + len_ss])
+            schedstat_sections.append(payload[offset : offset + len_ss])
             offset += len_ss
-            ends = (offset + np.cumsum(stat_lens)).tolist()
-            starts = [offset, *ends[:-1]] if ends else []
-            stat_lines.extend(payload[a:b] for a, b in zip(starts, ends, strict=True))
+            stat_sections.append(payload[offset : offset + len_st])
             offset += len_st
-            ticks.append(np.full(int(alive.sum()), tick, dtype=np.uint32))
+            ticks.append(np.full(n - n_dead, tick, dtype=np.uint32))
             t_ns.append(times[alive])
             tids.append(layout.tids[alive])
             pids.append(layout.pids[alive])
-            for index, length in zip(layout.sched, sched_lens, strict=True):
+            for index, length in zip(layout.sched.tolist(), sched_lens.tolist(), strict=True):
                 if length:
                     sched_rows.append(
                         (tick, int(times[index]), int(layout.tids[index]), payload[offset : offset + length])
@@ -179,17 +180,13 @@ class CaptureSink:
         self.pending_rows = 0
         self.pending_since = None
 
-        tick_col = np.concatenate(ticks)
         tid_col = np.concatenate(tids)
-        schedstat_tokens = b"".join(schedstat_blobs).split()
-        schedstat = np.array(schedstat_tokens).astype(np.int64).reshape(-1, 3)
-        if len(stat_lines) != len(tid_col) or len(schedstat) != len(tid_col):
-            raise ValueError(
-                f"frame damage: {len(tid_col)} threads, {len(stat_lines)} stat and {len(schedstat)} schedstat texts"
-            )
-        states, numbers = parse_stat_batch(stat_lines)
+        lengths = np.concatenate(stat_lengths).astype(np.int64)
+        stat_blob = b"".join(stat_sections)
+        schedstat = parse_schedstat_blob(b"".join(schedstat_sections), len(tid_col))
+        states, numbers = parse_stat_blob(stat_blob, lengths)
         columns: dict[str, Any] = {
-            "tick": tick_col,
+            "tick": np.concatenate(ticks),
             "t_ns": np.concatenate(t_ns),
             "tid": tid_col,
             "pid": np.concatenate(pids),
@@ -202,62 +199,58 @@ class CaptureSink:
             columns[name] = numbers[:, i]
         blkio = numbers[:, list(STAT_NUMERIC).index("blkio_ticks")]
         columns["blkio_ticks"] = pa.array(blkio, mask=blkio < 0)  # -1: kernel too old to have field 42
-        self._derive_thread_changes(stat_lines, columns)
+        self._derive_thread_changes(stat_blob, lengths, columns)
         self.writer.append("samples", columns)
         if sched_rows:
             self._write_sched(sched_rows)
 
-    def _derive_thread_changes(self, stat_lines: list[bytes], columns: dict[str, Any]) -> None:
-        """Renames and policy/priority changes, from the last row of each thread in this chunk."""
+    def _derive_thread_changes(self, stat_blob: bytes, lengths: np.ndarray, columns: dict[str, Any]) -> None:
+        """Policy/priority changes at every tick they happen; renames as of each thread's last row here.
+
+        The comm is only compared once a chunk (extracting it from every row would cost a Python step
+        per sample); a thread that renames itself is seen within one chunk, 0.5 s.
+        """
         tid_col = columns["tid"]
-        policy = columns["policy"]
-        rtprio = columns["rtprio"]
-        # index of the last row of each tid (rows are in tick order)
-        _, last_rev = np.unique(tid_col[::-1], return_index=True)
-        last_rows = len(tid_col) - 1 - last_rev
-        for row in last_rows:
-            tid = int(tid_col[row])
-            line = stat_lines[row]
-            comm = line[line.find(b"(") + 1 : line.rfind(b")")]
-            t = int(columns["t_ns"][row])
-            pid = int(columns["pid"][row])
-            previous = self.last_comm.get(tid)
+        order = np.lexsort((columns["tick"], tid_col))  # by thread, then time
+        tids = tid_col[order]
+        policy = columns["policy"][order]
+        rtprio = columns["rtprio"][order]
+        first_of_tid = np.ones(len(tids), dtype=bool)
+        first_of_tid[1:] = tids[1:] != tids[:-1]
+        changed = np.zeros(len(tids), dtype=bool)
+        changed[1:] = ~first_of_tid[1:] & ((policy[1:] != policy[:-1]) | (rtprio[1:] != rtprio[:-1]))
+        for i in np.flatnonzero(first_of_tid):  # against the previous chunk (or the discovery)
+            before = self.last_policy.get(int(tids[i]))
+            changed[i] = before is not None and before != (int(policy[i]), int(rtprio[i]))
+        for i in np.flatnonzero(changed):
+            row = order[i]
+            tid = int(tids[i])
+            before = (int(policy[i - 1]), int(rtprio[i - 1])) if not first_of_tid[i] else self.last_policy[tid]
+            self.events.append(
+                {
+                    "t_ns": int(columns["t_ns"][row]),
+                    "kind": "policy_changed",
+                    "pid": int(columns["pid"][row]),
+                    "tid": tid,
+                    "text": f"{policy_name(before[0])}/{before[1]} -> {policy_name(policy[i])}/{rtprio[i]}",
+                }
+            )
+        last_of_tid = np.append(first_of_tid[1:], True)
+        line_ends = np.cumsum(lengths)
+        for i in np.flatnonzero(last_of_tid):
+            row = order[i]
+            tid = int(tids[i])
+            self.last_policy[tid] = (int(policy[i]), int(rtprio[i]))
+            line = stat_blob[int(line_ends[row] - lengths[row]) : int(line_ends[row])]
+            comm = line[line.find(b"(") + 1 : line.rfind(b")")].decode(errors="replace")
+            previous = self.comm_of.get(tid)
             if previous is not None and previous != comm:
-                text = comm.decode(errors="replace")
-                self.threads.append(
-                    {
-                        "t_ns": t,
-                        "tid": tid,
-                        "pid": pid,
-                        "comm": text,
-                        "process": None,
-                        "cmdline": None,
-                        "starttime": None,
-                    }
-                )
+                t, pid = int(columns["t_ns"][row]), int(columns["pid"][row])
+                self.threads.append({"t_ns": t, "tid": tid, "pid": pid, "comm": comm})
                 self.events.append(
-                    {
-                        "t_ns": t,
-                        "kind": "thread_renamed",
-                        "pid": pid,
-                        "tid": tid,
-                        "text": f"{previous.decode(errors='replace')} -> {text}",
-                    }
+                    {"t_ns": t, "kind": "thread_renamed", "pid": pid, "tid": tid, "text": f"{previous} -> {comm}"}
                 )
-            self.last_comm[tid] = comm
-            sched = (int(policy[row]), int(rtprio[row]))
-            before = self.last_policy.get(tid)
-            if before is not None and before != sched:
-                self.events.append(
-                    {
-                        "t_ns": t,
-                        "kind": "policy_changed",
-                        "pid": pid,
-                        "tid": tid,
-                        "text": f"{policy_name(before[0])}/{before[1]} -> {policy_name(sched[0])}/{sched[1]}",
-                    }
-                )
-            self.last_policy[tid] = sched
+            self.comm_of[tid] = comm
 
     def _write_sched(self, rows: list[tuple[int, int, int, bytes]]) -> None:
         assert self.writer is not None
@@ -280,6 +273,11 @@ class CaptureSink:
             self.writer.close(None)
 
 
+def _array(payload: bytes, dtype: str, count: int, offset: int) -> np.ndarray:
+    # np.frombuffer refuses count=0 at the very end of the buffer (a tick where no thread had a row).
+    return np.frombuffer(payload, dtype=dtype, count=count, offset=offset) if count else np.zeros(0, dtype=dtype)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -289,9 +287,16 @@ def main(argv: list[str] | None = None) -> int:
     # has sent its trailer. It ends on EOF instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Parsing and compression can wait; the target threads and the recorder's tick cannot. The frame
+    # drain thread keeps the pipe empty even when this process gets less CPU.
+    with contextlib.suppress(OSError):
+        os.nice(10)
     sink = CaptureSink(args[0])
+    # Tell the recorder we are ready: until the imports above are done, frames would only fill the
+    # pipe and block its first ticks (pandas and pyarrow take most of a second to import).
+    os.write(sys.stdout.fileno(), b"R")
     try:
-        for kind, payload in frames.read_frames(sys.stdin.fileno()):
+        for kind, payload in frames.read_frames(sys.stdin.fileno(), drain_in_thread=True):
             sink.handle(kind, payload)
             if sink.finished:
                 break

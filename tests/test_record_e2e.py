@@ -136,6 +136,27 @@ def test_metadata_and_trailer_describe_the_recording(known) -> None:
     assert system[system["cpu"] == -1]["ctxt"].is_monotonic_increasing
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root or CAP_SYS_NICE (CI runs as root)")
+def test_sched_is_read_for_real_time_threads_and_policy_changes_are_events(tmp_path: Path) -> None:
+    cap, report, _ = record(tmp_path, workload_args=("--duration", "2", "--rt"))
+    sched = cap.sched
+    sleeper, late = report["tids"]["sleeper"], report["tids"]["late"]
+    assert sleeper in set(sched["tid"]) and report["tids"]["spinner"] not in set(sched["tid"])
+    rows = sched[sched["tid"] == sleeper]
+    assert (rows["policy"] == 1).all() and rows["nr_switches"].notna().all()
+    # No CONFIG_SCHEDSTATS here means null, never zero; with it, a number.
+    has_schedstats = bool(cap.meta["sources"]["schedstats_enabled"])
+    assert rows["wait_sum_ns"].notna().all() == has_schedstats
+    # The late thread became SCHED_RR 5 midway: within 250 ms its sched rows start.
+    late_rows = sched[sched["tid"] == late]
+    assert not late_rows.empty
+    assert late_rows["t_ns"].min() - report["times"]["late_rt"] < 300e6
+    changes = cap.events[(cap.events["kind"] == "policy_changed") & (cap.events["tid"] == late)]
+    assert changes["text"].tolist() == ["OTHER/0 -> RR/5"]
+    samples = cap.samples[cap.samples["tid"] == late]
+    assert set(samples["policy"]) == {0, 2}
+
+
 def test_sigkill_of_the_recorder_loses_at_most_the_last_second(tmp_path: Path) -> None:
     out = tmp_path / "killed.ssf"
     report = tmp_path / "r.json"

@@ -2,10 +2,10 @@
 
 Threads (names set with prctl, so /proc shows them):
   spinner      burns exactly --spin seconds of its own CPU time (time.thread_time), then sleeps
-  sleeper      sleeps throughout
+  sleeper      sleeps throughout (SCHED_FIFO 10 with --rt)
   faulter      touches --pages fresh anonymous pages (THP off for the mapping), then sleeps
   we) ird (x   a comm with spaces and parentheses; sleeps
-  late         starts after --late-start s, sleeps --late-life s, exits
+  late         starts after --late-start s, sleeps --late-life s, exits (turns SCHED_RR 5 midway with --rt)
   child        (with --child) a child process started after --late-start s, lives --late-life s
 Writes a JSON of tids and phase times (CLOCK_MONOTONIC ns) to --report at the end.
 """
@@ -48,6 +48,7 @@ def main() -> None:
     ap.add_argument("--late-start", type=float, default=1.0)
     ap.add_argument("--late-life", type=float, default=0.5)
     ap.add_argument("--child", action="store_true")
+    ap.add_argument("--rt", action="store_true", help="sleeper SCHED_FIFO 10; late turns SCHED_RR 5 midway (root)")
     ap.add_argument("--report", required=True)
     args = ap.parse_args()
     stop = threading.Event()
@@ -66,6 +67,8 @@ def main() -> None:
 
     def sleeper() -> None:
         name_thread("sleeper")
+        if args.rt:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))  # idle: harmless at any priority
         ready.wait()
         stop.wait()
 
@@ -97,7 +100,13 @@ def main() -> None:
     def late() -> None:
         name_thread("late")
         mark("late_start")
-        time.sleep(args.late_life)
+        if args.rt:
+            time.sleep(args.late_life / 2)
+            os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(5))
+            mark("late_rt")
+            time.sleep(args.late_life / 2)
+        else:
+            time.sleep(args.late_life)
         mark("late_end")
 
     late_thread = threading.Thread(target=late)
