@@ -10,7 +10,7 @@
 Views 1-4 stream the capture once (raw window deltas summed into bins of about a sixtieth of the span, so
 the tick-lag of the counters does not matter); view 5 reads only the watched threads. "Sharing its CPU":
 in the same tick another recorded thread whose last CPU (stat field 39) was the same one was on CPU for
-at least half of its window. The CPU of a sleeping thread is where it last ran, which is where it will
+at least half of its window, or was in state R at the read (running there, or queued for it). The CPU of a sleeping thread is where it last ran, which is where it will
 most likely wake: good enough for placement, not for exact co-scheduling (eBPF gives that).
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analyses.source import capture_interval_ns, capture_origin_ns
+from analyses.source import STATE_R, capture_interval_ns, capture_origin_ns
 from analyses.stalls import StallRules, find_stalls
 from analyses.threads import RT_POLICIES, policy_label, select_threads, thread_profiles
 from analyses.windows import iter_raw_windows
@@ -95,7 +95,7 @@ def summarize(
 def _stream(
     cap, t_range: tuple[int | None, int | None] | None, start: int, bin_ns: int, watched: np.ndarray
 ) -> dict[str, pd.DataFrame]:
-    columns = ["pid", "run_ns", "wait_ns", "slices", "minflt", "majflt", "cpu", "policy", "rtprio"]
+    columns = ["pid", "run_ns", "wait_ns", "slices", "state", "minflt", "majflt", "cpu", "policy", "rtprio"]
     per_bin, per_cpu, totals, changes = [], [], [], []
     for w in iter_raw_windows(cap, columns, t_range=t_range):
         tid = w["tid"].to_numpy()
@@ -122,7 +122,9 @@ def _stream(
         tick = w["tick"].to_numpy().astype(np.int64)
         cpu = w["cpu"].to_numpy().astype(np.int64)
         key = tick * 65536 + np.clip(cpu, 0, 65535)
-        busy = on >= BUSY_FRACTION * wall
+        # A busy neighbour: on CPU for half its window, or in R at the read (running or queued there). The
+        # state catches a CPU hog whose run time the tick has not accounted yet (raw deltas lag).
+        busy = (on >= BUSY_FRACTION * wall) | (w["state"].to_numpy() == STATE_R)
         busy_keys, busy_counts = np.unique(key[busy], return_counts=True)
         pos = np.clip(np.searchsorted(busy_keys, key[mine]), 0, max(len(busy_keys) - 1, 0))
         found = (busy_keys[pos] == key[mine]) if len(busy_keys) else np.zeros(mine.sum(), dtype=bool)

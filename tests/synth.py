@@ -336,10 +336,13 @@ def audio_capture(
     interval_ns: int = 2 * MS,
     extra: Sequence[Timeline] = (),
     seed: int = 0,
+    work_ns: int = 300 * US,
 ) -> Capture:
     """The lab in miniature: `lab-audio` at 5.333 ms (FIFO 70 by default) plus given extra threads."""
     duration = int(seconds * 1e9)
     audio = Timeline(tid=1001, comm="lab-audio", policy=policy, rtprio=rtprio, cpu=1)
-    truth = periodic(audio, t0=T0, duration_ns=duration, period_ns=period_ns, episodes=episodes, seed=seed)
+    truth = periodic(
+        audio, t0=T0, duration_ns=duration, period_ns=period_ns, episodes=episodes, seed=seed, work_ns=work_ns
+    )
     rows = [(cause, audio.tid, s, e) for cause, s, e in truth]
     return capture([audio, *extra], t0=T0, duration_ns=duration, interval_ns=interval_ns, truth=rows)
