@@ -7,11 +7,12 @@
 4. faults      minor and major faults per bin, and the thread that took most of them
 5. worst       the worst stall episodes with their verdicts (`analyses.stalls`)
 
-Views 1-4 stream the capture once (raw window deltas summed into bins of about a sixtieth of the span, so
-the tick-lag of the counters does not matter); view 5 reads only the watched threads. "Sharing its CPU":
-in the same tick another recorded thread whose last CPU (stat field 39) was the same one was on CPU for
-at least half of its window, or was in state R at the read (running there, or queued for it). The CPU of a sleeping thread is where it last ran, which is where it will
-most likely wake: good enough for placement, not for exact co-scheduling (eBPF gives that).
+Views 1-4 stream the capture once (raw window deltas summed into bins of about a fiftieth of the span,
+so the tick-lag of the counters does not matter); view 5 reads only the watched threads. "Sharing its
+CPU": in the same tick another recorded thread whose last CPU (stat field 39) was the same one was on
+CPU for at least half of its window, or was in state R at the read (running there, or queued for it).
+The CPU of a sleeping thread is where it last ran, which is where it will most likely wake: good enough
+for placement, not for exact co-scheduling (eBPF gives that).
 """
 
 from __future__ import annotations
