@@ -55,6 +55,7 @@ class RecorderOptions:
     duration_ns: int | None = None
     sched: str = "rt"  # all | rt | none
     cpu: int | None = None
+    rt_priority: int | None = None
     redact: bool = False
     mark_on_new_process: bool = False
     stdin_markers: bool = False
@@ -365,6 +366,13 @@ class Recorder:
                 os.sched_setaffinity(0, {opts.cpu})
             except OSError as err:
                 raise ForensicsError(f"cannot pin the sampler to CPU {opts.cpu}: {err.strerror}") from err
+        if opts.rt_priority is not None:
+            try:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(opts.rt_priority))
+            except PermissionError:
+                raise ForensicsError(
+                    "--rt-priority needs root or CAP_SYS_NICE (or an rtprio limit in /etc/security/limits.conf)"
+                ) from None
         _set_timer_slack_ns(1)  # default 50 us of slack would be 2.5 % of every tick's wake-up
         for name in ("stat", *PRESSURE_FILES):
             path = self.procfs.path("stat") if name == "stat" else self.procfs.path("pressure", name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import select
 import subprocess
@@ -57,16 +58,21 @@ class RecordingSession:
             fcntl.fcntl(self.writer.stdin.fileno(), F_SETPIPE_SZ, 1 << 20)
         spec.exclude.update({os.getpid(), self.writer.pid})
         self.recorder = Recorder(spec, options, on_status=on_status)
+        self._ready = False
 
-    def _wait_ready(self, timeout_s: float = 60.0) -> None:
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Block until the writer has imported everything (call before launching a command to record)."""
+        if self._ready:
+            return
         assert self.writer.stdout is not None
         ready, _, _ = select.select([self.writer.stdout], [], [], timeout_s)
         if not ready or self.writer.stdout.read(1) != b"R":
             raise ForensicsError("the capture writer process did not start (its error is above)")
+        self._ready = True
 
     def record(self, meta: dict[str, Any]) -> dict[str, Any]:
         assert self.writer.stdin is not None
-        self._wait_ready()
+        self.wait_ready()
         try:
             return self.recorder.run(self.writer.stdin.fileno(), meta)
         except BrokenPipeError:
@@ -87,7 +93,11 @@ class RecordingSession:
             self.writer.stdin.close()
         except BrokenPipeError:
             raise ForensicsError("the capture writer process died before the end; the capture has no trailer") from None
+        assert self.writer.stdout is not None
+        report = self.writer.stdout.read()
         code = self.writer.wait()
+        with contextlib.suppress(ValueError):
+            trailer.update(json.loads(report))
         if code != 0:
             raise ForensicsError(
                 f"the capture writer exited with status {code}; {self.options.output} may be incomplete"

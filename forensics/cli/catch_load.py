@@ -90,6 +90,15 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
     "schedstat) for real-time threads, all threads, or none.",
 )
 @click.option("--cpu", type=int, default=None, help="Pin the sampler to this CPU.")
+@click.option(
+    "--rt-priority",
+    type=click.IntRange(1, 99),
+    default=None,
+    metavar="1-99",
+    help="Run the sampler SCHED_FIFO at this priority (root), so busy real-time threads cannot "
+    "starve it. It then preempts lower-priority targets for ~50 us a tick: keep it below the "
+    "audio threads' priority.",
+)
 @click.option("--redact", is_flag=True, help="Do not store command lines (for captures attached to public bugs).")
 @click.option("--mark-on-new-process", is_flag=True, help="Add a marker whenever a new target process appears.")
 @click.option("-q", "--quiet", is_flag=True, help="No live status line.")
@@ -105,6 +114,7 @@ def catch_load(
     duration: int | None,
     sched_mode: str,
     cpu: int | None,
+    rt_priority: int | None,
     redact: bool,
     mark_on_new_process: bool,
     quiet: bool,
@@ -151,6 +161,7 @@ def catch_load(
         duration_ns=duration,
         sched=sched_mode,
         cpu=cpu,
+        rt_priority=rt_priority,
         redact=redact,
         mark_on_new_process=mark_on_new_process,
         stdin_markers=stdin_markers,
@@ -166,6 +177,7 @@ def catch_load(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGUSR1, lambda *_: recorder.add_marker("SIGUSR1"))
 
+    session.wait_ready()  # a launched command must not start before the recording can
     if command:
         try:
             launched = subprocess.Popen(
@@ -233,6 +245,7 @@ def _meta(spec: TargetSpec, options: RecorderOptions, writer_pid: int, lab_argv:
             "lab": lab_argv,
             "sched": options.sched,
             "sampler_cpu_pin": options.cpu,
+            "sampler_rt_priority": options.rt_priority,
             "redact": options.redact,
             "recorder_pid": os.getpid(),
             "writer_pid": writer_pid,
@@ -293,7 +306,8 @@ def _print_summary(out: Path, trailer: dict[str, Any], recorder: Recorder) -> No
         f"  ticks {ticks}, interval p50 {fmt_ns(trailer['interval_p50_ns'])}, "
         f"p99 {fmt_ns(trailer['interval_p99_ns'])}, max {fmt_ns(trailer['interval_max_ns'])}, "
         f"missed {missed} ({100.0 * missed / max(1, ticks + missed):.2f} %)",
-        f"  sampler CPU {100.0 * cpu / max(1, duration):.1f} % of a core; file {size / 1e6:.2f} MB "
+        f"  sampler CPU {100.0 * cpu / max(1, duration):.1f} % of a core (writer "
+        f"{100.0 * trailer.get('writer_cpu_ns', 0) / max(1, duration):.1f} %); file {size / 1e6:.2f} MB "
         f"({size / max(1, recorder.sample_rows):.1f} bytes per thread-sample)",
         f"capture: {out}",
         f"next: forensics info {out}   |   forensics stalls {out}",
