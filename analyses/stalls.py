@@ -8,11 +8,14 @@ Rules (thresholds in `StallRules`; why each value, below and in the README):
      A callback that takes a few hundred us in each 5.3 ms period never fills half of a 2 ms window;
      one that runs, or waits for a CPU, for milliseconds does. At 20 ms windows the same 5 ms burst
      fills a quarter of the window and is averaged away: the sampling-rate lesson of the users' notes.
-   - *fault* time: on-CPU time of a window with at least `fault_rate_per_ms` (100) minor+major faults per
-     ms on CPU. A minor fault costs about 2 us here (measured: mmap + touch, 2.1 us/fault on this VM) and
-     0.5-1 us on bare metal, so at 100 per ms the kernel's fault path takes 5-20 % of the time and a
-     storm (a thread doing little but touching new pages) runs at 500-2000 per ms; ordinary DSP code
-     takes none in steady state.
+   - *fault* time: on-CPU time of a window with at least `fault_rate_per_ms` (20) minor+major faults per
+     ms on CPU (one per 50 us). Ordinary DSP code takes none in steady state (the lab's CPU-burn windows:
+     0 in every one). A minor fault costs 0.5-2 us when a free page is at hand (2.1 us measured on this
+     VM), so a storm of a thread doing little but touching new pages runs at 500-2000 per ms; but when
+     the allocator has to work for its pages a fault takes 10-15 us and the same storm shows only 50-100
+     per ms (measured in the lab: 49-85 per ms in such windows, the thread doing nothing else). 20 per
+     ms sits under both and far above code that does not fault. (The utime/stime split cannot help: the
+     kernel reports it scaled by the thread's lifetime ratio, cputime_adjust(), not per interval.)
    - *io*: off-CPU time of a window whose closing read found the thread in state D (uninterruptible:
      waiting for block IO, or for pages read from disk, which is `fault` when major faults rose).
    - *missed wake-up* (periodic threads only): a run of windows with no switch-in (schedstat field 3 did
@@ -61,7 +64,7 @@ class StallRules:
     """Thresholds of the stall rules (module docstring says why each value)."""
 
     busy_fraction: float = 0.5
-    fault_rate_per_ms: float = 100.0
+    fault_rate_per_ms: float = 20.0
     min_stall_ns: int | None = None  # None: half the period (periodic threads), else two intervals
     wake_margin_intervals: float = 0.25  # a no-switch-in run must exceed period + this many intervals
     max_gap_ns: int = 1_000_000_000  # a longer silence is a pause (transport stopped), not a stall
@@ -95,16 +98,32 @@ def classify_windows(windows: pd.DataFrame, threads: pd.DataFrame, interval_ns: 
         if name in windows:
             faults = faults + windows[name].to_numpy()
     fault_win = (faults > 0) & (faults * 1_000_000 >= rules.fault_rate_per_ms * on) & (on > 0)
-    d_state = (state == STATE_D) & (off > 0)
+    # D at either read: a wait for IO spans the read that starts the window or the one that ends it.
+    # (A thread doing back-to-back IO is briefly R between requests; one read may catch that.)
+    state_start = windows["state_start"].to_numpy() if "state_start" in windows else state
+    d_state = ((state == STATE_D) | (state_start == STATE_D)) & (off > 0)
     # Runs of windows without a switch-in, per thread (a window with a switch-in starts a new run).
     switched = windows["switches"].to_numpy() > 0
-    key = np.cumsum(switched | _group_starts(tid))
+    first = _group_starts(tid)
+    key = np.cumsum(switched | first)
     quiet = ~switched
     # Only the time spent off CPU counts: a thread that ran on through its next period (a long run)
     # was not kept from waking, it never slept.
     asleep = pd.Series(np.where(quiet, off, 0)).groupby(key).transform("sum").to_numpy()
+    # A wait counts only when a wake-up ended it: a thread that stops waking for good (it is shutting
+    # down, or its engine stopped) has not stalled. So the run must be followed by a switch-in.
+    last_of_thread = np.r_[tid[1:] != tid[:-1], True] if len(tid) else np.zeros(0, dtype=bool)
+    ended = ~pd.Series(last_of_thread).groupby(key).transform("max").to_numpy().astype(bool)
     limit = period + rules.wake_margin_intervals * interval_ns
-    missed = quiet & ~np.isnan(period) & (asleep > np.nan_to_num(limit, nan=np.inf)) & (asleep <= rules.max_gap_ns)
+    missed = (
+        quiet & ended & ~np.isnan(period) & (asleep > np.nan_to_num(limit, nan=np.inf)) & (asleep <= rules.max_gap_ns)
+    )
+    # Before a periodic thread settles into its rhythm (its start-up: allocations, priority changes,
+    # waiting for the engine to start) its activity is not a stalled callback.
+    settled = _in_rhythm(windows, period, interval_ns)
+    hot &= settled
+    d_state &= settled
+    missed &= settled
     anomalous = hot | d_state | missed
     out = pd.DataFrame(
         {
@@ -124,6 +143,31 @@ def classify_windows(windows: pd.DataFrame, threads: pd.DataFrame, interval_ns: 
         index=windows.index,
     )
     return out
+
+
+def _in_rhythm(windows: pd.DataFrame, period: np.ndarray, interval_ns: int, wakeups: int = 3) -> np.ndarray:
+    """True from the first wake-up of a periodic thread after which it woke `wakeups` times, each within
+    a period plus two sampling intervals of the last; always True for threads without a period."""
+    tid = windows["tid"].to_numpy()
+    end = windows["end_ns"].to_numpy()
+    woke = windows["switches"].to_numpy() > 0
+    idx = np.flatnonzero(woke)
+    settled = np.isnan(period).copy()
+    if len(idx) == 0:
+        return settled
+    w_tid = tid[idx]
+    gap = np.r_[np.diff(end[idx]), np.inf]
+    same_next = np.r_[w_tid[1:] == w_tid[:-1], False]
+    regular = same_next & (gap <= np.nan_to_num(period[idx], nan=0) + 2 * interval_ns)
+    run_ok = regular.copy()
+    for k in range(1, wakeups):  # the next `wakeups` gaps all regular
+        shifted = np.r_[regular[k:], np.zeros(k, dtype=bool)]
+        same = np.r_[w_tid[k:] == w_tid[:-k], np.zeros(k, dtype=bool)]
+        run_ok &= shifted & same
+    starts = pd.Series(np.where(run_ok, end[idx], np.nan)).groupby(w_tid).min()
+    onset = starts.reindex(tid).to_numpy(dtype=np.float64)
+    settled |= ~np.isnan(onset) & (end >= np.nan_to_num(onset, nan=np.inf))
+    return settled
 
 
 def find_stalls(
@@ -355,6 +399,11 @@ def _evidence(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[str]:
             parts.append(f"iowait {_ms(row.iowait_ns)} (schedstats)")
         if isinstance(row.suspect, str) and row.suspect:
             parts.append(row.suspect)
+        elif row.verdict == "lock":
+            parts.append(
+                "no recorded thread ran meanwhile: a lock held outside the capture, or a late wake-up "
+                "(timer, interrupt); /proc cannot tell these apart, eBPF's waker can"
+            )
         parts.append(f"CPU {row.cpus} ({row.core_types}), {row.policy}")
         lines.append("; ".join(parts))
     return lines

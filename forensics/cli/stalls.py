@@ -50,7 +50,7 @@ THREAD_COLUMNS = {
 @click.option(
     "--fault-rate",
     type=click.FloatRange(1.0),
-    default=100.0,
+    default=20.0,
     show_default=True,
     help="Faults per ms on CPU from which a window's CPU time counts as a fault storm.",
 )
@@ -82,7 +82,7 @@ def stalls(
     anomalous windows make an episode; its verdict is its largest component:
       run       on CPU: the thread's own work took long
       runqueue  runnable but not running: scheduler delay, another thread on its CPU
-      fault     on CPU taking page faults (100+ per ms on CPU), or D-state waits while major faults rose
+      fault     on CPU taking page faults (20+ per ms on CPU), or D-state waits while major faults rose
       io        off CPU in state D (uninterruptible: block IO)
       lock      off CPU in state S while the thread missed its periodic wake-up (futex, pipe, condition)
       reclaim   memory reclaim/compaction/thrashing delays (only with taskstats)
@@ -149,6 +149,6 @@ def _add_truth(report: Report, cap: object, episodes: object, interval: int) -> 
     if truth.empty:
         report.notes.append("--truth: this capture holds no ground truth (record the lab: catch-load --lab).")
         return
-    matrix, scores = confusion(episodes, truth, tolerance_ns=interval)  # type: ignore[arg-type]
+    matrix, scores = confusion(episodes, truth, cycles=cap.cycles, tolerance_ns=interval)  # type: ignore
     report.sections.append(Section("truth_matrix", "Ground truth (rows) against verdicts (columns), >= 5 ms", matrix))
     report.sections.append(Section("truth_scores", "Recall and precision per cause", scores))
