@@ -52,7 +52,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.source import STATE_ALPHABET, STATE_D, STATE_S, capture_interval_ns, iter_samples
-from analyses.threads import policy_label, select_threads, thread_profiles
+from analyses.threads import policy_label, select_threads, thread_names, thread_profiles
 from analyses.windows import _group_starts, thread_windows, window_deltas
 from forensics.capture import Capture
 
@@ -426,19 +426,21 @@ def _add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int) -> pd.Dat
     hi = int(spans[:, 1].max()) + interval
     frames = []
     columns = ["pid", "run_ns", "wait_ns", "slices", "cpu", "policy", "rtprio"]
+    order = np.argsort(spans[:, 0])
+    span_lo = spans[order, 0] - 2 * interval
+    span_hi = np.maximum.accumulate(spans[order, 1] + interval)  # covers overlapping spans too
     for batch in iter_samples(cap, columns, t_range=(lo, hi)):
         t = batch["t_ns"].to_numpy()
-        near = np.zeros(len(t), dtype=bool)
-        for start, end in spans:  # a handful of episodes: a loop over episodes, vectorised over samples
-            near |= (t >= start - 2 * interval) & (t <= end + interval)
+        # Rows near any episode: the last span starting at or before t must still be open at t.
+        k = np.searchsorted(span_lo, t, side="right") - 1
+        near = (k >= 0) & (t <= span_hi[np.maximum(k, 0)])
         frames.append(batch[near])
     if not frames:
         return episodes.assign(suspect=suspects)
     samples = pd.concat(frames, ignore_index=True)
     order = np.lexsort((samples["tick"].to_numpy(), samples["tid"].to_numpy()))
     others = window_deltas(samples.take(order).reset_index(drop=True))
-    threads = cap.threads
-    names = threads.set_index("tid")["comm"] if not threads.empty else pd.Series(dtype=object)
+    names = thread_names(cap).set_index("tid")["comm"]
     for i in np.flatnonzero(wanted):
         row = episodes.iloc[i]
         inside = (others["end_ns"] > row.start_ns) & (others["start_ns"] < row.end_ns) & (others["tid"] != row.tid)

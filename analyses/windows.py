@@ -302,7 +302,7 @@ def iter_raw_windows(
     *,
     tids: Iterable[int] | None = None,
     t_range: tuple[int | None, int | None] | None = None,
-    batch_rows: int = 4_000_000,
+    batch_rows: int = 2_000_000,
 ) -> Iterator[pd.DataFrame]:
     """Raw (not reconciled) windows of a whole capture, batch by batch, in bounded memory.
 

@@ -65,6 +65,15 @@ class Timeline:
         self.majflt.append(majflt)
         return int(end)
 
+    def extend(self, starts: np.ndarray, ends: np.ndarray, kinds: np.ndarray) -> None:
+        """Many segments at once (sorted, not overlapping, all after the existing ones)."""
+        keep = ends > starts
+        self.starts.extend(np.asarray(starts)[keep].tolist())
+        self.ends.extend(np.asarray(ends)[keep].tolist())
+        self.kinds.extend(np.asarray(kinds)[keep].tolist())
+        self.minflt.extend([0] * int(keep.sum()))
+        self.majflt.extend([0] * int(keep.sum()))
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         return (
             np.asarray(self.starts, dtype=np.int64),
@@ -172,82 +181,126 @@ def random_waker(
         t = tl.add(t, t + run_ns, USER)
 
 
+def random_waker_fast(
+    tl: Timeline, *, t0: int, duration_ns: int, rate_hz: float, run_ns: int = 100 * US, seed: int = 1
+) -> None:
+    """`random_waker`, vectorised (for long benchmark captures)."""
+    rng = np.random.default_rng(seed)
+    n = int(duration_ns / 1e9 * rate_hz * 1.2) + 10
+    gaps = rng.exponential(1e9 / rate_hz, size=n).astype(np.int64) + run_ns + 10 * US
+    wake = t0 + np.cumsum(gaps)
+    wake = wake[wake < t0 + duration_ns - run_ns - 10 * US]
+    runnable_end = wake + 10 * US
+    run_end = runnable_end + run_ns
+    sleep_start = np.r_[t0, run_end[:-1]]
+    starts = np.stack([sleep_start, wake, runnable_end], axis=1).ravel()
+    ends = np.stack([wake, runnable_end, run_end], axis=1).ravel()
+    kinds = np.tile(np.array([SLEEP, RUNNABLE, USER]), len(wake))
+    tl.extend(starts, ends, kinds)
+
+
+def busy_fast(tl: Timeline, *, t0: int, duration_ns: int, slice_ns: int = 3 * MS, wait_ns: int = 1 * MS) -> None:
+    """`busy`, vectorised."""
+    n = duration_ns // (slice_ns + wait_ns) + 1
+    begin = t0 + np.arange(n, dtype=np.int64) * (slice_ns + wait_ns)
+    starts = np.stack([begin, begin + slice_ns], axis=1).ravel()
+    ends = np.stack([begin + slice_ns, begin + slice_ns + wait_ns], axis=1).ravel()
+    kinds = np.tile(np.array([USER, RUNNABLE]), n)
+    tl.extend(starts, ends, kinds)
+
+
 def _tick_floor(t: np.ndarray) -> np.ndarray:
     return (t // HZ_TICK_NS) * HZ_TICK_NS
 
 
+class SampledThread:
+    """One thread's timeline, prepared once so that reading it at many times is a few binary searches."""
+
+    def __init__(self, tl: Timeline) -> None:
+        self.tl = tl
+        starts, ends, kinds, minflt, majflt = tl.arrays()
+        self.starts, self.ends, self.kinds, self.minflt, self.majflt = starts, ends, kinds, minflt, majflt
+        on = np.isin(kinds, ON_CPU)
+        # On-CPU stretches: adjacent on-CPU segments (user <-> kernel) are one stretch: no switch between them.
+        contiguous = np.r_[False, on[:-1] & (ends[:-1] == starts[1:])] if len(on) else np.zeros(0, dtype=bool)
+        self.stretch_start = on & ~contiguous
+        self.stretch_id = np.cumsum(self.stretch_start) - 1
+        self.first_seg_of_stretch = np.flatnonzero(self.stretch_start)
+        self.on = on
+        self.dur = ends - starts
+        self.cum_on = np.r_[0, np.cumsum(np.where(on, self.dur, 0))]
+        self.cum_rq = np.r_[0, np.cumsum(np.where(kinds == RUNNABLE, self.dur, 0))]
+        self.cum_slices = np.r_[0, np.cumsum(self.stretch_start)]
+        self.cum_min = np.r_[0, np.cumsum(minflt)]
+        self.cum_maj = np.r_[0, np.cumsum(majflt)]
+        self.cum_sys = np.r_[0, np.cumsum(np.where(kinds == SYS, self.dur, 0))]
+        self.letters = np.array([STATE_LETTER[k] for k in range(5)])
+
+    def read(self, read_ns: np.ndarray) -> pd.DataFrame:
+        """What /proc shows for this thread at each read time (kernel accounting, module docstring)."""
+        tl = self.tl
+        starts, ends, kinds, dur = self.starts, self.ends, self.kinds, self.dur
+        read_ns = np.asarray(read_ns, dtype=np.int64)
+        seg = np.searchsorted(starts, read_ns, side="right") - 1
+        seg_c = np.maximum(seg, 0)
+        inside = (seg >= 0) & (read_ns < ends[seg_c]) if len(starts) else np.zeros(len(read_ns), dtype=bool)
+        done = np.where(seg >= 0, seg_c + np.where(inside, 0, 1), 0)  # segments finished before the read
+        # Completed on-CPU time: stretches that ended (switch-out accounts them)...
+        cur_on = inside & self.on[seg_c] if len(starts) else inside
+        first_seg = (
+            self.first_seg_of_stretch[np.maximum(np.where(cur_on, self.stretch_id[seg_c], 0), 0)]
+            if (len(self.first_seg_of_stretch))
+            else np.zeros(len(read_ns), dtype=np.int64)
+        )
+        stretch_begin = np.where(cur_on, starts[first_seg] if len(starts) else 0, 0)
+        completed = np.where(cur_on, self.cum_on[first_seg], self.cum_on[np.where(seg >= 0, seg_c + 1, 0)])
+        # ...but a read inside a stretch sees only what the last tick accounted since the stretch began.
+        lagged = np.where(cur_on, np.maximum(_tick_floor(read_ns) - stretch_begin, 0), 0)
+        run_ns = completed + lagged
+        # Run-queue waits are accounted when the wait ends (switch-in).
+        wait_ns = self.cum_rq[done]
+        slices = self.cum_slices[np.where(seg >= 0, seg_c + 1, 0)]
+        # Faults are counted live, spread evenly across their segment.
+        frac = np.where(inside, (read_ns - starts[seg_c]) / np.maximum(dur[seg_c], 1), 0.0) if len(starts) else 0.0
+        part_min = np.where(inside, np.floor(self.minflt[seg_c] * frac), 0) if len(starts) else 0
+        part_maj = np.where(inside, np.floor(self.majflt[seg_c] * frac), 0) if len(starts) else 0
+        minf = self.cum_min[done] + np.asarray(part_min, dtype=np.int64)
+        majf = self.cum_maj[done] + np.asarray(part_maj, dtype=np.int64)
+        # utime/stime: clock ticks of accounted time per mode.
+        in_sys = inside & (kinds[seg_c] == SYS) if len(starts) else inside
+        sys_ns = self.cum_sys[done] + np.where(in_sys, read_ns - (starts[seg_c] if len(starts) else 0), 0)
+        sys_ns = np.minimum(sys_ns, run_ns)
+        tick_ns = 1_000_000_000 // CLK_TCK
+        state = np.where(inside, self.letters[kinds[seg_c]] if len(starts) else "S", "S")
+        cpu = np.full(len(read_ns), tl.cpu, dtype=np.int16)
+        for t_change, new_cpu in sorted(tl.cpu_changes):
+            cpu[read_ns >= t_change] = new_cpu
+        n = len(read_ns)
+        return pd.DataFrame(
+            {
+                "t_ns": read_ns,
+                "tid": np.full(n, tl.tid, dtype=np.int32),
+                "pid": np.full(n, tl.pid, dtype=np.int32),
+                "run_ns": run_ns.astype(np.int64),
+                "wait_ns": wait_ns.astype(np.int64),
+                "slices": slices.astype(np.int64),
+                "state": state,
+                "minflt": minf,
+                "majflt": majf,
+                "utime": (np.maximum(run_ns - sys_ns, 0) // tick_ns).astype(np.int64),
+                "stime": (sys_ns // tick_ns).astype(np.int64),
+                "nice": np.full(n, tl.nice, dtype=np.int8),
+                "cpu": cpu,
+                "rtprio": np.full(n, tl.rtprio, dtype=np.int16),
+                "policy": np.full(n, tl.policy, dtype=np.int8),
+                "blkio_ticks": np.zeros(n, dtype=np.int64),
+            }
+        )
+
+
 def sample_timeline(tl: Timeline, read_ns: np.ndarray) -> pd.DataFrame:
     """What /proc shows for this thread at each read time (kernel accounting semantics, module docstring)."""
-    starts, ends, kinds, minflt, majflt = tl.arrays()
-    read_ns = np.asarray(read_ns, dtype=np.int64)
-    on = np.isin(kinds, ON_CPU)
-    # On-CPU stretches: adjacent on-CPU segments (user <-> kernel) are one stretch: no switch between them.
-    stretch_start = on & ~np.r_[False, on[:-1] & (ends[:-1] == starts[1:])]
-    stretch_id = np.cumsum(stretch_start) - 1
-    # Position of each read among segments: the segment it falls in (or the last one that started).
-    seg = np.searchsorted(starts, read_ns, side="right") - 1
-    inside = (seg >= 0) & (read_ns < ends[np.maximum(seg, 0)])
-    seg_c = np.maximum(seg, 0)
-    dur = ends - starts
-    # Completed on-CPU time: whole stretches that ended (switch-out accounts them)...
-    on_dur = np.where(on, dur, 0)
-    cum_on = np.r_[0, np.cumsum(on_dur)]
-    # ...but a read inside a stretch sees only what the last tick accounted since the stretch began.
-    n_stretch = int(stretch_start.sum())
-    first_seg_of_stretch = np.flatnonzero(stretch_start)
-    cur_on = inside & on[seg_c]
-    cur_stretch = np.where(cur_on, stretch_id[seg_c], -1)
-    stretch_begin = np.where(cur_on, starts[first_seg_of_stretch[np.maximum(cur_stretch, 0)]], 0)
-    completed_before_stretch = cum_on[first_seg_of_stretch[np.maximum(cur_stretch, 0)]] if n_stretch else 0
-    completed = np.where(cur_on, completed_before_stretch, cum_on[np.where(seg >= 0, seg_c + 1, 0)])
-    lagged = np.where(cur_on, np.maximum(_tick_floor(read_ns) - stretch_begin, 0), 0)
-    run_ns = completed + lagged
-    # Run-queue waits are accounted when the wait ends (switch-in).
-    rq_dur = np.where(kinds == RUNNABLE, dur, 0)
-    cum_rq = np.r_[0, np.cumsum(rq_dur)]
-    done = np.where(seg >= 0, seg_c + np.where(inside, 0, 1), 0)  # segments fully finished before the read
-    wait_ns = cum_rq[done]
-    # Switch-ins: stretches that started at or before the read.
-    cum_slices = np.r_[0, np.cumsum(stretch_start)]
-    slices = cum_slices[np.where(seg >= 0, seg_c + 1, 0)]
-    # Faults are counted live, spread evenly across their segment.
-    frac = np.where(inside, (read_ns - starts[seg_c]) / np.maximum(dur[seg_c], 1), 0.0)
-    cum_min = np.r_[0, np.cumsum(minflt)]
-    cum_maj = np.r_[0, np.cumsum(majflt)]
-    minf = cum_min[done] + np.where(inside, np.floor(minflt[seg_c] * frac), 0).astype(np.int64)
-    majf = cum_maj[done] + np.where(inside, np.floor(majflt[seg_c] * frac), 0).astype(np.int64)
-    # utime/stime: clock ticks of accounted time per mode (the kernel scales its tick samples to run_ns).
-    sys_dur = np.where(kinds == SYS, dur, 0)
-    cum_sys = np.r_[0, np.cumsum(sys_dur)]
-    sys_ns = cum_sys[done] + np.where(inside & (kinds[seg_c] == SYS), read_ns - starts[seg_c], 0)
-    sys_ns = np.minimum(sys_ns, run_ns)
-    tick_ns = 1_000_000_000 // CLK_TCK
-    stime = sys_ns // tick_ns
-    utime = np.maximum(run_ns - sys_ns, 0) // tick_ns
-    state = np.where(inside, pd.Series(kinds[seg_c]).map(STATE_LETTER).to_numpy(), "S")
-    cpu = np.full(len(read_ns), tl.cpu, dtype=np.int16)
-    for t_change, new_cpu in sorted(tl.cpu_changes):
-        cpu[read_ns >= t_change] = new_cpu
-    return pd.DataFrame(
-        {
-            "t_ns": read_ns,
-            "tid": np.int32(tl.tid),
-            "pid": np.int32(tl.pid),
-            "run_ns": run_ns.astype(np.int64),
-            "wait_ns": wait_ns.astype(np.int64),
-            "slices": slices.astype(np.int64),
-            "state": state,
-            "minflt": minf,
-            "majflt": majf,
-            "utime": utime.astype(np.int64),
-            "stime": stime.astype(np.int64),
-            "nice": np.int8(tl.nice),
-            "cpu": cpu,
-            "rtprio": np.int16(tl.rtprio),
-            "policy": np.int8(tl.policy),
-            "blkio_ticks": np.int64(0),
-        }
-    )
+    return SampledThread(tl).read(read_ns)
 
 
 def sample(
@@ -263,7 +316,7 @@ def sample(
     frames = []
     for j, tl in enumerate(timelines):
         read_ns = t0 + ticks * interval_ns + j * read_spacing_ns
-        frame = sample_timeline(tl, read_ns)
+        frame = SampledThread(tl).read(read_ns)
         frame.insert(0, "tick", ticks.astype(np.uint32))
         frames.append(frame)
     samples = pd.concat(frames, ignore_index=True).sort_values(["tick", "tid"], kind="stable")
