@@ -200,9 +200,8 @@ def main() -> None:
         rate = rows / r["seconds"]
         within = r["seconds"] <= 60 and r["rss_kib"] <= 4 * 2**20
         ok &= within
-        print(
-            f"{name:<16}{r['seconds']:>10.1f}{r['rss_kib'] / 2**20:>10.2f} G{rate:>14,.0f}  {'ok' if within else 'OVER'}"
-        )
+        verdict = "ok" if within else "OVER"
+        print(f"{name:<16}{r['seconds']:>10.1f}{r['rss_kib'] / 2**20:>10.2f} G{rate:>14,.0f}  {verdict}")
     (OUT / "analyses_bench.json").write_text(json.dumps(report, indent=2))
     if tmp is not None:
         tmp.cleanup()
