@@ -114,10 +114,11 @@ def find_spikes(
     spikes["cpus"] = g["cpu"].agg(lambda s: ",".join(str(c) for c in sorted(set(s.tolist()))))
     spikes["core_types"] = g["core_type"].agg(lambda s: ",".join(sorted({str(c) for c in s.tolist()})))
     spikes["ratio"] = (spikes["peak_on_cpu_ns"] / spikes["typical_ns"]).round(1)
+    # "outlier": far above the thread's typical CPU; "deadline": busy through its deadline.
     spikes["reason"] = np.where(
         spikes["late"] & spikes["stands_out"],
-        "stands out; busy past deadline",
-        np.where(spikes["late"], "busy past deadline", "stands out"),
+        "outlier+deadline",
+        np.where(spikes["late"], "deadline", "outlier"),
     )
     if limit is not None and len(spikes) > limit:
         spikes = spikes.sort_values(["late", "ratio"], ascending=False).head(limit).sort_index()

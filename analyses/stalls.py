@@ -372,7 +372,7 @@ def _evidence(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[str]:
     """One line per episode: the numbers behind the verdict. A loop over episodes, not samples."""
     lines = []
     for row in episodes.itertuples(index=False):
-        parts = [f"{row.windows} windows, {_ms(row.duration_ns)}"]
+        parts = [f"{row.windows} window{'s' if row.windows != 1 else ''}, {_ms(row.duration_ns)}"]
         on_cpu = row.c_run + row.c_fault_cpu
         small = 0.05 * row.stall_ns
         if on_cpu > small:
@@ -382,7 +382,7 @@ def _evidence(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[str]:
             if not pd.isna(row.invol_switches) and row.invol_switches:
                 rq += f" ({int(row.invol_switches)} preemptions)"
             parts.append(rq)
-        if row.minflt or row.majflt:
+        if row.minflt + row.majflt >= 10 or row.majflt:
             on_ms = max(on_cpu / 1e6, 1e-3)
             parts.append(
                 f"{int(row.minflt)} minor + {int(row.majflt)} major faults ({row.minflt / on_ms:.0f}/ms on CPU)"

@@ -25,7 +25,7 @@ def test_spike_stands_out_and_names_the_burners():
     spike = mine.iloc[0]
     truth = cap.truth.iloc[0]
     assert spike.start_ns < truth.end_ns and spike.end_ns > truth.start_ns
-    assert spike.ratio >= 5 and spike.reason == "stands out"
+    assert spike.ratio >= 5 and spike.reason == "outlier"
     ranked = burners[burners["spike"] == spike.spike]
     assert ranked["rank"].tolist()[0] == 1 and ranked["tid"].iloc[0] == 1001
     assert ranked["cpu"].iloc[0] == 1 and ranked["policy"].iloc[0] == "FIFO 70"
@@ -38,7 +38,7 @@ def test_spike_by_deadline_even_when_the_thread_is_always_busy():
     # A runnable wait of 8 ms is not CPU burned, but busy past the 5.333 ms period: a deadline spike.
     cap = synth.audio_capture([Episode("runqueue", 200, 8)], seconds=3)
     spikes, _ = find_spikes(cap)
-    assert spikes["reason"].tolist() == ["busy past deadline"]
+    assert spikes["reason"].tolist() == ["deadline"]
     assert abs(spikes["deadline_ns"].iloc[0] - 5_333_333) < 60_000
     assert find_spikes(cap, deadline_ns=20 * MS)[0].empty
 

@@ -14,12 +14,11 @@ SPIKE_COLUMNS = {
     "start_ns": "at",
     "comm": "thread",
     "tid": "tid",
-    "windows": "win",
-    "peak_on_cpu_ns": "peak on CPU",
+    "peak_on_cpu_ns": "peak",
     "typical_ns": "typical",
     "ratio": "x",
     "busy_ns": "busy",
-    "reason": "why",
+    "reason": "why",  # outlier / deadline
     "cpus": "cpu",
     "core_types": "core",
 }
@@ -72,9 +71,10 @@ def spikes(
 
     \b
     A thread's typical CPU per window is the median over the windows in which it ran at all. A window
-    spikes when the thread ran --factor times that (and at least --min), or when the thread was busy
-    (on CPU or runnable) through consecutive windows adding up to --deadline: by default its period
-    when it wakes periodically (a callback busy for a whole period is late).
+    spikes as an "outlier" when the thread ran --factor times that (and at least --min), or on
+    "deadline" when the thread was busy (on CPU or runnable) through consecutive windows adding up to
+    --deadline: by default its period when it wakes periodically (a callback busy for a whole period is
+    late).
 
     \b
     For each spike the threads that burned CPU in the same windows are ranked, with the CPU and core

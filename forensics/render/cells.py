@@ -33,12 +33,22 @@ def fmt_number(value: float) -> str:
     return f"{value:.2f}"
 
 
+def _short_ns(ns: float) -> str:
+    """Compact duration for dense cells: 18.6ms, 455us, 120ns."""
+    ns = float(ns)
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.1f}ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.0f}us"
+    return f"{ns:.0f}ns"
+
+
 def fmt_cell(column: str, value: Any, origin_ns: int | None) -> str:
     """Text for one cell: durations, offsets, percentages, dicts; `unknown` where the value is missing."""
     if isinstance(value, Mapping):
         shown = {k: v for k, v in value.items() if not is_missing(v) and not (isinstance(v, int | float) and v == 0)}
         if column == "components" or column.endswith("_ns"):
-            return " ".join(f"{k}={fmt_ns(v)}" for k, v in shown.items()) or "-"
+            return " ".join(f"{k}={_short_ns(v)}" for k, v in shown.items()) or "-"
         return " ".join(f"{k}={v}" for k, v in shown.items()) or "-"
     if isinstance(value, list | tuple):
         return ", ".join(str(v) for v in value)
