@@ -57,6 +57,11 @@ from analyses.windows import _group_starts, thread_windows, window_deltas
 from forensics.capture import Capture
 
 CAUSES = ("run", "runqueue", "io", "fault", "lock", "reclaim", "unknown")
+# Delays accounted when they end: an episode also takes the next window's (windows.TASKSTATS_DELTAS).
+LATE_ACCOUNTED = ("blkio_ns", "iowait_ns", "ts_blkio_ns", "ts_swapin_ns", "ts_freepages_ns", "ts_thrashing_ns",
+                  "ts_compact_ns")  # fmt: skip
+RECLAIM_COLUMNS = ("ts_freepages_ns", "ts_thrashing_ns", "ts_compact_ns")
+OPTIONAL_SUMS = ("blkio_ns", "iowait_ns", "invol_switches", "ts_blkio_ns", "ts_swapin_ns", *RECLAIM_COLUMNS)
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ def _sources_present(cap: Capture, windows: pd.DataFrame) -> dict[str, bool]:
         "delayacct": bool(sources.get("delayacct")) and "blkio_ns" in windows,
         "sched": "vol_switches" in windows,
         "schedstats": "iowait_ns" in windows or "block_ns" in windows,
-        "taskstats": bool(sources.get("taskstats")),
+        "taskstats": any(c in windows for c in RECLAIM_COLUMNS),
         "ebpf": bool(sources.get("ebpf")),
     }
 
@@ -199,6 +204,15 @@ def find_stalls(
     w = pd.concat([windows, flags], axis=1)
     tid = w["tid"].to_numpy()
     anomalous = w["anomalous"].to_numpy()
+    # Delays accounted at their end land in the window after the episode: give them to its last window.
+    next_quiet = np.r_[(tid[1:] == tid[:-1]) & ~anomalous[1:], False] & anomalous
+    for name in LATE_ACCOUNTED:
+        if name in w:
+            values = w[name].astype("Int64")
+            following = values.shift(-1)
+            w[name] = values.where(~next_quiet, values.fillna(0) + following.fillna(0)).where(
+                ~(values.isna() & following.isna())
+            )
     starts = anomalous & (np.r_[True, ~anomalous[:-1]] | _group_starts(tid))
     episode = np.cumsum(starts) - 1
     w = w[anomalous].assign(episode=episode[anomalous])
@@ -231,7 +245,7 @@ STALL_COLUMNS = [
     "tid", "pid", "comm", "start_ns", "end_ns", "duration_ns", "verdict", "stall_ns", "excess_ns", "share",
     "components", "run_ns", "runqueue_ns", "io_ns", "fault_ns", "lock_ns", "reclaim_ns", "unknown_ns",
     "idle_ns", "minflt", "majflt", "d_reads", "s_reads", "reads", "cpus", "core_types", "policy",
-    "period_ns", "windows", "blkio_ns", "iowait_ns", "invol_switches", "suspect", "evidence", "sources",
+    "period_ns", "windows", "blkio_ns", "iowait_ns", "ts_blkio_ns", "invol_switches", "suspect", "evidence", "sources",
     "undecided", "why",
 ]  # fmt: skip
 
@@ -265,7 +279,7 @@ def _aggregate(w: pd.DataFrame) -> pd.DataFrame:
         agg["minflt"] = ("minflt", "sum")
     if "majflt" in w:
         agg["majflt"] = ("majflt", "sum")
-    for optional in ("blkio_ns", "iowait_ns", "invol_switches"):
+    for optional in OPTIONAL_SUMS:
         if optional in w:
             agg[optional] = (optional, lambda s: s.sum(min_count=1))
     out = g.agg(**agg)
@@ -277,7 +291,7 @@ def _aggregate(w: pd.DataFrame) -> pd.DataFrame:
     for name in ("minflt", "majflt"):
         if name not in out:
             out[name] = 0
-    for optional in ("blkio_ns", "iowait_ns", "invol_switches"):
+    for optional in OPTIONAL_SUMS:
         if optional not in out:
             out[optional] = pd.NA
     return out.reset_index(drop=True)
@@ -306,7 +320,19 @@ def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.D
     episodes["fault_ns"] = (episodes["c_fault_cpu"].to_numpy() + np.where(major, d_time, 0)).astype(np.int64)
     episodes["lock_ns"] = episodes["c_lock"].astype(np.int64)
     episodes["unknown_ns"] = episodes["c_unknown"].astype(np.int64)
-    episodes["reclaim_ns"] = np.zeros(len(episodes), dtype=np.int64)
+    # Reclaim (taskstats: direct reclaim, thrashing, compaction delays). The kernel gets into reclaim
+    # from an allocation, usually inside a page fault, so its time is taken out of fault first, then
+    # of run (on CPU), then of io (thrashing waits on pages being read back).
+    reclaim = np.zeros(len(episodes), dtype=np.int64)
+    for name in RECLAIM_COLUMNS:
+        if name in episodes:
+            reclaim += episodes[name].astype("Int64").fillna(0).to_numpy(dtype=np.int64)
+    remaining = reclaim.copy()
+    for cause in ("fault_ns", "run_ns", "io_ns"):
+        take = np.minimum(remaining, episodes[cause].to_numpy())
+        episodes[cause] = episodes[cause].to_numpy() - take
+        remaining -= take
+    episodes["reclaim_ns"] = reclaim - remaining
     components = episodes[[f"{c}_ns" for c in CAUSES]].to_numpy(dtype=np.int64)
     episodes["stall_ns"] = components.sum(axis=1)
     top = components.argmax(axis=1)
@@ -360,6 +386,8 @@ def _source_lists(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[list
             used.append("schedstats")
         if sources["sched"] and not pd.isna(row.invol_switches):
             used.append("sched")
+        if sources["taskstats"] and not (pd.isna(row.ts_blkio_ns) and pd.isna(row.ts_freepages_ns)):
+            used.append("taskstats")
         out.append(used)
     return out
 
@@ -397,6 +425,10 @@ def _evidence(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[str]:
             parts.append(f"blkio delay {_ms(row.blkio_ns)} (delay accounting)")
         if not pd.isna(row.iowait_ns):
             parts.append(f"iowait {_ms(row.iowait_ns)} (schedstats)")
+        if not pd.isna(row.ts_blkio_ns):
+            parts.append(f"block-IO delay {_ms(row.ts_blkio_ns)} (taskstats)")
+        if row.reclaim_ns is not pd.NA and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
+            parts.append(f"reclaim/compaction/thrashing delay {_ms(row.reclaim_ns)} (taskstats)")
         if isinstance(row.suspect, str) and row.suspect:
             parts.append(row.suspect)
         elif row.verdict == "lock":

@@ -13,8 +13,10 @@ A window of thread T ends at a read of T's counters and starts at T's previous r
     cpu core_type policy rtprio nice          placement and scheduling class at the read that ends it
     cpu_start policy_start rtprio_start       the same at the read that starts it
 
-Optional, when the capture holds them: vol_switches invol_switches migrations (from the `sched` file) and
-the schedstats sums wait_sum_ns sleep_ns block_ns iowait_ns (CONFIG_SCHEDSTATS + kernel.sched_schedstats).
+Optional, when the capture holds them: vol_switches invol_switches migrations (from the `sched` file), the
+schedstats sums wait_sum_ns sleep_ns block_ns iowait_ns (CONFIG_SCHEDSTATS + kernel.sched_schedstats),
+and the taskstats delays ts_blkio_ns ts_swapin_ns ts_freepages_ns ts_thrashing_ns ts_compact_ns
+ts_cpu_delay_ns (delay accounting, read through taskstats: issue 5).
 
 Reconciliation. The kernel does not keep these counters live (DESIGN.md, "Kernel facts"): a running
 thread's sum_exec_runtime grows only when update_curr() runs, at the scheduler tick and at a switch
@@ -44,6 +46,17 @@ BASE_COLUMNS = ["pid", "run_ns", "wait_ns", "slices", "state", "cpu", "policy", 
 FAULT_COLUMNS = ["minflt", "majflt"]
 TIME_COLUMNS = ["utime", "stime", "nice", "blkio_ticks"]
 ALL_COLUMNS = BASE_COLUMNS + FAULT_COLUMNS + TIME_COLUMNS
+
+# Delay accounting per thread through taskstats (issue 5's "taskstats" table: cumulative ns per (tid,
+# tick)). Like run_delay, each total grows when its delay ends (delayacct_*_end in kernel/delayacct.c).
+TASKSTATS_DELTAS = {
+    "blkio_delay_ns": "ts_blkio_ns",
+    "swapin_delay_ns": "ts_swapin_ns",
+    "freepages_delay_ns": "ts_freepages_ns",
+    "thrashing_delay_ns": "ts_thrashing_ns",
+    "compact_delay_ns": "ts_compact_ns",
+    "cpu_delay_ns": "ts_cpu_delay_ns",
+}
 
 SCHED_DELTAS = {
     "nr_voluntary_switches": "vol_switches",
@@ -244,29 +257,35 @@ def _add_core_type(windows: pd.DataFrame, meta: Mapping[str, Any]) -> pd.DataFra
     return windows.assign(core_type=core, slow_core=on_slow)
 
 
-def _sched_windows(cap: Capture, tids: np.ndarray | None) -> pd.DataFrame | None:
-    """Deltas of the `sched` file per (tid, tick), for the threads it was read for."""
-    if "sched" not in cap.table_names:
+def _delta_windows(cap: Capture, table: str, deltas: dict[str, str], tids: np.ndarray | None) -> pd.DataFrame | None:
+    """Deltas of a per-(tid, tick) cumulative table (`sched`, `taskstats`) for the threads it was read for.
+
+    A column the kernel did not fill (null: no CONFIG_SCHEDSTATS, delay accounting off) is left out,
+    never turned into zeros.
+    """
+    if table not in cap.table_names:
         return None
-    sched = cap.table("sched")  # read for few threads (real-time ones by default): small
-    if sched.empty:
+    frame = cap.table(table)  # read for few threads (real-time ones by default): small
+    if frame.empty:
         return None
     if tids is not None:
-        sched = sched[np.isin(sched["tid"].to_numpy(), tids)]
-    sched = sched.sort_values(["tid", "tick"], kind="stable")
-    tid = sched["tid"].to_numpy()
+        frame = frame[np.isin(frame["tid"].to_numpy(), tids)]
+    frame = frame.sort_values(["tid", "tick"], kind="stable")
+    tid = frame["tid"].to_numpy()
     first = _group_starts(tid)
-    out: dict[str, Any] = {"tid": tid[~first], "tick": sched["tick"].to_numpy().astype(np.int64)[~first]}
-    for source, name in SCHED_DELTAS.items():
-        if source not in sched:
+    out: dict[str, Any] = {"tid": tid[~first], "tick": frame["tick"].to_numpy().astype(np.int64)[~first]}
+    for source, name in deltas.items():
+        if source not in frame:
             continue
-        col = sched[source]
+        col = frame[source]
         if col.isna().all():
-            continue  # the kernel did not print it (no CONFIG_SCHEDSTATS): leave the column out, not zero
+            continue
         values = col.astype("Int64").to_numpy(dtype="float64", na_value=np.nan)
-        delta = values - np.r_[np.nan, values[:-1]]
-        out[name] = pd.array(np.where(np.isnan(delta[~first]), np.nan, delta[~first]), dtype="Float64").astype("Int64")
-    return pd.DataFrame(out)
+        delta = (values - np.r_[np.nan, values[:-1]])[~first]
+        delta = np.where(delta < 0, np.nan, delta)  # a reset (tid reused) is not a negative delay
+        out[name] = pd.array(delta, dtype="Float64").astype("Int64")
+    result = pd.DataFrame(out)
+    return result if len(result.columns) > 2 else None
 
 
 def thread_windows(
@@ -290,9 +309,11 @@ def thread_windows(
     del samples
     windows = _add_core_type(windows, meta)
     if with_sched:
-        sched = _sched_windows(cap, None if tid_list is None else np.asarray(tid_list, dtype=np.int32))
-        if sched is not None and len(sched.columns) > 2:
-            windows = windows.merge(sched, on=["tid", "tick"], how="left", sort=False)
+        wanted = None if tid_list is None else np.asarray(tid_list, dtype=np.int32)
+        for table, deltas in (("sched", SCHED_DELTAS), ("taskstats", TASKSTATS_DELTAS)):
+            extra = _delta_windows(cap, table, deltas, wanted)
+            if extra is not None:
+                windows = windows.merge(extra, on=["tid", "tick"], how="left", sort=False)
     return windows
 
 

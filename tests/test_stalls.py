@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -187,3 +188,36 @@ def test_truth_scoring():
     _, scores = confusion(stalls, cap.truth)
     by = scores.set_index("cause")
     assert by.loc["run", "recall"] == 0.5 and by.loc["io", "precision"] < 1.0
+
+
+def _with_taskstats(cap, delays: dict[str, list[tuple[int, int]]]):
+    """The capture plus a taskstats table for lab-audio: per column, (end_ns, ns) delays accounted at end."""
+    samples = cap.samples[cap.samples["tid"] == 1001]
+    table = {"tick": samples["tick"].to_numpy(), "t_ns": samples["t_ns"].to_numpy(), "tid": samples["tid"].to_numpy()}
+    for column in ("blkio_delay_ns", "freepages_delay_ns", "thrashing_delay_ns", "compact_delay_ns"):
+        total = np.zeros(len(samples), dtype=np.int64)
+        for end, ns in delays.get(column, []):
+            total += np.where(samples["t_ns"].to_numpy() >= end, ns, 0)
+        table[column] = total
+    meta = dict(cap.meta, sources=dict(cap.meta["sources"], taskstats=True, delayacct=True))
+    return synth.Capture.from_frames(
+        meta=meta, samples=cap.samples, threads=cap.table("threads"), taskstats=pd.DataFrame(table)
+    )
+
+
+def test_taskstats_reclaim_delay_makes_a_reclaim_verdict():
+    cap = synth.audio_capture([Episode("fault", 100, 12), Episode("io", 200, 12)], seconds=1.5)
+    fault, io = cap.truth.iloc[0], cap.truth.iloc[1]
+    # Direct reclaim took 10 of the fault storm's 12 ms; the io wait was all block IO.
+    rich = _with_taskstats(
+        cap, {"freepages_delay_ns": [(fault.end_ns, 10 * MS)], "blkio_delay_ns": [(io.end_ns, 12 * MS)]}
+    )
+    stalls = find_stalls(rich).set_index("verdict")
+    assert "reclaim" in stalls.index and "io" in stalls.index
+    assert abs(stalls.loc["reclaim", "reclaim_ns"] - 10 * MS) < 1 * MS
+    assert stalls.loc["reclaim", "components"]["reclaim"] == stalls.loc["reclaim", "reclaim_ns"]
+    assert "taskstats" in stalls.loc["reclaim", "sources"]
+    assert "block-IO delay 12.0 ms (taskstats)" in stalls.loc["io", "evidence"]
+    # Without the table the same capture says fault, and reclaim is unknown (not zero).
+    plain = find_stalls(cap).set_index("verdict")
+    assert plain.loc["fault", "components"]["reclaim"] is None
