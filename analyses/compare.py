@@ -4,8 +4,9 @@ Figures, each with A, B and the change in % of A:
     cycle end p50 / p99   from the lab's cycles (end - nominal start of each cycle; a graph's cycle ends
                           with its last stage)
     deadline misses       count, and per hour
-    wake-ups per cycle    switch-ins of all recorded threads / cycles (lab cycles, else periods of the main
-                          periodic thread): N clients in series wake N threads a cycle, a chain one
+    wake-ups per cycle    switch-ins of the periodic threads (the graph's) / cycles (lab cycles, else periods
+                          of the main periodic thread): N clients in series wake N threads a cycle, a
+                          chain one; and of all recorded threads
     CPU of the targets    on-CPU time of all recorded threads, % of one core
     runnable wait         % of the targets' CPU time spent waiting for a CPU
     minor faults / s, context switches / s (machine), stall episodes and their verdicts
@@ -58,7 +59,9 @@ def capture_figures(cap: Capture) -> dict[str, tuple[float, str]]:
             out[name] = (np.nan, "us" if "p" in name.split()[-1] else "")
         cycles_source = "periods of the main periodic thread" if main is not None else "none"
     out["cycles"] = (n_cycles, cycles_source)
-    out["wake-ups per cycle"] = (switches / n_cycles if n_cycles else np.nan, "")
+    periodic_switches = float(profiles.loc[profiles["periodic"].to_numpy(bool), "switches"].sum())
+    out["wake-ups per cycle"] = (periodic_switches / n_cycles if n_cycles else np.nan, "periodic threads")
+    out["  all recorded threads"] = (switches / n_cycles if n_cycles else np.nan, "switch-ins per cycle")
     out["CPU of the targets"] = (100.0 * on / duration if duration else np.nan, "% of a core")
     out["runnable wait"] = (100.0 * rq / on if on else np.nan, "% of CPU time")
     out["minor faults"] = (minflt / (duration / 1e9) if duration else np.nan, "/s")

@@ -165,10 +165,12 @@ def _in_rhythm(windows: pd.DataFrame, period: np.ndarray, interval_ns: int, wake
     same_next = np.r_[w_tid[1:] == w_tid[:-1], False]
     regular = same_next & (gap <= np.nan_to_num(period[idx], nan=0) + 2 * interval_ns)
     run_ok = regular.copy()
-    for k in range(1, wakeups):  # the next `wakeups` gaps all regular
-        shifted = np.r_[regular[k:], np.zeros(k, dtype=bool)]
-        same = np.r_[w_tid[k:] == w_tid[:-k], np.zeros(k, dtype=bool)]
-        run_ok &= shifted & same
+    n = len(idx)
+    for k in range(1, wakeups):  # the next `wakeups` gaps all regular, in the same thread
+        ahead = np.zeros(n, dtype=bool)
+        if k < n:
+            ahead[: n - k] = regular[k:] & (w_tid[k:] == w_tid[:-k])
+        run_ok &= ahead
     starts = pd.Series(np.where(run_ok, end[idx], np.nan)).groupby(w_tid).min()
     onset = starts.reindex(tid).to_numpy(dtype=np.float64)
     settled |= ~np.isnan(onset) & (end >= np.nan_to_num(onset, nan=np.inf))
@@ -184,12 +186,16 @@ def find_stalls(
     t_range: tuple[int | None, int | None] | None = None,
     profiles: pd.DataFrame | None = None,
     with_suspects: bool = True,
+    max_samples: int = 3_000_000,
 ) -> pd.DataFrame:
     """Stall episodes of the threads of interest (module docstring), one row each, worst first in time order.
 
     Columns: tid pid comm start_ns end_ns duration_ns verdict stall_ns excess_ns share components
     (dict ns per cause) run_ns runqueue_ns io_ns fault_ns lock_ns reclaim_ns unknown_ns idle_ns minflt
     majflt cpus core_types policy period_ns windows evidence sources undecided why.
+
+    Threads are analysed in groups of about `max_samples` samples (one pass over the capture per
+    group), so that `--all` on a long capture of many threads stays in bounded memory.
     """
     rules = rules or StallRules()
     interval = capture_interval_ns(cap)
@@ -197,31 +203,15 @@ def find_stalls(
     chosen = select_threads(profiles, pattern=pattern, everything=everything)
     if chosen.empty:
         return empty_stalls()
-    windows = thread_windows(cap, tids=chosen["tid"].tolist(), t_range=t_range)
-    if windows.empty:
+    parts, sources = [], dict.fromkeys(("delayacct", "sched", "schedstats", "taskstats", "ebpf"), False)
+    for group in _thread_groups(chosen, max_samples):
+        found, group_sources = _episodes_of(cap, group, profiles, interval, rules, t_range)
+        sources = {k: v or group_sources[k] for k, v in sources.items()}
+        if len(found):
+            parts.append(found)
+    if not parts:
         return empty_stalls()
-    flags = classify_windows(windows, chosen, interval, rules)
-    w = pd.concat([windows, flags], axis=1)
-    tid = w["tid"].to_numpy()
-    anomalous = w["anomalous"].to_numpy()
-    # Delays accounted at their end land in the window after the episode: give them to its last window.
-    next_quiet = np.r_[(tid[1:] == tid[:-1]) & ~anomalous[1:], False] & anomalous
-    for name in LATE_ACCOUNTED:
-        if name in w:
-            values = w[name].astype("Int64")
-            following = values.shift(-1)
-            w[name] = values.where(~next_quiet, values.fillna(0) + following.fillna(0)).where(
-                ~(values.isna() & following.isna())
-            )
-    starts = anomalous & (np.r_[True, ~anomalous[:-1]] | _group_starts(tid))
-    episode = np.cumsum(starts) - 1
-    w = w[anomalous].assign(episode=episode[anomalous])
-    if w.empty:
-        return empty_stalls()
-    episodes = _aggregate(w)
-    episodes = _attach_threads(episodes, chosen, profiles)
-    sources = _sources_present(cap, windows)
-    episodes = _finish_components(episodes, sources)
+    episodes = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     # Rule 4: report what exceeds the thread's normal busy share over the span by min_stall.
     period = episodes["period_ns"].to_numpy(dtype=np.float64)
     default_min = np.where(np.isnan(period), 2.0 * interval, np.maximum(period / 2.0, 0.0))
@@ -239,6 +229,50 @@ def find_stalls(
     episodes["sources"] = _source_lists(episodes, sources)
     episodes["undecided"] = [_undecided(sources)] * len(episodes)
     return episodes[STALL_COLUMNS].sort_values(["start_ns", "tid"]).reset_index(drop=True)
+
+
+def _thread_groups(chosen: pd.DataFrame, max_samples: int) -> list[pd.DataFrame]:
+    """Consecutive groups of threads whose samples add up to at most max_samples (at least one thread)."""
+    counts = chosen["samples"].to_numpy(dtype=np.int64)
+    group = np.cumsum(counts) // max(max_samples, 1)
+    return [chosen[group == g] for g in np.unique(group)]
+
+
+def _episodes_of(
+    cap: Capture,
+    chosen: pd.DataFrame,
+    profiles: pd.DataFrame,
+    interval: int,
+    rules: StallRules,
+    t_range: tuple[int | None, int | None] | None,
+) -> tuple[pd.DataFrame, dict[str, bool]]:
+    """Episodes (rules 1-3, before the min-stall filter) of some threads, and the sources they had."""
+    windows = thread_windows(cap, tids=chosen["tid"].tolist(), t_range=t_range)
+    sources = _sources_present(cap, windows)
+    if windows.empty:
+        return pd.DataFrame(), sources
+    flags = classify_windows(windows, chosen, interval, rules)
+    w = pd.concat([windows, flags], axis=1)
+    del windows, flags
+    tid = w["tid"].to_numpy()
+    anomalous = w["anomalous"].to_numpy()
+    # Delays accounted at their end land in the window after the episode: give them to its last window.
+    next_quiet = np.r_[(tid[1:] == tid[:-1]) & ~anomalous[1:], False] & anomalous
+    for name in LATE_ACCOUNTED:
+        if name in w:
+            values = w[name].astype("Int64")
+            following = values.shift(-1)
+            w[name] = values.where(~next_quiet, values.fillna(0) + following.fillna(0)).where(
+                ~(values.isna() & following.isna())
+            )
+    starts = anomalous & (np.r_[True, ~anomalous[:-1]] | _group_starts(tid))
+    episode = np.cumsum(starts) - 1
+    w = w[anomalous].assign(episode=episode[anomalous])
+    if w.empty:
+        return pd.DataFrame(), sources
+    episodes = _aggregate(w)
+    episodes = _attach_threads(episodes, chosen, profiles)
+    return _finish_components(episodes, sources), sources
 
 
 STALL_COLUMNS = [

@@ -26,6 +26,7 @@ from analyses.source import STATE_R, capture_interval_ns, capture_origin_ns
 from analyses.stalls import StallRules, find_stalls
 from analyses.threads import RT_POLICIES, policy_label, select_threads, thread_profiles
 from analyses.windows import iter_raw_windows
+from forensics.capture import Capture
 
 SPARK = " ▁▂▃▄▅▆▇█"
 CPU_GLYPHS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -94,7 +95,7 @@ def summarize(
 
 
 def _stream(
-    cap, t_range: tuple[int | None, int | None] | None, start: int, bin_ns: int, watched: np.ndarray
+    cap: Capture, t_range: tuple[int | None, int | None] | None, start: int, bin_ns: int, watched: np.ndarray
 ) -> dict[str, pd.DataFrame]:
     columns = ["pid", "run_ns", "wait_ns", "slices", "state", "minflt", "majflt", "cpu", "policy", "rtprio"]
     per_bin, per_cpu, totals, changes = [], [], [], []

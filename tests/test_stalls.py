@@ -221,3 +221,15 @@ def test_taskstats_reclaim_delay_makes_a_reclaim_verdict():
     # Without the table the same capture says fault, and reclaim is unknown (not zero).
     plain = find_stalls(cap).set_index("verdict")
     assert plain.loc["fault", "components"]["reclaim"] is None
+
+
+def test_threads_in_groups_give_the_same_episodes():
+    # --all on a big capture reads the threads in groups (bounded memory): the result must not change.
+    hog = Timeline(tid=1002, comm="hog", policy=1, rtprio=60, cpu=0)
+    hog.add(T0, T0 + 700 * MS, synth.SLEEP)
+    hog.add(T0 + 700 * MS, T0 + 720 * MS, synth.USER)
+    cap = synth.audio_capture([Episode("run", 60, 10), Episode("io", 200, 10)], seconds=1.5, extra=[hog])
+    whole = find_stalls(cap, everything=True)
+    grouped = find_stalls(cap, everything=True, max_samples=100)
+    assert len(whole) == 3 and set(whole["tid"]) == {1001, 1002}
+    pd.testing.assert_frame_equal(whole, grouped)

@@ -20,8 +20,8 @@ def compare(capture_a: str, capture_b: str, fmt: str | None, as_json: bool, outp
     """Compare two captures, A then B (before/after a tuning; N clients in series vs one chain).
 
     \b
-    Figures: cycle end p50/p99 and deadline misses (lab cycles), wake-ups per cycle (switch-ins of all
-    recorded threads per cycle: N clients in series wake N threads a cycle, a chain one), CPU of the
+    Figures: cycle end p50/p99 and deadline misses (lab cycles), wake-ups per cycle (switch-ins of the
+    periodic threads per cycle: N clients in series wake N threads a cycle, a chain one), CPU of the
     recorded threads (% of one core), time waiting for a CPU, minor faults and context switches per
     second, and the stall episodes by verdict. change = (B - A) / A. Run the arms interleaved on the
     same machine state; a shared machine's load lands on both. RSS is not recorded yet: shown unknown.
