@@ -26,13 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from forensics.errors import ForensicsError
 from samplers import frames
 from samplers.procfs import RT_POLICIES, ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
+from samplers.ticktimes import TickTimes
 
 DISCOVERY_NS = 250_000_000  # new processes (and exits of zombies) are picked up within this
 THREAD_SCAN_NS = 50_000_000  # new threads of known processes: one listdir per process, cheap
@@ -111,7 +110,7 @@ class Recorder:
         self.stop_reason: str | None = None
         self.ticks = 0
         self.missed_ticks = 0
-        self.tick_starts = array("q")
+        self.tick_times = TickTimes()
         self.reads = 0
         self.sample_rows = 0
         self.threads_seen = 0
@@ -342,9 +341,8 @@ class Recorder:
             self._event(t_ns, "marker", None, None, text)
 
     def _status(self, now: int, start: int) -> Status:
-        recent = np.diff(np.frombuffer(self.tick_starts, dtype=np.int64)[-1000:])
-        p50 = float(np.percentile(recent, 50)) if len(recent) else None
-        p99 = float(np.percentile(recent, 99)) if len(recent) else None
+        p50 = self.tick_times.recent_percentile(50)
+        p99 = self.tick_times.recent_percentile(99)
         try:
             size = os.stat(self.options.output).st_size
         except OSError:
@@ -479,7 +477,7 @@ class Recorder:
                 )
                 if times:  # no target thread yet (--match still waiting): nothing to store
                     write(frame_header(tick_kind, len(payload)) + payload)
-                self.tick_starts.append(now)
+                self.tick_times.append(now)
                 self.reads += 2 * len(self.hot) + len(sched_raw)
                 self.sample_rows += len(st)
                 self.ticks += 1
@@ -538,8 +536,7 @@ class Recorder:
         self._send(frames.encode_json(frames.TRAILER, trailer))
 
     def _trailer(self, start: int, end: int, r0: resource.struct_rusage, r1: resource.struct_rusage) -> dict[str, Any]:
-        starts = np.frombuffer(self.tick_starts, dtype=np.int64)
-        gaps = np.diff(starts)
+        times = self.tick_times
         cpu_ns = int(((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)) * 1e9)
         return {
             "ended_ns": end,
@@ -547,10 +544,10 @@ class Recorder:
             "end_reason": self.stop_reason or "stopped",
             "ticks": self.ticks,
             "missed_ticks": self.missed_ticks,
-            "interval_p50_ns": float(np.percentile(gaps, 50)) if len(gaps) else None,
-            "interval_p99_ns": float(np.percentile(gaps, 99)) if len(gaps) else None,
-            "interval_max_ns": int(gaps.max()) if len(gaps) else None,
-            "interval_mean_ns": float(gaps.mean()) if len(gaps) else None,
+            "interval_p50_ns": times.percentile(50),
+            "interval_p99_ns": times.percentile(99),
+            "interval_max_ns": times.max_ns if times.count else None,
+            "interval_mean_ns": times.mean_ns,
             "sampler_cpu_ns": cpu_ns,
             "reads": self.reads,
             "threads_seen": self.threads_seen,
