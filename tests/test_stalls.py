@@ -233,3 +233,18 @@ def test_threads_in_groups_give_the_same_episodes():
     grouped = find_stalls(cap, everything=True, max_samples=100)
     assert len(whole) == 3 and set(whole["tid"]) == {1001, 1002}
     pd.testing.assert_frame_equal(whole, grouped)
+
+
+def test_start_up_and_stop_of_a_periodic_thread_are_not_stalls():
+    # Before its loop the thread initialises (18 ms on CPU) and waits to be started (17 ms asleep); at
+    # the end it stops waking 300 ms before the capture ends. Neither is a stalled callback.
+    audio = Timeline(tid=1001, comm="lab-audio", policy=1, rtprio=70, cpu=1)
+    t = audio.add(T0 + 10 * MS, T0 + 28 * MS, synth.USER)
+    t = audio.add(t, T0 + 45 * MS, synth.SLEEP)
+    synth.periodic(audio, t0=T0 + 45 * MS, duration_ns=1_500 * MS, period_ns=5_333_333)
+    cap = synth.capture([audio], t0=T0, duration_ns=1_900 * MS)
+    assert find_stalls(cap).empty
+    # The same wait inside the rhythm is a stall: it ends in a wake-up after the thread was periodic.
+    late = Timeline(tid=1001, comm="lab-audio", policy=1, rtprio=70, cpu=1)
+    synth.periodic(late, t0=T0, duration_ns=1_900 * MS, period_ns=5_333_333, episodes=[Episode("lock", 150, 17)])
+    assert find_stalls(synth.capture([late], t0=T0, duration_ns=1_900 * MS))["verdict"].tolist() == ["lock"]
