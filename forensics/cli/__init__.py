@@ -22,6 +22,12 @@ from forensics.errors import CaptureWarning, ForensicsError
 COMMANDS: dict[str, str] = {
     "info": "forensics.cli.info:info",
     "dump": "forensics.cli.dump:dump",
+    "stalls": "forensics.cli.stalls:stalls",
+    "spikes": "forensics.cli.spikes:spikes",
+    "summarize": "forensics.cli.summarize:summarize",
+    "system": "forensics.cli.system:system",
+    "jitter": "forensics.cli.jitter:jitter",
+    "compare": "forensics.cli.compare:compare",
     "restore": "forensics.cli.restore:restore",
     "doctor": "forensics.cli.doctor:doctor",
 }
