@@ -179,3 +179,12 @@ def test_taskstats_deltas_null_the_uptime_jump() -> None:
     # A wait longer than the time between two queries is fine (the kernel adds a delay when it ends).
     long_wait = ts.assign(blkio_delay_ns=[0, 0, 1_900_000, 1_900_000])
     assert exact.taskstats_deltas(long_wait)["blkio_delay_ns"].tolist() == [0, 1_900_000, 0]
+
+
+def test_summarize_threads(tables: tuple[pd.DataFrame, pd.DataFrame]) -> None:
+    sw, wk = tables
+    summary = exact.summarize_threads(exact.off_cpu_intervals(sw, wk), exact.cpu_intervals(sw)).set_index("tid")
+    a = summary.loc[A]
+    assert a.run_ns == 200 + 150 + 200 + 190 and a.max_run_ns == 200
+    assert (a.off_sleep_ns, a.off_preempted_ns, a.off_uninterruptible_ns) == (450 + 20, 100, 310)
+    assert (a.runqueue_ns, a.max_runqueue_ns) == (45 + 100 + 9 + 18, 100)

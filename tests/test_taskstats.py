@@ -397,3 +397,10 @@ def test_delayacct_covers_only_threads_created_after_the_switch(tmp_path: Path) 
     assert old_fields["blkio_count"] == 0 and old_fields["write_bytes"] >= 4 * 256 * 1024  # IO done, none counted
     table = ts.taskstats_table(rows, True, delayacct_since_ns=since).to_pylist()
     assert all(r["blkio_delay_ns"] is None and r["blkio_count"] is None for r in table)  # unknown, not 0
+
+
+def test_comm() -> None:
+    raw = bytearray(canned_struct(16, 560, V16_OFFSETS)[0])
+    raw[80 : 80 + 10] = b"lab-audio\0"  # ac_comm[32] at offset 80
+    assert ts.parse_comm(bytes(raw)) == "lab-audio"
+    assert ts.parse_comm(bytes(raw[:100])) is None  # cut inside ac_comm

@@ -20,7 +20,6 @@ import ast
 import contextlib
 import errno
 import operator
-import os
 import re
 import subprocess
 from collections.abc import Callable, Iterable
@@ -233,12 +232,3 @@ def decode_one(value: int, rules: PrevStateRules = DEFAULT_RULES) -> str:
     if rules.preempt_mask and value & rules.preempt_mask:
         text += "+"
     return text
-
-
-def sched_switch_rules(tracefs: str | None = None) -> PrevStateRules:
-    """This kernel's rules (DEFAULT_RULES when tracefs is not there to ask)."""
-    return prev_state_rules(read_format("sched", "sched_switch", tracefs))
-
-
-def is_root() -> bool:
-    return os.geteuid() == 0
