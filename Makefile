@@ -2,14 +2,14 @@
 # written to bench/out/ and quoted in the issues' closing notes.
 PYTHON ?= python3
 
-.PHONY: test lint bench bench-sampler bench-churn bench-analyses
+.PHONY: test lint bench bench-sampler bench-churn bench-analyses bench-exact
 test:
 	$(PYTHON) -m pytest
 
 lint:
 	ruff check . && ruff format --check .
 
-bench: bench-sampler bench-churn bench-analyses
+bench: bench-sampler bench-churn bench-analyses bench-exact
 
 bench-sampler:
 	$(PYTHON) bench/sampler_bench.py
@@ -19,3 +19,6 @@ bench-churn:
 
 bench-analyses:
 	$(PYTHON) bench/analyses_bench.py
+
+bench-exact:  # root: taskstats, BCC start, ring-buffer rate against loss, recording cost per source
+	$(PYTHON) bench/bench_exact.py

@@ -28,6 +28,8 @@ COMMANDS: dict[str, str] = {
     "system": "forensics.cli.system:system",
     "jitter": "forensics.cli.jitter:jitter",
     "compare": "forensics.cli.compare:compare",
+    "restore": "forensics.cli.restore:restore",
+    "doctor": "forensics.cli.doctor:doctor",
 }
 
 
