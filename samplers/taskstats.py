@@ -48,7 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from forensics.capture import register_table
+from forensics.capture import TASKSTATS_SCHEMA
 from forensics.errors import ForensicsError
 
 # --------------------------------------------------------------------------------------------------
@@ -434,18 +434,8 @@ OTHER_COLUMNS: dict[str, str] = {
     "write_bytes": "write_bytes",
 }
 
-TASKSTATS_SCHEMA = pa.schema(
-    [
-        ("tick", pa.uint32()),
-        ("t_ns", pa.int64()),  # CLOCK_MONOTONIC ns when the query was sent
-        ("tid", pa.int32()),
-        ("pid", pa.int32()),  # ac_tgid (struct version 12+; else null)
-        ("version", pa.int16()),  # struct taskstats version the kernel sent
-    ]
-    + [(name, pa.int64()) for name in DELAY_COLUMNS]
-    + [(name, pa.int64()) for name in OTHER_COLUMNS]
-)
-register_table("taskstats", TASKSTATS_SCHEMA)
+# The table's schema lives with the format (forensics/capture.py); its columns are these mappings' keys.
+assert TASKSTATS_SCHEMA.names[5:] == [*DELAY_COLUMNS, *OTHER_COLUMNS], "taskstats columns out of step with the schema"
 
 
 def _stats_location(raw: bytes) -> tuple[int, int]:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from forensics.capture import EBPF_SCHEMAS
 from samplers.ebpf import kernel_stub, tables
 from samplers.ebpf.bcc_import import BccUnavailable, import_bcc
 from samplers.ebpf.tracefs import DEFAULT_RULES, decode_one, decode_prev_state, eval_const_expr, prev_state_rules
@@ -237,7 +238,7 @@ def test_decode_events_into_tables() -> None:
     assert rq[0]["rwbs"] == "WS" and rq[1]["rwbs"] == "WS"  # stale bytes after the NUL do not make a new name
     assert rq[1]["kind"] == "complete" and rq[1]["error"] == 0 and rq[1]["bytes"] is None and rq[1]["tid"] == 13
     for name, table in out.items():
-        assert table.schema == tables.EBPF_SCHEMAS[name], name
+        assert table.schema == EBPF_SCHEMAS[name], name
 
 
 def test_event_dtype_mirrors_the_c_struct() -> None:

@@ -4,7 +4,7 @@ Decoding is vectorised: a batch of records is one numpy structured array (EVENT_
 `struct event`), split by kind and turned into Arrow tables column by column. Times are
 bpf_ktime_get_ns(): CLOCK_MONOTONIC ns, the clock of every other table in the capture.
 
-Tables (registered with forensics.capture.register_table):
+Tables (their schemas live in forensics/capture.py, the format module):
 
 sched_switch   t_ns cpu prev_tid prev_pid prev_comm prev_prio prev_state prev_state_char
                next_tid next_pid next_comm next_prio
@@ -33,7 +33,13 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pyarrow as pa
 
-from forensics.capture import register_table
+from forensics.capture import (
+    BLOCK_RQ_SCHEMA,
+    EBPF_LOST_SCHEMA,
+    PAGE_FAULTS_SCHEMA,
+    SCHED_SWITCH_SCHEMA,
+    SCHED_WAKEUP_SCHEMA,
+)
 from samplers.ebpf.tracefs import DEFAULT_RULES, PrevStateRules, decode_prev_state
 
 KIND_SWITCH = 1
@@ -75,82 +81,6 @@ EVENT_DTYPE = np.dtype(
     ]
 )
 EVENT_SIZE = EVENT_DTYPE.itemsize  # 96
-
-_DICT_STR = pa.dictionary(pa.int32(), pa.string())
-
-SCHED_SWITCH_SCHEMA = pa.schema(
-    [
-        ("t_ns", pa.int64()),
-        ("cpu", pa.int16()),
-        ("prev_tid", pa.int32()),
-        ("prev_pid", pa.int32()),
-        ("prev_comm", _DICT_STR),
-        ("prev_prio", pa.int16()),
-        ("prev_state", pa.int64()),
-        ("prev_state_char", _DICT_STR),
-        ("next_tid", pa.int32()),
-        ("next_pid", pa.int32()),
-        ("next_comm", _DICT_STR),
-        ("next_prio", pa.int16()),
-    ]
-)
-SCHED_WAKEUP_SCHEMA = pa.schema(
-    [
-        ("t_ns", pa.int64()),
-        ("cpu", pa.int16()),
-        ("kind", _DICT_STR),
-        ("tid", pa.int32()),
-        ("pid", pa.int32()),
-        ("comm", _DICT_STR),
-        ("prio", pa.int16()),
-        ("target_cpu", pa.int16()),
-        ("waker_tid", pa.int32()),
-        ("waker_pid", pa.int32()),
-        ("waker_comm", _DICT_STR),
-        ("waker_context", _DICT_STR),
-        ("waker_function", _DICT_STR),
-    ]
-)
-PAGE_FAULTS_SCHEMA = pa.schema(
-    [
-        ("t_ns", pa.int64()),
-        ("cpu", pa.int16()),
-        ("tid", pa.int32()),
-        ("pid", pa.int32()),
-        ("address", pa.uint64()),
-        ("ip", pa.uint64()),
-        ("error_code", pa.int64()),
-    ]
-)
-BLOCK_RQ_SCHEMA = pa.schema(
-    [
-        ("t_ns", pa.int64()),
-        ("cpu", pa.int16()),
-        ("kind", _DICT_STR),
-        ("dev", pa.uint32()),
-        ("major", pa.int32()),
-        ("minor", pa.int32()),
-        ("sector", pa.uint64()),
-        ("nr_sector", pa.int64()),
-        ("bytes", pa.int64()),
-        ("rwbs", _DICT_STR),
-        ("error", pa.int32()),
-        ("tid", pa.int32()),
-        ("pid", pa.int32()),
-        ("comm", _DICT_STR),
-    ]
-)
-EBPF_LOST_SCHEMA = pa.schema([("t_ns", pa.int64()), ("kind", _DICT_STR), ("lost_total", pa.int64())])
-
-EBPF_SCHEMAS: dict[str, pa.Schema] = {
-    "sched_switch": SCHED_SWITCH_SCHEMA,
-    "sched_wakeup": SCHED_WAKEUP_SCHEMA,
-    "page_faults": PAGE_FAULTS_SCHEMA,
-    "block_rq": BLOCK_RQ_SCHEMA,
-    "ebpf_lost": EBPF_LOST_SCHEMA,
-}
-for _name, _schema in EBPF_SCHEMAS.items():
-    register_table(_name, _schema)
 
 
 def _strings(raw: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
