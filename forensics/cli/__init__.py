@@ -22,6 +22,7 @@ from forensics.errors import CaptureWarning, ForensicsError
 COMMANDS: dict[str, str] = {
     "info": "forensics.cli.info:info",
     "dump": "forensics.cli.dump:dump",
+    "lab": "forensics.cli.lab:lab",
 }
 
 
