@@ -365,9 +365,11 @@ def test_clean_ten_seconds_have_no_deadline_misses(tmp_path: Path) -> None:
     first, last = watch.samples[0], watch.samples[-1]
     logged = ((cycles["start_ns"] > first.t_ns) & (cycles["start_ns"] < last.t_ns)).sum()
     assert 0.97 * logged <= last.slices - first.slices <= 1.05 * logged + 5
-    # lab-main sleeps in Thread.join the whole run: it never wakes up to take the GIL from lab-audio.
-    main = watch.switches["lab-main"]
-    assert main[-1][1] - main[0][1] <= 1, main
+    # lab-main sleeps in Thread.join from the first callback on: it never wakes up to take the GIL from
+    # lab-audio (it does switch a few times while it starts lab-audio, before the first period).
+    run_start, run_end = cycles["start_ns"].min(), cycles["end_ns"].max()
+    main = [count for t, count in watch.switches["lab-main"] if run_start <= t <= run_end]
+    assert len(main) > 100 and main[-1] - main[0] <= 1, main
 
 
 def _wakeups_per_cycle(watch: Watch, cycles) -> tuple[float, int]:
