@@ -88,7 +88,10 @@ def read_truth(path: str | os.PathLike[str]) -> Truth:
     """Load a truth file written by the lab (`--truth FILE`)."""
     p = Path(path)
     try:
-        document = json.loads(p.read_text())
+        text = p.read_text()
+        if not text.strip():
+            raise ForensicsError(f"the truth file {p} is empty: the lab did not write it (see its messages)")
+        document = json.loads(text)
     except FileNotFoundError:
         raise ForensicsError(f"no such truth file: {p}") from None
     except (OSError, UnicodeDecodeError) as err:

@@ -280,8 +280,10 @@ def test_other_io_modes_and_major_faults_wait_for_the_disk(tmp_path: Path, optio
         before, after = watch.window(row.start_ns, row.end_ns)
         run, majflt = after.run_ns - before.run_ns, after.majflt - before.majflt
         what = f"{option}: D {d / 1e6:.1f} ms, run {run / 1e6:.1f} ms, {majflt} major faults"
-        # A virtio disk costs CPU per request (~35 % of D here): off CPU for 55-70 % of D, so 0.4.
-        assert d - run >= 0.4 * d, what
+        # Each request costs CPU on this VM's virtio disk (syscalls, exits to the host): measured off CPU
+        # 55-70 % of D for write, 47-72 % for fsync, 42-64 % for major faults; hence 0.25, with the D state
+        # and the major-fault count as the evidence that the disk was waited for.
+        assert d - run >= 0.25 * d, what
         assert watch.states(row.start_ns, row.end_ns)["D"] > 0, what
         if cause == "fault":
             assert majflt >= 100, what

@@ -192,6 +192,7 @@ def test_empty_truth_has_typed_columns() -> None:
     ("content", "words"),
     [
         ("{not json", "is not JSON"),
+        ("", "is empty: the lab did not write it"),
         (json.dumps({"episodes": []}), "needs top-level"),
         (json.dumps({"episodes": [{"cause": "run"}], "cycles": []}), "lacks tid, start_ns, end_ns"),
     ],
