@@ -142,6 +142,8 @@ THREADS_SCHEMA = pa.schema(
         ("process", pa.string()),  # process name, /proc/<pid>/comm
         ("cmdline", pa.string()),  # null when recorded with --redact
         ("starttime", pa.int64()),  # stat 22, clock ticks after boot: tells a reused tid apart
+        ("policy", pa.int8()),  # when first seen; changes are `policy_changed` events (and in samples)
+        ("rtprio", pa.int16()),
     ]
 )
 
@@ -350,7 +352,8 @@ class Capture:
 
     `.samples`  one row per thread per tick, cumulative counters as read (see SAMPLES_SCHEMA)
     `.sched`    rows of /proc/<pid>/task/<tid>/sched for the threads it was read for
-    `.threads`  one row per thread: tid pid comm process cmdline starttime first_ns last_ns exit_ns
+    `.threads`  one row per thread: tid pid comm process cmdline starttime policy rtprio first_ns last_ns
+                exit_ns (names as last seen, policy as first seen)
     `.events`   t_ns kind pid tid text
     `.system`   /proc/stat per CPU (cpu = -1: the machine), context switches, interrupts, PSI
     `.truth`    lab ground truth (cause tid start_ns end_ns); empty unless the lab was recorded
@@ -472,8 +475,11 @@ class Capture:
             )
         else:
             first = rows.groupby("tid", sort=True)["t_ns"].min().rename("first_ns")
-            latest = rows.sort_values("t_ns").groupby("tid", sort=True).last().drop(columns=["t_ns"])
+            ordered = rows.sort_values("t_ns").groupby("tid", sort=True)
+            latest = ordered.last().drop(columns=["t_ns", "policy", "rtprio"], errors="ignore")
             summary = latest.join(first)
+            if "policy" in rows.columns:  # as first seen (older captures lack the columns)
+                summary = summary.join(ordered[["policy", "rtprio"]].first())
             samples = self.table("samples", columns=["tid", "t_ns"])
             summary = summary.join(samples.groupby("tid")["t_ns"].max().rename("last_ns").astype("Int64"))
             events = self.events

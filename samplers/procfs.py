@@ -155,17 +155,79 @@ def parse_sched(raw: bytes) -> dict[str, int]:
 # Bulk parsing: one call per batch of reads, vectorised where it counts.
 
 
+MAX_DIGITS = 20  # u64 max is 20 digits
+
+
+def tokens_to_int64(buf: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Decimal tokens buf[starts[i]:ends[i]] (optional leading '-') to int64, all at once.
+
+    One Horner step per digit position across every token: no Python loop per token. Tokens must fit
+    int64 (the counters we pick do; stat's rsslim 18446744073709551615 is never picked).
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    negative = buf[np.minimum(starts, len(buf) - 1)] == ord("-")
+    starts = starts + negative
+    lengths = ends - starts
+    values = np.zeros(len(starts), dtype=np.int64)
+    width = int(lengths.max()) if len(lengths) else 0
+    for k in range(min(width, MAX_DIGITS)):
+        live = lengths > k
+        digits = buf[np.where(live, starts + k, 0)].astype(np.int64) - ord("0")
+        values = np.where(live, values * 10 + digits, values)
+    return np.where(negative, -values, values)
+
+
+def parse_schedstat_blob(blob: bytes, count: int) -> np.ndarray:
+    """(count, 3) int64 from `count` schedstat texts joined: "run wait slices\n" each."""
+    if count == 0:
+        return np.zeros((0, 3), dtype=np.int64)
+    buf = np.frombuffer(blob, dtype=np.uint8)
+    separators = np.flatnonzero((buf == ord(" ")) | (buf == ord("\n")))
+    if len(separators) != 3 * count:
+        return np.array([parse_schedstat(line) for line in blob.splitlines()], dtype=np.int64)
+    starts = np.concatenate(([0], separators[:-1] + 1))
+    return tokens_to_int64(buf, starts, separators).reshape(count, 3)
+
+
 def parse_schedstat_batch(raws: Sequence[bytes]) -> np.ndarray:
     """(n, 3) int64 array of run_ns, wait_ns, slices."""
-    if not raws:
-        return np.zeros((0, 3), dtype=np.int64)
-    tokens = b" ".join(raws).split()
-    if len(tokens) == 3 * len(raws):
-        return np.array(tokens).astype(np.int64).reshape(-1, 3)
-    return np.array([parse_schedstat(r) for r in raws], dtype=np.int64)
+    return parse_schedstat_blob(b"".join(raws), len(raws))
 
 
-_STAT_PICK = tuple(STAT_NUMERIC.values())
+_STAT_PICK = np.array(list(STAT_NUMERIC.values()), dtype=np.int64)
+
+
+def parse_stat_blob(blob: bytes, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Stat texts joined in `blob`, line i being `lengths[i]` bytes: (states, numbers) as parse_stat_batch.
+
+    Vectorised over the whole blob: the last ')' of each line, the spaces after it, then the picked
+    tokens parsed together. A line too short for field 42 (kernels before 2.6.18) gets -1 there.
+    """
+    n = len(lengths)
+    if n == 0:
+        return np.zeros(0, dtype="<U1"), np.zeros((0, len(STAT_NUMERIC)), dtype=np.int64)
+    buf = np.frombuffer(blob, dtype=np.uint8)
+    line_ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
+    line_starts = line_ends - lengths
+    parens = np.flatnonzero(buf == ord(")"))
+    # The last ')' of line i is the last paren before line_ends[i].
+    last_paren = parens[np.searchsorted(parens, line_ends, side="left") - 1]
+    if np.any(last_paren < line_starts):
+        raise ValueError("a stat text without ')'")
+    separators = np.flatnonzero((buf == ord(" ")) | (buf == ord("\n")))
+    # Token j after the ')' (j = 0 is the state) starts after separator first + j and ends at the next.
+    first = np.searchsorted(separators, last_paren, side="left")  # the space right after ')'
+    last = np.searchsorted(separators, line_ends, side="left") - 1  # the line's final "\n"
+    states = np.frombuffer(buf[separators[first] + 1].tobytes(), dtype="S1").astype("<U1")
+    numbers = np.full((n, len(_STAT_PICK)), -1, dtype=np.int64)
+    for column, j in enumerate(_STAT_PICK):
+        ok = first + j + 1 <= last  # token j exists: a separator follows it inside the line
+        if not ok.any():
+            continue
+        idx = first[ok] + j
+        numbers[ok, column] = tokens_to_int64(buf, separators[idx] + 1, separators[idx + 1])
+    return states, numbers
 
 
 def parse_stat_batch(raws: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
@@ -173,18 +235,7 @@ def parse_stat_batch(raws: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray]:
 
     A kernel too old for field 42 gets -1 there (the caller turns it into null).
     """
-    n = len(raws)
-    if n == 0:
-        return np.zeros(0, dtype="<U1"), np.zeros((0, len(STAT_NUMERIC)), dtype=np.int64)
-    tails = [r[r.rfind(b")") + 2 :].split() for r in raws]
-    width = len(tails[0])
-    if width > STAT_BLKIO_TICKS and all(len(t) == width for t in tails):
-        picked = [tuple(t[i] for i in _STAT_PICK) for t in tails]
-        numbers = np.array(b" ".join(b" ".join(p) for p in picked).split()).astype(np.int64).reshape(n, -1)
-    else:  # mixed or short lines: slow path, one at a time
-        numbers = np.array([[int(t[i]) if i < len(t) else -1 for i in _STAT_PICK] for t in tails], dtype=np.int64)
-    states = np.array([t[STAT_STATE].decode() if t else "?" for t in tails], dtype="<U1")
-    return states, numbers
+    return parse_stat_blob(b"".join(raws), np.array([len(r) for r in raws], dtype=np.int64))
 
 
 # --------------------------------------------------------------------------------------------------

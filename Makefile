@@ -1,0 +1,21 @@
+# Tests and benchmarks. Benchmarks are run by hand on an otherwise idle machine; their figures are
+# written to bench/out/ and quoted in the issues' closing notes.
+PYTHON ?= python3
+
+.PHONY: test lint bench bench-sampler bench-churn bench-analyses
+test:
+	$(PYTHON) -m pytest
+
+lint:
+	ruff check . && ruff format --check .
+
+bench: bench-sampler bench-churn bench-analyses
+
+bench-sampler:
+	$(PYTHON) bench/sampler_bench.py
+
+bench-churn:
+	$(PYTHON) bench/churn_bench.py
+
+bench-analyses:
+	$(PYTHON) bench/analyses_bench.py

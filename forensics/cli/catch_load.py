@@ -1,0 +1,334 @@
+"""`catch-load`: record every thread of the targets at 2 ms into one capture file."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from forensics import __version__
+from forensics.capture import SUFFIX
+from forensics.cli import run_cli
+from forensics.cli.options import DURATION
+from forensics.describe import fmt_ns
+from forensics.errors import ForensicsError
+from samplers.machine import cpu_topology, host_info, sources_available
+from samplers.procfs import ProcPaths
+from samplers.recorder import Recorder, RecorderOptions, Status
+from samplers.session import RecordingSession, package_env
+from samplers.targets import TargetSpec, missing_process, read_process
+
+
+def _default_output() -> str:
+    return f"catch-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}{SUFFIX}"
+
+
+EPILOG = """\b
+Examples:
+  catch-load --lab                          record the built-in lab (no audio hardware needed)
+  catch-load --match jackd --children       wait for jackd, record it and its clients
+  catch-load -p 1234 -p 5678 -d 30s -o load.ssf
+  catch-load -- my-plugin-host --load foo.so   launch a command and record it until it exits
+
+\b
+While recording: press Enter (optionally after typing a label) or `kill -USR1 <recorder pid>` to
+add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `forensics stalls FILE`.
+"""
+
+
+@click.command(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EPILOG,
+)
+@click.option("-p", "--pid", "pids", type=int, multiple=True, help="Record this process (repeatable).")
+@click.option(
+    "-m",
+    "--match",
+    "match",
+    metavar="REGEX",
+    help="Record processes whose name or command line matches (also those that start later).",
+)
+@click.option("--children", is_flag=True, help="Also record descendants of the targets, as they appear.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=f"Capture file to write [default: catch-DATE-TIME{SUFFIX}].",
+)
+@click.option(
+    "-i",
+    "--interval",
+    type=DURATION,
+    default="2ms",
+    show_default=True,
+    help="Sampling interval: 2ms, 500us, 0.002 (seconds).",
+)
+@click.option(
+    "-d",
+    "--duration",
+    type=DURATION,
+    default=None,
+    help="Stop after this long (default: when the targets exit, or Ctrl-C).",
+)
+@click.option(
+    "--sched",
+    "sched_mode",
+    type=click.Choice(["rt", "all", "none"]),
+    default="rt",
+    show_default=True,
+    help="Also read /proc/.../sched (switch counts, migrations, schedstats sums; ~3x the cost of "
+    "schedstat) for real-time threads, all threads, or none.",
+)
+@click.option("--cpu", type=int, default=None, help="Pin the sampler to this CPU.")
+@click.option(
+    "--rt-priority",
+    type=click.IntRange(1, 99),
+    default=None,
+    metavar="1-99",
+    help="Run the sampler SCHED_FIFO at this priority (root), so busy real-time threads cannot "
+    "starve it. It then preempts lower-priority targets for ~50 us a tick: keep it below the "
+    "audio threads' priority.",
+)
+@click.option("--redact", is_flag=True, help="Do not store command lines (for captures attached to public bugs).")
+@click.option("--mark-on-new-process", is_flag=True, help="Add a marker whenever a new target process appears.")
+@click.option("-q", "--quiet", is_flag=True, help="No live status line.")
+@click.option("--lab", "lab_args", hidden=True, default=None)
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ARGS...]")
+@click.version_option(__version__, prog_name="catch-load")
+def catch_load(
+    pids: tuple[int, ...],
+    match: str | None,
+    children: bool,
+    output: str | None,
+    interval: int,
+    duration: int | None,
+    sched_mode: str,
+    cpu: int | None,
+    rt_priority: int | None,
+    redact: bool,
+    mark_on_new_process: bool,
+    quiet: bool,
+    lab_args: str | None,
+    command: tuple[str, ...],
+) -> None:
+    """Record every thread of the target processes at 2 ms into one capture file.
+
+    Each tick reads every target thread's schedstat (ns on CPU, ns waiting for a CPU, switches) and stat
+    (state, faults, CPU, policy, priority) from /proc, plus sched for real-time threads, and /proc/stat
+    and pressure for the machine. Threads and processes that start later are picked up within 250 ms.
+
+    Targets: --pid, --match, --children, a command after `--`, or `--lab [LAB OPTIONS]` (everything after
+    --lab goes to the built-in lab workload; see `forensics lab --help`).
+    """
+    lab_argv = shlex.split(lab_args) if lab_args is not None else None
+    if sum(bool(x) for x in (pids or match, command, lab_argv is not None)) > 1:
+        raise ForensicsError("give targets (--pid/--match), a command after --, or --lab: not several")
+    if not (pids or match or command or lab_argv is not None):
+        raise ForensicsError("nothing to record: give --pid PID, --match REGEX, --lab, or -- COMMAND ARGS")
+    regex = None
+    if match:
+        try:
+            regex = re.compile(match)
+        except re.error as err:
+            raise ForensicsError(f"--match {match!r} is not a valid regular expression: {err}") from None
+    out = Path(output or _default_output())
+    for pid in pids:  # before anything is created or launched
+        if read_process(ProcPaths(), pid) is None:
+            raise missing_process(pid)
+
+    truth_path: Path | None = None
+    launched: subprocess.Popen[bytes] | None = None
+    stdin_markers = sys.stdin.isatty()
+    if lab_argv is not None:
+        truth_fd, truth_name = tempfile.mkstemp(prefix="lab-truth-", suffix=".json")
+        os.close(truth_fd)
+        truth_path = Path(truth_name)
+        command = (sys.executable, "-m", "lab", *lab_argv, "--truth", str(truth_path))
+    spec = TargetSpec(pids=list(pids), match=regex, children=children)
+    options = RecorderOptions(
+        output=str(out),
+        interval_ns=interval,
+        duration_ns=duration,
+        sched=sched_mode,
+        cpu=cpu,
+        rt_priority=rt_priority,
+        redact=redact,
+        mark_on_new_process=mark_on_new_process,
+        stdin_markers=stdin_markers,
+    )
+    status_line = _StatusLine(enabled=not quiet and sys.stderr.isatty())
+    session = RecordingSession(spec, options, on_status=status_line.show)
+    recorder = session.recorder
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        recorder.stop(f"interrupted ({signal.Signals(signum).name})")
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGUSR1, lambda *_: recorder.add_marker("SIGUSR1"))
+
+    session.wait_ready()  # a launched command must not start before the recording can
+    if command:
+        try:
+            launched = subprocess.Popen(
+                list(command),
+                stdin=subprocess.DEVNULL if stdin_markers else None,
+                env=package_env() if lab_argv is not None else None,
+            )
+        except OSError as err:
+            session.abandon()
+            raise ForensicsError(f"cannot run {command[0]!r}: {err.strerror}") from err
+        spec.command_pid = launched.pid
+
+    meta = _meta(spec, options, session.writer.pid, lab_argv)
+    if not quiet:
+        what = " ".join(command) if command else ", ".join(f"{k}={v}" for k, v in spec.describe().items() if v)
+        click.echo(
+            f"catch-load: recording {what} every {fmt_ns(interval)} into {out} "
+            f"(Enter or SIGUSR1 to mark, Ctrl-C to stop)",
+            err=True,
+        )
+        if regex is not None and not pids:
+            click.echo(f"catch-load: waiting for a process matching {match!r}...", err=True)
+    try:
+        trailer = session.record(meta)
+        status_line.clear()
+        if launched is not None:
+            try:
+                launched.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                launched.terminate()
+                launched.wait()
+            trailer["command_exit_code"] = launched.returncode
+        if truth_path is not None:
+            _store_truth(session, truth_path)
+    except ForensicsError:
+        status_line.clear()
+        if launched is not None and launched.poll() is None:
+            launched.terminate()
+        session.abandon()
+        raise
+    finally:
+        if truth_path is not None:
+            truth_path.unlink(missing_ok=True)
+    session.finish(trailer)
+    if not quiet:
+        _print_summary(out, trailer, recorder)
+
+
+def _meta(spec: TargetSpec, options: RecorderOptions, writer_pid: int, lab_argv: list[str] | None) -> dict[str, Any]:
+    import time
+
+    return {
+        "tool": "spike-stall-forensics",
+        "tool_version": __version__,
+        "host": host_info(options.procfs),
+        "cpus": cpu_topology(),
+        "sources": sources_available(options.procfs, options.sched),
+        "recording": {
+            "interval_ns": options.interval_ns,
+            "duration_ns": options.duration_ns,
+            "started_ns": time.monotonic_ns(),
+            "started_wall": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
+            "argv": ["catch-load", *sys.argv[1:]],
+            "targets": spec.describe(),
+            "lab": lab_argv,
+            "sched": options.sched,
+            "sampler_cpu_pin": options.cpu,
+            "sampler_rt_priority": options.rt_priority,
+            "redact": options.redact,
+            "recorder_pid": os.getpid(),
+            "writer_pid": writer_pid,
+            "clock": "CLOCK_MONOTONIC",
+        },
+    }
+
+
+def _store_truth(recorder: RecordingSession, truth_path: Path) -> None:
+    from lab.truth import read_truth
+
+    try:
+        truth = read_truth(truth_path)
+    except FileNotFoundError:
+        raise ForensicsError("the lab ended without writing its ground truth (did it crash? see above)") from None
+    recorder.add_table("truth", {c: truth.episodes[c].tolist() for c in truth.episodes.columns})
+    recorder.add_table("cycles", {c: truth.cycles[c].tolist() for c in truth.cycles.columns})
+    if truth.lab:
+        recorder.add_meta({"lab": truth.lab})
+
+
+class _StatusLine:
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.width = 0
+
+    def show(self, status: Status) -> None:
+        if not self.enabled:
+            return
+        p50 = fmt_ns(status.interval_p50_ns) if status.interval_p50_ns is not None else "-"
+        p99 = fmt_ns(status.interval_p99_ns) if status.interval_p99_ns is not None else "-"
+        text = (
+            f"{status.elapsed_ns / 1e9:7.1f} s  {status.threads} threads in {status.processes} processes  "
+            f"interval p50 {p50} p99 {p99}  missed {status.missed_ticks}  {status.file_bytes / 1e6:.1f} MB"
+        )
+        if status.waiting_for:
+            text += f"  (waiting for {status.waiting_for})"
+        sys.stderr.write("\r" + text.ljust(self.width))
+        sys.stderr.flush()
+        self.width = len(text)
+
+    def clear(self) -> None:
+        if self.enabled and self.width:
+            sys.stderr.write("\r" + " " * self.width + "\r")
+            sys.stderr.flush()
+            self.width = 0
+
+
+def _print_summary(out: Path, trailer: dict[str, Any], recorder: Recorder) -> None:
+    ticks = trailer["ticks"]
+    missed = trailer["missed_ticks"]
+    duration = trailer["duration_ns"]
+    cpu = trailer["sampler_cpu_ns"]
+    size = out.stat().st_size
+    lines = [
+        f"catch-load: recorded {duration / 1e9:.1f} s ({trailer['end_reason']}): "
+        f"{recorder.threads_seen} threads in {recorder.processes_seen} processes",
+        f"  ticks {ticks}, interval p50 {fmt_ns(trailer['interval_p50_ns'])}, "
+        f"p99 {fmt_ns(trailer['interval_p99_ns'])}, max {fmt_ns(trailer['interval_max_ns'])}, "
+        f"missed {missed} ({100.0 * missed / max(1, ticks + missed):.2f} %)",
+        f"  sampler CPU {100.0 * cpu / max(1, duration):.1f} % of a core (writer "
+        f"{100.0 * trailer.get('writer_cpu_ns', 0) / max(1, duration):.1f} %); file {size / 1e6:.2f} MB "
+        f"({size / max(1, recorder.sample_rows):.1f} bytes per thread-sample)",
+        f"capture: {out}",
+        f"next: forensics info {out}   |   forensics stalls {out}",
+    ]
+    click.echo("\n".join(lines), err=True)
+
+
+def _split_lab(argv: list[str]) -> list[str]:
+    """`catch-load [OPTIONS] --lab [LAB OPTIONS]`: everything after --lab belongs to the lab."""
+    if "--lab" not in argv:
+        return argv
+    at = argv.index("--lab")
+    if "--" in argv[:at]:
+        return argv
+    return [*argv[:at], "--lab", shlex.join(argv[at + 1 :])]
+
+
+def main(args: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if args is None else args
+    run_cli(catch_load, "catch-load", _split_lab(argv))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,564 @@
+"""The recorder: every tick, read every target thread's schedstat and stat (and sched where asked).
+
+The tick does the least work it can: `os.pread(fd, n, 0)` on file descriptors held open (re-reading a
+/proc file without reopening it), one CLOCK_MONOTONIC read per thread, and one `os.write` of the raw
+bytes to the writer process. Everything else (parsing, compression, discovery of new threads and
+processes, system counters, the status line) happens between ticks or in the writer.
+
+Timing: tick k is due at start + k * interval on an absolute clock. A tick that starts more than one
+interval late skips the ticks it missed (counted, and their numbers skipped) instead of bunching up.
+The achieved interval (the time between tick starts) is what the trailer reports, not the one asked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import gc
+import os
+import resource
+import select
+import sys
+import time
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from forensics.errors import ForensicsError
+from samplers import frames
+from samplers.procfs import RT_POLICIES, ProcPaths, parse_stat
+from samplers.system import PRESSURE_FILES
+from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
+from samplers.ticktimes import TickTimes
+
+DISCOVERY_NS = 250_000_000  # new processes (and exits of zombies) are picked up within this
+THREAD_SCAN_NS = 50_000_000  # new threads of known processes: one listdir per process, cheap
+SYSTEM_NS = 50_000_000  # /proc/stat and PSI: context, not per thread; cheap at 20 Hz
+STATUS_NS = 500_000_000
+STDIN_NS = 50_000_000
+
+SCHEDSTAT_BYTES = 128  # "run wait slices\n": three u64 at most 61 bytes
+STAT_BYTES = 1024  # 52 fields of at most 20 digits plus a 64-byte comm (TASK_COMM_LEN 16, escaped)
+SCHED_BYTES = 8192  # about 1.5 KB, 3 KB with schedstats
+PROC_STAT_BYTES = 1 << 20  # /proc/stat grows with CPUs and IRQs: 100+ KB on big machines
+
+PR_SET_TIMERSLACK = 29
+
+
+@dataclass
+class RecorderOptions:
+    output: str
+    interval_ns: int = 2_000_000
+    duration_ns: int | None = None
+    sched: str = "rt"  # all | rt | none
+    cpu: int | None = None
+    rt_priority: int | None = None
+    redact: bool = False
+    mark_on_new_process: bool = False
+    stdin_markers: bool = False
+    procfs: str = "/proc"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Thread:
+    tid: int
+    pid: int
+    fd_schedstat: int
+    fd_stat: int
+    fd_sched: int = -1
+
+
+@dataclass
+class Status:
+    elapsed_ns: int
+    threads: int
+    processes: int
+    interval_p50_ns: float | None
+    interval_p99_ns: float | None
+    missed_ticks: int
+    ticks: int
+    file_bytes: int
+    waiting_for: str | None = None
+
+
+class Recorder:
+    """Samples the targets of `spec` until they exit, the duration ends, or `stop()` is called."""
+
+    def __init__(
+        self,
+        spec: TargetSpec,
+        options: RecorderOptions,
+        on_status: Callable[[Status], None] | None = None,
+        clock: Callable[[], int] = time.monotonic_ns,
+    ) -> None:
+        self.spec = spec
+        self.options = options
+        self.procfs = ProcPaths(options.procfs)
+        self.discovery = Discovery(spec, self.procfs)
+        self.on_status = on_status
+        self.clock = clock
+        self.threads: dict[int, _Thread] = {}
+        self.processes: dict[int, set[int]] = {}
+        self.layout_id = 0
+        self.hot: list[tuple[int, int]] = []
+        self.hot_tids: list[int] = []
+        self.sched_hot: list[tuple[int, int]] = []
+        self._layout_dirty = True
+        self.stop_reason: str | None = None
+        self.ticks = 0
+        self.missed_ticks = 0
+        self.tick_times = TickTimes()
+        self.reads = 0
+        self.sample_rows = 0
+        self.threads_seen = 0
+        self.processes_seen = 0
+        self.writer: Any = None
+        self._pipe = -1
+        self._markers: list[tuple[int, str]] = []
+        self._system_fds: dict[str, int] = {}
+        self._stdin_buffer = b""
+        self._process_names: dict[int, tuple[str | None, str | None]] = {}
+        self._marker_count = 0
+
+    # public control (signal handlers call these; they only set fields) -----------------------------
+    def stop(self, reason: str) -> None:
+        if self.stop_reason is None:
+            self.stop_reason = reason
+
+    def add_marker(self, text: str) -> None:
+        self._markers.append((self.clock(), text))
+
+    # setup -----------------------------------------------------------------------------------------
+    def _send(self, data: bytes) -> None:
+        frames.write_all(self._pipe, data)
+
+    def _event(self, t_ns: int, kind: str, pid: int | None, tid: int | None, text: str) -> None:
+        self._send(frames.encode_json(frames.EVENT, {"t_ns": t_ns, "kind": kind, "pid": pid, "tid": tid, "text": text}))
+
+    def _add_process(self, info: ProcessInfo, t_ns: int, at_start: bool) -> None:
+        if info.pid in self.processes:
+            return
+        self.processes[info.pid] = set()
+        self.processes_seen += 1
+        cmdline = None if self.options.redact else info.cmdline
+        text = f"{info.comm} ({info.why})" + ("" if self.options.redact else f": {info.cmdline[:200]}")
+        self._event(t_ns, "process_found" if at_start else "process_appeared", info.pid, None, text)
+        if self.options.mark_on_new_process and not at_start:
+            self._event(t_ns, "marker", info.pid, None, f"new process {info.pid} {info.comm}")
+        self._process_names[info.pid] = (info.comm, cmdline)
+        try:
+            self._add_threads(info.pid, t_ns, at_start)
+        except ForensicsError:
+            if info.why in ("pid", "command"):
+                raise  # asked for by name: the user must know now
+            # Found by --match/--children but not ours to read (another user, hidepid): note it, go on.
+            self._event(
+                t_ns,
+                "target_unreadable",
+                info.pid,
+                None,
+                f"{info.comm}: permission denied; record as its user or as root",
+            )
+            self._process_exited(info.pid, t_ns)
+
+    def _add_threads(self, pid: int, t_ns: int, at_start: bool) -> None:
+        known = self.processes.get(pid)
+        if known is None:
+            return
+        for tid in list_tids(self.procfs, pid):
+            if tid in known:
+                continue
+            thread = self._open_thread(pid, tid)
+            if thread is None:
+                continue  # vanished between listing and opening: normal
+            known.add(tid)
+            self.threads[tid] = thread
+            self.threads_seen += 1
+            self._layout_dirty = True
+            comm = self.procfs.read_text(pid, "task", tid, "comm", default="?")
+            try:
+                first = parse_stat(os.pread(thread.fd_stat, STAT_BYTES, 0))
+            except (OSError, ValueError):
+                first = None
+            process, cmdline = self._process_names.get(pid, (None, None))
+            self._send(
+                frames.encode_json(
+                    frames.THREAD,
+                    {
+                        "t_ns": t_ns,
+                        "tid": tid,
+                        "pid": pid,
+                        "comm": (comm or "?").rstrip("\n"),
+                        "process": process,
+                        "cmdline": cmdline,
+                        "starttime": first.starttime if first else None,
+                        "policy": first.policy if first else None,
+                        "rtprio": first.rtprio if first else None,
+                    },
+                )
+            )
+            if not at_start:
+                self._event(t_ns, "thread_appeared", pid, tid, (comm or "?").rstrip("\n"))
+
+    def _open_thread(self, pid: int, tid: int) -> _Thread | None:
+        fds: list[int] = []
+        try:
+            for name in ("schedstat", "stat"):
+                fds.append(os.open(self.procfs.task(pid, tid, name), os.O_RDONLY | os.O_CLOEXEC))
+        except FileNotFoundError:
+            for fd in fds:
+                os.close(fd)
+            return None
+        except PermissionError as err:
+            for fd in fds:
+                os.close(fd)
+            raise ForensicsError(
+                f"cannot read {err.filename}: permission denied; record as the target's user or as root"
+            ) from err
+        except OSError as err:
+            for fd in fds:
+                os.close(fd)
+            if err.errno == errno.ESRCH:
+                return None
+            raise
+        thread = _Thread(tid, pid, fds[0], fds[1])
+        if self.options.sched == "all":
+            self._open_sched(thread)
+        return thread
+
+    def _open_sched(self, thread: _Thread) -> None:
+        try:
+            thread.fd_sched = os.open(self.procfs.task(thread.pid, thread.tid, "sched"), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            thread.fd_sched = -1  # older kernels or hidepid: the sched columns stay null
+
+    def _close_thread(self, thread: _Thread) -> None:
+        for fd in (thread.fd_schedstat, thread.fd_stat, thread.fd_sched):
+            if fd >= 0:
+                os.close(fd)
+        thread.fd_sched = -1
+
+    def _thread_exited(self, tid: int, t_ns: int) -> None:
+        thread = self.threads.pop(tid, None)
+        if thread is None:
+            return
+        self._close_thread(thread)
+        self._layout_dirty = True
+        members = self.processes.get(thread.pid)
+        if members is not None:
+            members.discard(tid)
+        self._event(t_ns, "thread_exited", thread.pid, tid, "")
+
+    def _process_exited(self, pid: int, t_ns: int) -> None:
+        for tid in list(self.processes.get(pid, ())):
+            self._thread_exited(tid, t_ns)
+        self.processes.pop(pid, None)
+        self.discovery.drop(pid)
+        comm, _ = self._process_names.pop(pid, ("?", None))
+        self._event(t_ns, "process_exited", pid, None, comm or "?")
+
+    def _publish_layout(self) -> None:
+        self.layout_id += 1
+        order = sorted(self.threads.values(), key=lambda t: (t.pid, t.tid))
+        self.hot = [(t.fd_schedstat, t.fd_stat) for t in order]
+        self.hot_tids = [t.tid for t in order]
+        self.sched_hot = [(i, t.fd_sched) for i, t in enumerate(order) if t.fd_sched >= 0]
+        self._send(
+            frames.encode_json(
+                frames.LAYOUT,
+                {
+                    "id": self.layout_id,
+                    "tids": self.hot_tids,
+                    "pids": [t.pid for t in order],
+                    "sched": [i for i, _ in self.sched_hot],
+                },
+            )
+        )
+        self._layout_dirty = False
+
+    # the periodic work between ticks ----------------------------------------------------------------
+    def _discover(self, t_ns: int) -> None:
+        for pid in list(self.processes):
+            if not self.discovery.still_alive(pid):
+                self._process_exited(pid, t_ns)
+        for info in self.discovery.scan():
+            self._add_process(info, t_ns, at_start=False)
+        self._scan_threads(t_ns)
+        if self.options.sched == "rt":
+            for thread in self.threads.values():
+                try:
+                    rt = os.sched_getscheduler(thread.tid) in RT_POLICIES
+                except OSError:
+                    continue
+                if rt and thread.fd_sched < 0:
+                    self._open_sched(thread)
+                    self._layout_dirty = thread.fd_sched >= 0 or self._layout_dirty
+                elif not rt and thread.fd_sched >= 0:
+                    os.close(thread.fd_sched)
+                    thread.fd_sched = -1
+                    self._layout_dirty = True
+
+    def _scan_threads(self, t_ns: int) -> None:
+        for pid in list(self.processes):
+            self._add_threads(pid, t_ns, at_start=False)
+
+    def _read_system(self, t_ns: int) -> None:
+        parts: list[bytes] = []
+        for name in ("stat", *PRESSURE_FILES):
+            fd = self._system_fds.get(name, -1)
+            try:
+                parts.append(os.pread(fd, PROC_STAT_BYTES, 0) if fd >= 0 else b"")
+            except OSError:
+                parts.append(b"")
+        header = frames.SYSTEM_HEADER.pack(t_ns, *(len(p) for p in parts))
+        self._send(frames.encode(frames.SYSTEM, header + b"".join(parts)))
+
+    def _poll_stdin(self, t_ns: int) -> None:
+        try:
+            ready, _, _ = select.select([sys.stdin], [], [], 0)
+        except (OSError, ValueError):
+            self.options.stdin_markers = False
+            return
+        if not ready:
+            return
+        data = os.read(sys.stdin.fileno(), 4096)
+        if not data:
+            self.options.stdin_markers = False  # stdin closed
+            return
+        self._stdin_buffer += data
+        while b"\n" in self._stdin_buffer:
+            line, _, self._stdin_buffer = self._stdin_buffer.partition(b"\n")
+            label = line.decode(errors="replace").strip()
+            self._markers.append((t_ns, label or f"mark {self._marker_count + len(self._markers) + 1}"))
+
+    def _flush_markers(self) -> None:
+        while self._markers:
+            t_ns, text = self._markers.pop(0)
+            self._marker_count += 1
+            self._event(t_ns, "marker", None, None, text)
+
+    def _status(self, now: int, start: int) -> Status:
+        p50 = self.tick_times.recent_percentile(50)
+        p99 = self.tick_times.recent_percentile(99)
+        try:
+            size = os.stat(self.options.output).st_size
+        except OSError:
+            size = 0
+        waiting = None
+        if not self.threads and self.spec.match is not None:
+            waiting = f"a process matching {self.spec.match.pattern!r}"
+        return Status(
+            now - start, len(self.threads), len(self.processes), p50, p99, self.missed_ticks, self.ticks, size, waiting
+        )
+
+    # the run ----------------------------------------------------------------------------------------
+    def run(self, writer_pipe: int, base_meta: dict[str, Any]) -> dict[str, Any]:
+        """Record until the end. Returns the trailer; `finish` sends it (after any extra tables)."""
+        self._pipe = writer_pipe
+        opts = self.options
+        if opts.cpu is not None:
+            try:
+                os.sched_setaffinity(0, {opts.cpu})
+            except OSError as err:
+                raise ForensicsError(f"cannot pin the sampler to CPU {opts.cpu}: {err.strerror}") from err
+        if opts.rt_priority is not None:
+            try:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(opts.rt_priority))
+            except PermissionError:
+                raise ForensicsError(
+                    "--rt-priority needs root or CAP_SYS_NICE (or an rtprio limit in /etc/security/limits.conf)"
+                ) from None
+        _set_timer_slack_ns(1)  # default 50 us of slack would be 2.5 % of every tick's wake-up
+        for name in ("stat", *PRESSURE_FILES):
+            path = self.procfs.path("stat") if name == "stat" else self.procfs.path("pressure", name)
+            # No PSI (CONFIG_PSI off, or psi=0 on the kernel command line): those columns stay null.
+            with contextlib.suppress(OSError):
+                self._system_fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+        self._send(frames.encode_json(frames.META, base_meta))
+        found_at = self.clock()
+        for info in self.discovery.initial():
+            self._add_process(info, found_at, at_start=True)
+        if not self.processes and self.spec.match is None and self.spec.command_pid is None:
+            raise ForensicsError("no target process found")
+        start = self.clock()  # tick 0: after the initial discovery, which opened every fd
+
+        interval = opts.interval_ns
+        end_at = start + opts.duration_ns if opts.duration_ns else None
+        next_discovery = start + DISCOVERY_NS
+        next_thread_scan = start + THREAD_SCAN_NS
+        next_system = start
+        next_status = start + STATUS_NS
+        next_stdin = start
+        rusage_start = resource.getrusage(resource.RUSAGE_SELF)
+
+        pread = os.pread
+        mono = self.clock
+        write = self._send
+        tick_header = frames.TICK_HEADER.pack
+        frame_header = frames.FRAME.pack
+        tick_kind = frames.TICK
+        sleep = time.sleep
+        tick = 0
+        due = start
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # a collection pause inside the tick would be a missed tick; nothing here makes cycles
+        try:
+            while self.stop_reason is None:
+                now = mono()
+                if now < due:
+                    sleep((due - now) * 1e-9)
+                    now = mono()
+                late = now - due
+                if late >= interval:
+                    skipped = late // interval
+                    self.missed_ticks += skipped
+                    tick += skipped
+                    due += skipped * interval
+                if end_at is not None and now >= end_at:
+                    self.stop("duration reached")
+                    break
+                if self._layout_dirty:
+                    self._publish_layout()
+
+                # ---- the hot part: raw reads only ----
+                times: list[int] = []
+                ss: list[bytes] = []
+                st: list[bytes] = []
+                dead: list[int] = []
+                empty: list[int] = []
+                t_app = times.append
+                ss_app = ss.append
+                st_app = st.append
+                for index, (fd_ss, fd_st) in enumerate(self.hot):
+                    t_app(mono())
+                    try:
+                        schedstat = pread(fd_ss, SCHEDSTAT_BYTES, 0)
+                        stat = pread(fd_st, STAT_BYTES, 0)
+                    except OSError:  # ESRCH: the thread exited since the last tick
+                        dead.append(index)
+                        continue
+                    if schedstat and stat:
+                        ss_app(schedstat)
+                        st_app(stat)
+                    else:  # an empty read: no row this tick (procfs does not do this; a canned file might)
+                        empty.append(index)
+                sched_raw: list[bytes] = []
+                for _, fd in self.sched_hot:
+                    try:
+                        sched_raw.append(pread(fd, SCHED_BYTES, 0))
+                    except OSError:
+                        sched_raw.append(b"")
+                # ---- hand over ----
+                ss_blob = b"".join(ss)
+                st_blob = b"".join(st)
+                payload = b"".join(
+                    (
+                        tick_header(
+                            tick,
+                            self.layout_id,
+                            now,
+                            len(dead) + len(empty),
+                            len(sched_raw),
+                            len(ss_blob),
+                            len(st_blob),
+                        ),
+                        array("q", times).tobytes(),
+                        array("I", dead + empty if empty else dead).tobytes(),
+                        array("I", map(len, st)).tobytes(),
+                        array("I", map(len, sched_raw)).tobytes(),
+                        ss_blob,
+                        st_blob,
+                        *sched_raw,
+                    )
+                )
+                if times:  # no target thread yet (--match still waiting): nothing to store
+                    write(frame_header(tick_kind, len(payload)) + payload)
+                self.tick_times.append(now)
+                self.reads += 2 * len(self.hot) + len(sched_raw)
+                self.sample_rows += len(st)
+                self.ticks += 1
+
+                # ---- between ticks ----
+                if dead:
+                    for i in dead:
+                        self._thread_exited(self.hot_tids[i], times[i])
+                if now >= next_system and self._system_fds:
+                    self._read_system(mono())
+                    next_system += SYSTEM_NS
+                if self._markers:
+                    self._flush_markers()
+                if opts.stdin_markers and now >= next_stdin:
+                    self._poll_stdin(mono())
+                    next_stdin = now + STDIN_NS
+                if now >= next_discovery:
+                    self._discover(mono())
+                    next_discovery = now + DISCOVERY_NS
+                    next_thread_scan = now + THREAD_SCAN_NS
+                    if self.spec.command_pid is not None and self.spec.command_pid not in self.processes:
+                        self.stop("the command exited")
+                    elif not self.processes and self.spec.match is None:
+                        self.stop("every target exited")
+                elif now >= next_thread_scan:
+                    self._scan_threads(mono())
+                    next_thread_scan = now + THREAD_SCAN_NS
+                if self.on_status is not None and now >= next_status:
+                    self.on_status(self._status(mono(), start))
+                    next_status += STATUS_NS
+                tick += 1
+                due += interval
+        finally:
+            if gc_was_enabled:
+                gc.enable()
+        end = mono()
+        self._flush_markers()
+        rusage_end = resource.getrusage(resource.RUSAGE_SELF)
+        for tid, thread in list(self.threads.items()):
+            self._close_thread(thread)
+            del self.threads[tid]
+        for fd in self._system_fds.values():
+            os.close(fd)
+        self._system_fds.clear()
+        return self._trailer(start, end, rusage_start, rusage_end)
+
+    def add_meta(self, patch: dict[str, Any]) -> None:
+        self._send(frames.encode_json(frames.META, patch))
+
+    def add_table(self, name: str, rows: dict[str, list[Any]]) -> None:
+        """A small table recorded beside the samples (the lab's ground truth), before `finish`."""
+        self._send(frames.encode_json(frames.TABLE, {"name": name, "rows": rows}))
+
+    def finish(self, trailer: dict[str, Any]) -> None:
+        """Send the trailer: the writer completes the file and exits."""
+        self._send(frames.encode_json(frames.TRAILER, trailer))
+
+    def _trailer(self, start: int, end: int, r0: resource.struct_rusage, r1: resource.struct_rusage) -> dict[str, Any]:
+        times = self.tick_times
+        cpu_ns = int(((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)) * 1e9)
+        return {
+            "ended_ns": end,
+            "duration_ns": end - start,
+            "end_reason": self.stop_reason or "stopped",
+            "ticks": self.ticks,
+            "missed_ticks": self.missed_ticks,
+            "interval_p50_ns": times.percentile(50),
+            "interval_p99_ns": times.percentile(99),
+            "interval_max_ns": times.max_ns if times.count else None,
+            "interval_mean_ns": times.mean_ns,
+            "sampler_cpu_ns": cpu_ns,
+            "reads": self.reads,
+            "threads_seen": self.threads_seen,
+            "processes_seen": self.processes_seen,
+            "max_rss_kib": r1.ru_maxrss,
+        }
+
+
+def _set_timer_slack_ns(ns: int) -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_TIMERSLACK, ctypes.c_ulong(ns), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux or no prctl: only a little more wake-up latency

@@ -1,0 +1,319 @@
+"""The writer process: parses the recorder's raw frames in bulk and appends chunks to the capture.
+
+Run as `python -m samplers.writer_process OUTPUT` with the frame pipe on stdin. It owns the capture
+file. On EOF without a TRAILER frame (the recorder was killed), it flushes everything it received and
+exits, leaving a capture without a trailer: readable, with a warning.
+
+It also derives what only a parse can tell: a thread renamed itself (the comm inside its stat line),
+or changed its scheduling policy or priority (stat fields 40 and 41).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from forensics.capture import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, CaptureWriter
+from samplers import frames
+from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat_blob, policy_name
+from samplers.system import PRESSURE_FILES, system_rows
+
+FLUSH_EVERY_NS = 500_000_000  # at most this much of the recording sits in memory before it is on disk
+FLUSH_ROWS = 200_000
+
+
+class _Layout:
+    __slots__ = ("id", "pids", "sched", "tids")
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.id = int(spec["id"])
+        self.tids = np.asarray(spec["tids"], dtype=np.int32)
+        self.pids = np.asarray(spec["pids"], dtype=np.int32)
+        self.sched = np.asarray(spec["sched"], dtype=np.int64)
+
+
+class CaptureSink:
+    """Consumes frames; turns TICK frames into `samples` and `sched` chunks."""
+
+    def __init__(self, output: str, clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.output = output
+        self.writer: CaptureWriter | None = None
+        self.layouts: dict[int, _Layout] = {}
+        self.pending: list[tuple[_Layout, int, int, bytes]] = []  # (layout, tick, tick_ns, payload)
+        self.pending_rows = 0
+        self.pending_since: int | None = None
+        self.system: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
+        self.threads: list[dict[str, Any]] = []
+        self.last_policy: dict[int, tuple[int, int]] = {}
+        self.comm_of: dict[int, str] = {}
+        self.clock = clock
+        self.finished = False
+        self.final: dict[str, Any] = {}
+        self.cpu_at_ready = time.process_time_ns()
+
+    # frame handling -------------------------------------------------------------------------------
+    def handle(self, kind: int, payload: bytes) -> None:
+        if kind == frames.TICK:
+            tick, layout_id, tick_ns, *_ = frames.TICK_HEADER.unpack_from(payload)
+            layout = self.layouts[layout_id]
+            self.pending.append((layout, tick, tick_ns, payload))
+            self.pending_rows += len(layout.tids)
+            if self.pending_since is None:
+                self.pending_since = tick_ns
+            if self.pending_rows >= FLUSH_ROWS or tick_ns - self.pending_since >= FLUSH_EVERY_NS:
+                self.flush()
+        elif kind == frames.LAYOUT:
+            layout = _Layout(json.loads(payload))
+            self.layouts = {layout.id: layout, **{k: v for k, v in self.layouts.items() if self._in_use(k)}}
+        elif kind == frames.META:
+            patch = json.loads(payload)
+            if self.writer is None:
+                self.writer = CaptureWriter(self.output, patch)
+            else:
+                self.writer.update_meta(patch)
+        elif kind == frames.THREAD:
+            row = json.loads(payload)
+            self.comm_of[row["tid"]] = row["comm"]
+            if row.get("policy") is not None:
+                self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
+            self.threads.append(row)
+        elif kind == frames.EVENT:
+            self.events.append(json.loads(payload))
+        elif kind == frames.SYSTEM:
+            self._system(payload)
+        elif kind == frames.TABLE:
+            spec = json.loads(payload)
+            self.flush()
+            assert self.writer is not None
+            self.writer.append(spec["name"], spec["rows"])
+        elif kind == frames.TRAILER:
+            trailer = json.loads(payload)
+            self.flush()
+            # The cost of the recording, not of the imports before it started.
+            trailer["writer_cpu_ns"] = time.process_time_ns() - self.cpu_at_ready
+            assert self.writer is not None
+            self.writer.close(trailer)
+            self.finished = True
+            self.final = {
+                "writer_cpu_ns": trailer["writer_cpu_ns"],
+                "bytes": self.writer.bytes_written,
+                "rows": self.writer.rows_written,
+            }
+
+    def _in_use(self, layout_id: int) -> bool:
+        return any(p[0].id == layout_id for p in self.pending)
+
+    def _system(self, payload: bytes) -> None:
+        t_ns, n_stat, *n_psi = frames.SYSTEM_HEADER.unpack_from(payload)
+        offset = frames.SYSTEM_HEADER.size
+        stat_raw = payload[offset : offset + n_stat]
+        offset += n_stat
+        pressure: dict[str, bytes] = {}
+        for kind, n in zip(PRESSURE_FILES, n_psi, strict=True):
+            pressure[kind] = payload[offset : offset + n]
+            offset += n
+        self.system.extend(system_rows(t_ns, stat_raw, pressure))
+
+    # parsing in bulk ------------------------------------------------------------------------------
+    def flush(self) -> None:
+        if self.writer is None:
+            return
+        if self.pending:
+            self._flush_ticks()
+        if self.system:
+            columns = {name: [row.get(name) for row in self.system] for name in SYSTEM_SCHEMA.names}
+            self.writer.append("system", columns)
+            self.system = []
+        if self.threads:
+            names = THREADS_SCHEMA.names
+            self.writer.append("threads", {n: [r.get(n) for r in self.threads] for n in names})
+            self.threads = []
+        if self.events:
+            names = ("t_ns", "kind", "pid", "tid", "text")
+            self.writer.append("events", {n: [r.get(n) for r in self.events] for n in names})
+            self.events = []
+
+    def _flush_ticks(self) -> None:
+        assert self.writer is not None
+        ticks: list[np.ndarray] = []
+        t_ns: list[np.ndarray] = []
+        tids: list[np.ndarray] = []
+        pids: list[np.ndarray] = []
+        schedstat_sections: list[bytes] = []
+        stat_sections: list[bytes] = []
+        stat_lengths: list[np.ndarray] = []
+        sched_rows: list[tuple[int, int, int, bytes]] = []
+        for layout, tick, _tick_ns, payload in self.pending:
+            n = len(layout.tids)
+            _, _, _, n_dead, n_sched, len_ss, len_st = frames.TICK_HEADER.unpack_from(payload)
+            offset = frames.TICK_HEADER.size
+            times = _array(payload, "<i8", n, offset)
+            offset += 8 * n
+            dead = _array(payload, "<u4", n_dead, offset)
+            offset += 4 * n_dead
+            alive = np.ones(n, dtype=bool)
+            if n_dead:
+                alive[dead] = False
+            # Lengths, not newlines, split the stat texts: PR_SET_NAME accepts "\n" in a comm and
+            # /proc/<pid>/stat prints the comm unescaped (fs/proc/array.c, proc_task_name(..., false)).
+            stat_lengths.append(_array(payload, "<u4", n - n_dead, offset))
+            offset += 4 * (n - n_dead)
+            sched_lens = _array(payload, "<u4", n_sched, offset)
+            offset += 4 * n_sched
+            schedstat_sections.append(payload[offset : offset + len_ss])
+            offset += len_ss
+            stat_sections.append(payload[offset : offset + len_st])
+            offset += len_st
+            ticks.append(np.full(n - n_dead, tick, dtype=np.uint32))
+            t_ns.append(times[alive])
+            tids.append(layout.tids[alive])
+            pids.append(layout.pids[alive])
+            for index, length in zip(layout.sched.tolist(), sched_lens.tolist(), strict=True):
+                if length:
+                    sched_rows.append(
+                        (tick, int(times[index]), int(layout.tids[index]), payload[offset : offset + length])
+                    )
+                offset += length
+        self.pending = []
+        self.pending_rows = 0
+        self.pending_since = None
+
+        tid_col = np.concatenate(tids)
+        lengths = np.concatenate(stat_lengths).astype(np.int64)
+        stat_blob = b"".join(stat_sections)
+        schedstat = parse_schedstat_blob(b"".join(schedstat_sections), len(tid_col))
+        states, numbers = parse_stat_blob(stat_blob, lengths)
+        columns: dict[str, Any] = {
+            "tick": np.concatenate(ticks),
+            "t_ns": np.concatenate(t_ns),
+            "tid": tid_col,
+            "pid": np.concatenate(pids),
+            "run_ns": schedstat[:, 0],
+            "wait_ns": schedstat[:, 1],
+            "slices": schedstat[:, 2],
+            "state": pa.array(states.astype(object)).dictionary_encode(),
+        }
+        for i, name in enumerate(STAT_NUMERIC):
+            columns[name] = numbers[:, i]
+        blkio = numbers[:, list(STAT_NUMERIC).index("blkio_ticks")]
+        columns["blkio_ticks"] = pa.array(blkio, mask=blkio < 0)  # -1: kernel too old to have field 42
+        self._derive_thread_changes(stat_blob, lengths, columns)
+        self.writer.append("samples", columns)
+        if sched_rows:
+            self._write_sched(sched_rows)
+
+    def _derive_thread_changes(self, stat_blob: bytes, lengths: np.ndarray, columns: dict[str, Any]) -> None:
+        """Policy/priority changes at every tick they happen; renames as of each thread's last row here.
+
+        The comm is only compared once a chunk (extracting it from every row would cost a Python step
+        per sample); a thread that renames itself is seen within one chunk, 0.5 s.
+        """
+        tid_col = columns["tid"]
+        order = np.lexsort((columns["tick"], tid_col))  # by thread, then time
+        tids = tid_col[order]
+        policy = columns["policy"][order]
+        rtprio = columns["rtprio"][order]
+        first_of_tid = np.ones(len(tids), dtype=bool)
+        first_of_tid[1:] = tids[1:] != tids[:-1]
+        changed = np.zeros(len(tids), dtype=bool)
+        changed[1:] = ~first_of_tid[1:] & ((policy[1:] != policy[:-1]) | (rtprio[1:] != rtprio[:-1]))
+        for i in np.flatnonzero(first_of_tid):  # against the previous chunk (or the discovery)
+            before = self.last_policy.get(int(tids[i]))
+            changed[i] = before is not None and before != (int(policy[i]), int(rtprio[i]))
+        for i in np.flatnonzero(changed):
+            row = order[i]
+            tid = int(tids[i])
+            before = (int(policy[i - 1]), int(rtprio[i - 1])) if not first_of_tid[i] else self.last_policy[tid]
+            self.events.append(
+                {
+                    "t_ns": int(columns["t_ns"][row]),
+                    "kind": "policy_changed",
+                    "pid": int(columns["pid"][row]),
+                    "tid": tid,
+                    "text": f"{policy_name(before[0])}/{before[1]} -> {policy_name(policy[i])}/{rtprio[i]}",
+                }
+            )
+        last_of_tid = np.append(first_of_tid[1:], True)
+        line_ends = np.cumsum(lengths)
+        for i in np.flatnonzero(last_of_tid):
+            row = order[i]
+            tid = int(tids[i])
+            self.last_policy[tid] = (int(policy[i]), int(rtprio[i]))
+            line = stat_blob[int(line_ends[row] - lengths[row]) : int(line_ends[row])]
+            comm = line[line.find(b"(") + 1 : line.rfind(b")")].decode(errors="replace")
+            previous = self.comm_of.get(tid)
+            if previous is not None and previous != comm:
+                t, pid = int(columns["t_ns"][row]), int(columns["pid"][row])
+                self.threads.append({"t_ns": t, "tid": tid, "pid": pid, "comm": comm})
+                self.events.append(
+                    {"t_ns": t, "kind": "thread_renamed", "pid": pid, "tid": tid, "text": f"{previous} -> {comm}"}
+                )
+            self.comm_of[tid] = comm
+
+    def _write_sched(self, rows: list[tuple[int, int, int, bytes]]) -> None:
+        assert self.writer is not None
+        parsed = [parse_sched(raw) for *_, raw in rows]
+        columns: dict[str, Any] = {
+            "tick": np.array([r[0] for r in rows], dtype=np.uint32),
+            "t_ns": np.array([r[1] for r in rows], dtype=np.int64),
+            "tid": np.array([r[2] for r in rows], dtype=np.int32),
+        }
+        for column, field in SCHED_FIELDS.items():
+            columns[column] = pa.array([p.get(field) for p in parsed], type=pa.int64())
+        self.writer.append("sched", pa.table(columns, schema=SCHED_SCHEMA))
+
+    def close(self) -> None:
+        """EOF: keep what arrived. No trailer unless the recorder sent one."""
+        if self.finished:
+            return
+        self.flush()
+        if self.writer is not None:
+            self.writer.close(None)
+
+
+def _array(payload: bytes, dtype: str, count: int, offset: int) -> np.ndarray:
+    # np.frombuffer refuses count=0 at the very end of the buffer (a tick where no thread had a row).
+    return np.frombuffer(payload, dtype=dtype, count=count, offset=offset) if count else np.zeros(0, dtype=dtype)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m samplers.writer_process OUTPUT < frames", file=sys.stderr)
+        return 2
+    # Ctrl-C reaches the whole foreground process group: the writer must not die before the recorder
+    # has sent its trailer. It ends on EOF instead.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Parsing and compression can wait; the target threads and the recorder's tick cannot. The frame
+    # drain thread keeps the pipe empty even when this process gets less CPU.
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    sink = CaptureSink(args[0])
+    # Tell the recorder we are ready: until the imports above are done, frames would only fill the
+    # pipe and block its first ticks (pandas and pyarrow take most of a second to import).
+    os.write(sys.stdout.fileno(), b"R")
+    try:
+        for kind, payload in frames.read_frames(sys.stdin.fileno(), drain_in_thread=True):
+            sink.handle(kind, payload)
+            if sink.finished:
+                break
+    finally:
+        sink.close()
+    if sink.finished:  # the recorder prints these in its summary
+        os.write(sys.stdout.fileno(), json.dumps(sink.final).encode())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""A canned /proc tree on disk: real files, so the recorder's open + pread path runs unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# A real stat line of kernel 6.18 (52 fields), with the comm replaced by `{comm}` and the fields the
+# tests vary left as placeholders.
+STAT_TEMPLATE = (
+    "{tid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194368 {minflt} 0 {majflt} 0 {utime} {stime} 0 0 "
+    "{prio} {nice} 3 0 {starttime} 92479488 3389 18446744073709551615 1 1 0 0 0 0 0 16781312 2 0 0 0 "
+    "-1 {cpu} {rtprio} {policy} {blkio} 0 0 94755439275440 94755439276056 94755469131776 "
+    "140730665576502 140730665576552 140730665576552 140730665578447 0\n"
+)
+
+
+def stat_line(
+    tid: int,
+    pid: int,
+    comm: str = "worker",
+    state: str = "S",
+    minflt: int = 0,
+    majflt: int = 0,
+    utime: int = 0,
+    stime: int = 0,
+    nice: int = 0,
+    starttime: int = 1000,
+    cpu: int = 0,
+    rtprio: int = 0,
+    policy: int = 0,
+    blkio: int = 0,
+) -> str:
+    prio = 20 + nice if policy == 0 else -1 - rtprio
+    return STAT_TEMPLATE.format(
+        tid=tid,
+        pid=pid,
+        comm=comm,
+        state=state,
+        minflt=minflt,
+        majflt=majflt,
+        utime=utime,
+        stime=stime,
+        nice=nice,
+        prio=prio,
+        starttime=starttime,
+        cpu=cpu,
+        rtprio=rtprio,
+        policy=policy,
+        blkio=blkio,
+    )
+
+
+class FakeProc:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+        (root / "stat").write_text(
+            "cpu  100 0 50 1000 5 1 2 0 0 0\ncpu0 50 0 25 500 3 1 1 0 0 0\ncpu1 50 0 25 500 2 0 1 0 0 0\n"
+            "intr 12345 0 1 2\nctxt 67890\nbtime 1\nprocesses 100\nprocs_running 1\nprocs_blocked 0\n"
+        )
+
+    def add_thread(
+        self,
+        pid: int,
+        tid: int,
+        comm: str = "worker",
+        run_ns: int = 0,
+        wait_ns: int = 0,
+        slices: int = 0,
+        process_comm: str = "engine",
+        cmdline: str = "engine --run",
+        sched: str | None = None,
+        **stat: object,
+    ) -> None:
+        proc = self.root / str(pid)
+        task = proc / "task" / str(tid)
+        task.mkdir(parents=True, exist_ok=True)
+        if tid == pid or not (proc / "stat").exists():
+            (proc / "stat").write_text(stat_line(pid, pid, comm=process_comm))
+            (proc / "comm").write_text(process_comm + "\n")
+            (proc / "cmdline").write_bytes(cmdline.replace(" ", "\0").encode() + b"\0")
+        (task / "comm").write_text(comm + "\n")
+        self.set_thread(pid, tid, comm=comm, run_ns=run_ns, wait_ns=wait_ns, slices=slices, **stat)
+        if sched is not None:
+            (task / "sched").write_text(sched)
+
+    def set_thread(
+        self,
+        pid: int,
+        tid: int,
+        comm: str = "worker",
+        run_ns: int = 0,
+        wait_ns: int = 0,
+        slices: int = 0,
+        **stat: object,
+    ) -> None:
+        task = self.root / str(pid) / "task" / str(tid)
+        (task / "schedstat").write_text(f"{run_ns} {wait_ns} {slices}\n")
+        (task / "stat").write_text(stat_line(tid, pid, comm=comm, **stat))  # type: ignore[arg-type]

@@ -1,0 +1,71 @@
+"""Target discovery on a canned /proc: matching, descendants, pid reuse, zombies."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from samplers.procfs import ProcPaths
+from samplers.targets import Discovery, TargetSpec
+from tests.fakeproc import FakeProc, stat_line
+
+
+def _proc(tmp_path: Path) -> FakeProc:
+    fake = FakeProc(tmp_path / "proc")
+    fake.add_thread(100, 100, comm="jackd", process_comm="jackd", cmdline="jackd -R -d dummy")
+    fake.add_thread(100, 101, comm="jackd-rt")
+    fake.add_thread(200, 200, comm="bash", process_comm="bash", cmdline="bash")
+    return fake
+
+
+def _set_ppid(fake: FakeProc, pid: int, ppid: int, comm: str, starttime: int = 1000, state: str = "S") -> None:
+    line = stat_line(pid, pid, comm=comm, starttime=starttime, state=state).split(" ")
+    line[3] = str(ppid)  # field 4
+    (fake.root / str(pid) / "stat").write_text(" ".join(line))
+
+
+def test_match_on_name_or_command_line_and_descendants_as_they_appear(tmp_path: Path) -> None:
+    fake = _proc(tmp_path)
+    spec = TargetSpec(match=re.compile(r"-d dummy"), children=True)
+    discovery = Discovery(spec, ProcPaths(str(fake.root)))
+    found = discovery.initial()
+    assert [(p.pid, p.why) for p in found] == [(100, "match")]
+    fake.add_thread(300, 300, comm="client", process_comm="client", cmdline="client")
+    _set_ppid(fake, 300, 100, "client")
+    fake.add_thread(301, 301, comm="grandchild", process_comm="grandchild", cmdline="gc")
+    _set_ppid(fake, 301, 300, "grandchild")
+    assert {(p.pid, p.why) for p in discovery.scan()} == {(300, "child"), (301, "child")}
+    assert discovery.scan() == []  # known now: not found twice
+
+
+def test_a_reused_pid_is_not_the_target(tmp_path: Path) -> None:
+    fake = _proc(tmp_path)
+    discovery = Discovery(TargetSpec(pids=[100]), ProcPaths(str(fake.root)))
+    discovery.initial()
+    assert discovery.still_alive(100)
+    _set_ppid(fake, 100, 1, "imposter", starttime=99999)  # same pid, another process
+    assert not discovery.still_alive(100)
+
+
+def test_a_zombie_target_counts_as_exited(tmp_path: Path) -> None:
+    fake = _proc(tmp_path)
+    discovery = Discovery(TargetSpec(pids=[100]), ProcPaths(str(fake.root)))
+    discovery.initial()
+    _set_ppid(fake, 100, 1, "jackd", state="Z")
+    assert not discovery.still_alive(100)
+
+
+def test_a_process_caught_before_exec_is_looked_at_again(tmp_path: Path, monkeypatch) -> None:
+    fake = _proc(tmp_path)
+    discovery = Discovery(TargetSpec(match=re.compile("^synth$")), ProcPaths(str(fake.root)))
+    assert discovery.initial() == []
+    # A young process still carrying its parent's name (forked, not yet exec'd)...
+    import samplers.targets as targets
+
+    monkeypatch.setattr(targets.time, "clock_gettime", lambda _clock: 10.0)  # 1000 ticks after boot
+    fake.add_thread(400, 400, comm="bash", process_comm="bash", cmdline="bash")
+    _set_ppid(fake, 400, 200, "bash", starttime=1000)
+    assert discovery.scan() == []
+    # ...then exec'd: the next scan finds it.
+    _set_ppid(fake, 400, 200, "synth", starttime=1000)
+    assert [p.pid for p in discovery.scan()] == [400]

@@ -1,0 +1,148 @@
+"""Parsing canned /proc text: the traps DESIGN.md lists (comm with ')' and spaces, float-ms fields,
+fields older kernels lack)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from samplers.procfs import (
+    STAT_NUMERIC,
+    ms_text_to_ns,
+    parse_sched,
+    parse_schedstat,
+    parse_schedstat_batch,
+    parse_stat,
+    parse_stat_batch,
+)
+from tests.fakeproc import stat_line
+
+
+def test_stat_comm_with_spaces_and_parentheses_splits_after_the_last_paren() -> None:
+    raw = stat_line(
+        4242, 4200, comm="a) b (c) d", state="D", minflt=17, majflt=3, cpu=1, rtprio=85, policy=1, blkio=9
+    ).encode()
+    st = parse_stat(raw)
+    assert st.comm == "a) b (c) d"
+    assert (st.tid, st.state, st.minflt, st.majflt, st.cpu, st.rtprio, st.policy, st.blkio_ticks) == (
+        4242,
+        "D",
+        17,
+        3,
+        1,
+        85,
+        1,
+        9,
+    )
+
+
+def test_stat_batch_agrees_with_single_parse_including_tricky_comms() -> None:
+    lines = [
+        stat_line(1, 1, comm="plain", minflt=5, utime=7, stime=8, nice=-5, cpu=0),
+        stat_line(2, 1, comm="x) y", state="R", minflt=6, cpu=1, rtprio=50, policy=2),
+        stat_line(3, 1, comm=")))", state="D", majflt=2, blkio=4),
+        stat_line(4, 1, comm="new\nline", state="S"),
+    ]
+    states, numbers = parse_stat_batch([ln.encode() for ln in lines])
+    for i, line in enumerate(lines):
+        single = parse_stat(line.encode())
+        assert states[i] == single.state
+        for j, name in enumerate(STAT_NUMERIC):
+            assert numbers[i, j] == getattr(single, {"cpu": "cpu"}.get(name, name)), name
+    assert numbers[0, list(STAT_NUMERIC).index("nice")] == -5
+
+
+def test_stat_from_a_kernel_without_field_42_reports_it_missing() -> None:
+    full = stat_line(9, 9).split()
+    old = " ".join(full[:41]) + "\n"  # fields 1..41: before 2.6.18 there was no delayacct_blkio_ticks
+    assert parse_stat(old.encode()).blkio_ticks is None
+    _, numbers = parse_stat_batch([old.encode()])
+    assert numbers[0, list(STAT_NUMERIC).index("blkio_ticks")] == -1
+
+
+def test_schedstat() -> None:
+    assert parse_schedstat(b"123456789 42 7\n") == (123456789, 42, 7)
+    batch = parse_schedstat_batch([b"1 2 3\n", b"18446744073 5 6\n"])
+    assert batch.dtype == np.int64 and batch.tolist() == [[1, 2, 3], [18446744073, 5, 6]]
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"),
+    [
+        ("12.345678", 12_345_678),
+        ("0.000001", 1),
+        ("1234567.891011", 1_234_567_891_011),  # float would round the last digits away
+        ("5", 5_000_000),
+        ("-0.000250", -250),
+        ("  42.000000 ", 42_000_000),
+    ],
+)
+def test_ms_text_to_ns_is_exact(text: str, ns: int) -> None:
+    assert ms_text_to_ns(text) == ns
+
+
+def test_float_parsing_would_have_lost_precision() -> None:
+    # The reason ms_text_to_ns exists: through float, one microsecond-scale ns value already goes wrong.
+    assert int(float("1.000001") * 1e6) == 1_000_000
+    assert ms_text_to_ns("1.000001") == 1_000_001
+
+
+SCHED_618 = b"""lab-audio (4242, #threads: 5)
+-------------------------------------------------------------------
+se.exec_start                                :        122105.288332
+se.vruntime                                  :           829.930599
+se.sum_exec_runtime                          :          1234.567891
+se.nr_migrations                             :                   12
+nr_switches                                  :                 2000
+nr_voluntary_switches                        :                 1990
+nr_involuntary_switches                      :                   10
+se.load.weight                               :              1048576
+policy                                       :                    1
+prio                                         :                   14
+clock-delta                                  :                   60
+"""
+
+SCHED_SCHEDSTATS_5_10 = b"""jackd (777, #threads: 9)
+-------------------------------------------------------------------
+se.exec_start                                :      9000000.000001
+se.sum_exec_runtime                          :         5000.250000
+se.nr_migrations                             :                    3
+se.statistics.sum_sleep_runtime              :        80000.123456
+se.statistics.wait_start                     :             0.000000
+se.statistics.sleep_start                    :       9000001.000000
+se.statistics.block_start                    :             0.000000
+se.statistics.sleep_max                      :            10.000001
+se.statistics.block_max                      :             6.100000
+se.statistics.exec_max                       :             2.075000
+se.statistics.wait_max                       :             0.538000
+se.statistics.wait_sum                       :            12.000003
+se.statistics.wait_count                     :                 4000
+se.statistics.iowait_sum                     :             0.000000
+se.statistics.iowait_count                   :                    0
+se.statistics.nr_wakeups                     :                 3990
+nr_switches                                  :                 4000
+nr_voluntary_switches                        :                 3990
+nr_involuntary_switches                      :                   10
+policy                                       :                    1
+prio                                         :                    9
+"""
+
+
+def test_sched_without_schedstats_has_counts_and_exact_runtime() -> None:
+    fields = parse_sched(SCHED_618)
+    assert fields["sum_exec_runtime"] == 1_234_567_891
+    assert fields["nr_migrations"] == 12
+    assert fields["nr_switches"] == 2000
+    assert fields["policy"] == 1
+    assert "wait_sum" not in fields and "sum_sleep_runtime" not in fields
+
+
+def test_sched_with_schedstats_before_5_16_strips_the_statistics_prefix() -> None:
+    fields = parse_sched(SCHED_SCHEDSTATS_5_10)
+    assert fields["wait_max"] == 538_000
+    assert fields["wait_sum"] == 12_000_003
+    assert fields["block_max"] == 6_100_000
+    assert fields["sum_sleep_runtime"] == 80_000_123_456
+    assert fields["iowait_sum"] == 0
+    assert fields["nr_wakeups"] == 3990
+    assert "sum_block_runtime" not in fields  # 5.16+ only: absent, i.e. unknown, not zero

@@ -1,0 +1,132 @@
+"""The recorder and writer over a canned /proc tree: every value lands where it belongs."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+import forensics
+from forensics.errors import ForensicsError
+from samplers import frames
+from samplers.recorder import Recorder, RecorderOptions
+from samplers.targets import TargetSpec
+from samplers.writer_process import CaptureSink
+from tests.fakeproc import FakeProc
+from tests.test_procfs_parsing import SCHED_SCHEDSTATS_5_10
+
+
+def _record(fake: FakeProc, out: Path, spec: TargetSpec, **options: object) -> dict:
+    read_end, write_end = os.pipe()
+    sink = CaptureSink(str(out))
+
+    def consume() -> None:
+        for kind, payload in frames.read_frames(read_end):
+            sink.handle(kind, payload)
+        sink.close()
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    recorder = Recorder(spec, RecorderOptions(output=str(out), procfs=str(fake.root), **options))  # type: ignore[arg-type]
+    try:
+        trailer = recorder.run(write_end, {"test": True})
+        recorder.finish(trailer)
+    finally:
+        os.close(write_end)
+        consumer.join()
+        os.close(read_end)
+    return trailer
+
+
+def test_canned_values_arrive_in_the_capture_unchanged(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path / "proc")
+    fake.add_thread(100, 100, comm="engine", run_ns=5_000_000, wait_ns=7, slices=3, minflt=11, cpu=1)
+    fake.add_thread(
+        100,
+        101,
+        comm="we) ird\nname",
+        run_ns=123_456_789_012,
+        wait_ns=42,
+        slices=9,
+        state="D",
+        majflt=4,
+        utime=300,
+        stime=20,
+        nice=-5,
+        rtprio=85,
+        policy=1,
+        blkio=6,
+        sched=SCHED_SCHEDSTATS_5_10.decode(),
+    )
+    out = tmp_path / "canned.ssf"
+    trailer = _record(fake, out, TargetSpec(pids=[100]), duration_ns=60_000_000, sched="all")
+    cap = forensics.load(out)
+    assert trailer["ticks"] > 5 and cap.complete
+    s = cap.samples
+    weird = s[s["tid"] == 101]
+    assert (weird["run_ns"] == 123_456_789_012).all() and (weird["wait_ns"] == 42).all()
+    assert (weird["state"].astype(str) == "D").all()
+    assert weird[["majflt", "utime", "stime", "nice", "rtprio", "policy", "blkio_ticks"]].iloc[0].tolist() == [
+        4,
+        300,
+        20,
+        -5,
+        85,
+        1,
+        6,
+    ]
+    engine = s[s["tid"] == 100]
+    assert engine[["run_ns", "slices", "minflt", "cpu"]].iloc[0].tolist() == [5_000_000, 3, 11, 1]
+    assert cap.threads.set_index("tid").loc[101, "comm"] == "we) ird\nname"
+    sched = cap.sched[cap.sched["tid"] == 101]
+    assert not sched.empty
+    assert sched["wait_max_ns"].iloc[0] == 538_000 and sched["sum_sleep_runtime_ns"].iloc[0] == 80_000_123_456
+    assert sched["sum_block_runtime_ns"].isna().all()  # the 5.10 text has none: unknown, not 0
+    # A sched file without schedstats (thread 100 has none here): no rows, not zero rows of zeros.
+    assert 100 not in set(cap.sched["tid"])
+
+
+def test_counters_that_change_between_ticks_are_recorded_as_read(tmp_path: Path) -> None:
+    fake = FakeProc(tmp_path / "proc")
+    fake.add_thread(100, 100, comm="engine", run_ns=0)
+    out = tmp_path / "moving.ssf"
+
+    stop = threading.Event()
+
+    def bump() -> None:
+        value = 0
+        while not stop.wait(0.005):
+            value += 1_000_000
+            fake.set_thread(100, 100, comm="engine", run_ns=value)
+
+    bumper = threading.Thread(target=bump)
+    bumper.start()
+    try:
+        _record(fake, out, TargetSpec(pids=[100]), duration_ns=200_000_000, sched="none")
+    finally:
+        stop.set()
+        bumper.join()
+    # write_text truncates then writes: a read in between sees an empty file and that tick has no row.
+    run = forensics.load(out).samples["run_ns"]
+    assert run.nunique() > 5 and run.iloc[-1] > run.iloc[0]
+
+
+def test_permission_denied_names_the_path_and_what_to_do(tmp_path: Path, monkeypatch) -> None:
+    fake = FakeProc(tmp_path / "proc")
+    fake.add_thread(100, 100)
+    real_open = os.open
+
+    def deny(path, flags, *args):  # root ignores mode bits, so the kernel's answer is simulated
+        if str(path).endswith("schedstat") and "/task/" in str(path):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr("samplers.recorder.os.open", deny)
+    with pytest.raises(
+        ForensicsError,
+        match=r"cannot read .*/proc/100/task/100/schedstat: permission denied; "
+        r"record as the target's user or as root",
+    ):
+        _record(fake, tmp_path / "x.ssf", TargetSpec(pids=[100]), duration_ns=10_000_000)
