@@ -14,7 +14,9 @@ whose futex_wake ends the wait), `held_ns`, `released_ns`; `runqueue` adds `cpu`
 
 `read_truth(path)` returns `Truth(episodes, cycles, lab)`: `episodes` has the columns `cause tid start_ns
 end_ns` first (as the capture's `truth` table, forensics.capture.TRUTH_SCHEMA) then the extra ones;
-`cycles` has `tid start_ns end_ns deadline_ns` (CYCLES_SCHEMA) then `period`.
+`cycles` has `tid start_ns end_ns deadline_ns` (CYCLES_SCHEMA) then `period`. Columns every record has
+are int64 (tid int32); a column only some records have holds Python ints or strings and None (object
+dtype), so that `frame[column].tolist()` is JSON-safe (no pd.NA, no NaN).
 """
 
 from __future__ import annotations
@@ -44,14 +46,19 @@ class Truth:
 
 
 def _column(name: str, values: list[Any]) -> pd.Series | list[Any]:
-    """Integers stay exact integers (ns since boot exceed float64's 2**53 after 104 days of uptime); a
-    column some records lack is nullable (Int64), not float with NaN."""
+    """Integers stay exact integers (ns since boot exceed float64's 2**53 after 104 days of uptime).
+
+    A column some records lack (holder_tid is only on lock episodes) holds Python values and None (object
+    dtype): exact, and `.tolist()` gives JSON-safe values for a capture's table; forensics.load gives it
+    back as a nullable Int64 column. Not pandas' Int64/NA here: pd.NA is not JSON.
+    """
     present = [v for v in values if v is not None]
+    if len(present) < len(values):
+        return pd.Series(values, dtype=object)
     if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
-        dtype = "int32" if name in _INT32 else "int64"
-        return pd.Series(pd.array(values, dtype=dtype.capitalize() if len(present) < len(values) else dtype))
+        return pd.Series(values, dtype="int32" if name in _INT32 else "int64")
     if present and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
-        return pd.Series([float("nan") if v is None else float(v) for v in values], dtype="float64")
+        return pd.Series([float(v) for v in values], dtype="float64")
     return values
 
 
