@@ -2,7 +2,7 @@
 # written to bench/out/ and quoted in the issues' closing notes.
 PYTHON ?= python3
 
-.PHONY: test lint bench bench-sampler bench-churn bench-analyses
+.PHONY: test lint bench bench-sampler bench-churn bench-analyses bench-lab
 test:
 	$(PYTHON) -m pytest
 
@@ -19,3 +19,7 @@ bench-churn:
 
 bench-analyses:
 	$(PYTHON) bench/analyses_bench.py
+
+bench-lab:
+	$(PYTHON) bench/lab_fidelity.py --repeat 3
+	$(PYTHON) bench/lab_topology.py --stages 4 --seconds 10 --repeat 3
