@@ -424,7 +424,7 @@ class LabEngine:
                 and k >= next_plan.period
                 and lock.armed_seq != next_plan.index + 1
             ):
-                lock.arm(next_plan.index + 1, origin + boundary_ns(k) + s.episode_ns)
+                lock.arm(next_plan.index + 1, s.episode_ns)
             if fault is not None:
                 fault.idle()
         if pending_start >= 0:
@@ -442,7 +442,7 @@ class LabEngine:
     def _run_episode(self, plan: PlannedEpisode, period: int) -> None:
         handler = self.handlers[plan.cause]
         start = time.monotonic_ns()
-        extra = handler.run(start + self.settings.episode_ns)  # lock: the holder's release time was set at arming
+        extra = handler.run(start + self.settings.episode_ns)
         end = time.monotonic_ns()
         self.episodes.append(
             {

@@ -3,7 +3,7 @@
 Each episode runs inside one callback, in the thread named lab-audio, for the episode length D, and returns
 its own record (start and end in CLOCK_MONOTONIC ns plus the cause's evidence). How each cause is made real:
 
-- run: a Python loop burns CPU until D has passed (the GIL is uncontended: no other engine thread runs).
+- run: a Python loop burns D of the thread's CPU time (the GIL is uncontended: no other engine thread runs).
 - runqueue: a competitor process is woken on the callback thread's CPU at a priority that preempts it
   (SCHED_FIFO one above the callback thread's, which also preempts a SCHED_OTHER callback thread) and
   burns until D has passed; the callback thread is pinned to that CPU for the episode, or the scheduler
@@ -18,8 +18,8 @@ its own record (start and end in CLOCK_MONOTONIC ns plus the cause's evidence). 
   --fault-kind major it reads pages of a file mapping whose pages were evicted (posix_fadvise DONTNEED),
   with MADV_RANDOM so that readahead does not turn the next pages into minor faults.
 - lock: the callback thread waits on a futex held by the lock holder, a busy SCHED_OTHER process that took
-  it before the callback started and releases it D after the callback's planned start (a priority
-  inversion: a real-time thread waits for a normal one). The holder's futex_wake is what wakes it.
+  it before the callback started and lets go D after the callback began to wait (a priority inversion:
+  a real-time thread waits for a normal one). The holder's futex_wake is what wakes it.
 """
 
 from __future__ import annotations
@@ -67,11 +67,17 @@ def _scratch_file(directory: str, size: int, what: str) -> tuple[int, str]:
 
 
 class RunEpisode:
+    """Burns D of the thread's own CPU time (CLOCK_THREAD_CPUTIME_ID), not D of wall time: a callback
+    that computes for D. SCHED_FIFO, nothing preempts it and both are the same; a SCHED_OTHER callback
+    thread on a loaded machine is preempted now and then, and the episode lasts longer than D."""
+
     cause = "run"
 
     def run(self, end_ns: int) -> dict[str, Any]:
-        monotonic_ns = time.monotonic_ns
-        while monotonic_ns() < end_ns:
+        thread_time_ns, monotonic_ns = time.thread_time_ns, time.monotonic_ns
+        # D of CPU time, and at least D of wall time (the two clocks differ by a few ppm: NTP slews one)
+        burn_until = thread_time_ns() + (end_ns - monotonic_ns())
+        while thread_time_ns() < burn_until or monotonic_ns() < end_ns:
             pass
         return {}
 
@@ -279,11 +285,12 @@ class LockEpisode:
         self.holder_fd = -1
         self.armed_seq = 0
 
-    def arm(self, seq: int, release_at_ns: int) -> None:
-        """Have the holder take the lock now (in the idle time before the episode's callback) and release it
-        at release_at_ns; return once it holds it."""
+    def arm(self, seq: int, hold_ns: int) -> None:
+        """Have the holder take the lock now (in the idle time before the episode's callback) and keep it
+        until lab-audio has waited hold_ns for it; return once it holds it."""
         control = self.area.control
-        control.release_at_ns = release_at_ns
+        control.waiting_since_ns = 0
+        control.hold_ns = hold_ns
         control.arm_seq = seq
         os.eventfd_write(self.holder_fd, 1)
         self._wait_for("held_seq", seq)
@@ -302,7 +309,10 @@ class LockEpisode:
             linux.futex_wait(address, current, 100_000_000)
 
     def run(self, end_ns: int) -> dict[str, Any]:
-        """Wait for the lock armed for this episode; the holder releases it at the time given to arm()."""
+        """Wait for the lock armed for this episode; the holder lets go hold_ns after we began to wait."""
+        control = self.area.control
+        control.waiting_since_ns = time.monotonic_ns()
+        control.waiting_seq = self.armed_seq
         self._wait_for("released_seq", self.armed_seq)  # asleep on the futex until the holder's futex_wake
         control = self.area.control
         return {

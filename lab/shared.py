@@ -23,8 +23,11 @@ class Control(ctypes.Structure):
         ("arm_seq", ctypes.c_int32),  # lock: the episode number the holder is asked to hold for
         ("held_seq", ctypes.c_int32),  # lock: the holder holds the lock for this episode number
         ("released_seq", ctypes.c_int32),  # lock: the holder released the lock of this episode number
+        ("waiting_seq", ctypes.c_int32),  # lock: lab-audio waits for the lock of this episode number...
+        ("_pad", ctypes.c_int32),
         # times and counters (int64, CLOCK_MONOTONIC ns)
-        ("release_at_ns", ctypes.c_int64),  # lock: when the holder is to release
+        ("waiting_since_ns", ctypes.c_int64),  # lock: ... since then (0: not yet)
+        ("hold_ns", ctypes.c_int64),  # lock: the holder releases this long after lab-audio began to wait
         ("held_ns", ctypes.c_int64),  # lock: when the holder took the lock
         ("released_ns", ctypes.c_int64),  # lock: when the holder released it
         ("hog_until_ns", ctypes.c_int64),  # runqueue: the competitor burns until then

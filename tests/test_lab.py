@@ -32,11 +32,14 @@ from pathlib import Path
 import psutil
 import pytest
 
+from lab.linux import fifo_permitted
 from lab.truth import Truth, read_truth
 
 REPO = Path(__file__).resolve().parent.parent
 AFTER_END_NS = 2_000_000
-IS_ROOT = os.geteuid() == 0
+# Whether this machine lets us use SCHED_FIFO at the lab's priority (root with CAP_SYS_NICE and an RT
+# budget in its cgroup, or an RLIMIT_RTPRIO): the lab then must get it, and its competitor too.
+FIFO_PERMITTED = fifo_permitted(71)
 
 
 def lab_env() -> dict[str, str]:
@@ -230,9 +233,11 @@ def test_each_episode_is_what_its_cause_says(tmp_path: Path) -> None:
     assert (episodes["tid"] == watch.audio_tid).all()
     comm, _pid, policy, rtprio = watch.threads[watch.audio_tid]
     assert comm == "lab-audio"
-    if IS_ROOT:
-        assert (policy, rtprio) == (1, 70), "root may use SCHED_FIFO: lab-audio must have it"
-        assert truth.lab["audio"]["policy"] == "FIFO"
+    if FIFO_PERMITTED:
+        assert (policy, rtprio) == (1, 70), "SCHED_FIFO is permitted here: lab-audio must have it"
+        assert truth.lab["audio"]["policy"] == "FIFO" and truth.lab["competitor_policy"] == "FIFO"
+    else:  # three SCHED_OTHER competitors leave lab-audio about a quarter of the CPU it wants
+        assert truth.lab["audio"]["policy"] == "OTHER" and truth.lab["competitor_policy"] == "OTHER"
 
     for row in episodes.itertuples():
         d = row.end_ns - row.start_ns
@@ -245,14 +250,17 @@ def test_each_episode_is_what_its_cause_says(tmp_path: Path) -> None:
         assert d >= 30_000_000, what
         if row.cause == "run":
             assert run >= 0.8 * d, what
-            assert wait <= 0.2 * d, what
+            # SCHED_OTHER shares the CPU with the machine's other load: it may wait, and so the episode
+            # (D of CPU time burnt) lasts longer than --episode-ms.
+            assert wait <= (0.2 if FIFO_PERMITTED else 0.6) * d, what
         elif row.cause == "runqueue":
             assert wait >= 0.5 * d, what
-            assert run <= 0.3 * d, what
+            assert run <= (0.3 if FIFO_PERMITTED else 0.45) * d, what
             assert watch.threads[int(row.competitor_tid)][0] == "lab-hog"
         elif row.cause == "fault":
             assert minflt >= 2000, what
-            assert run >= 0.5 * d, what  # minor faults are CPU time in the kernel
+            # minor faults are CPU time in the kernel (a SCHED_OTHER thread may also wait for that CPU)
+            assert (run if FIFO_PERMITTED else run + wait) >= 0.5 * d, what
         elif row.cause == "io":
             off_cpu = d - run  # the window is a little longer than D: this errs towards "on CPU"
             assert off_cpu >= 0.5 * d, what
@@ -299,12 +307,12 @@ def test_helpers_die_with_a_killed_lab(tmp_path: Path) -> None:
     )
     try:
         deadline = time.monotonic() + 30
-        expected = ["lab-hog", "lab-holder", "lab-stage-2"]  # named by the helpers once they run
+        expected = {"lab-hog", "lab-holder", "lab-stage-2"}  # named by the helpers once they run
         helpers: list[psutil.Process] = []
-        while sorted(h.name() for h in helpers) != expected and time.monotonic() < deadline:
+        while {h.name() for h in helpers} != expected and time.monotonic() < deadline:
             time.sleep(0.05)
             helpers = psutil.Process(proc.pid).children()
-        assert sorted(h.name() for h in helpers) == expected
+        assert {h.name() for h in helpers} == expected
     finally:
         proc.kill()
         proc.wait()
@@ -346,6 +354,8 @@ def _machine_stall(watch: Watch, boundary_ns: int, end_ns: int, deadline_ns: int
 
 @pytest.mark.slow
 def test_clean_ten_seconds_have_no_deadline_misses(tmp_path: Path) -> None:
+    if not FIFO_PERMITTED:
+        pytest.skip("SCHED_FIFO is not permitted here: a SCHED_OTHER callback's deadlines depend on other load")
     cpus = sorted(os.sched_getaffinity(0))
     lab_cpu, watcher_cpus = cpus[-1], cpus[:-1]
     pin = [f"--cpu={lab_cpu}"] if watcher_cpus else []
