@@ -158,6 +158,23 @@ EVENTS_SCHEMA = pa.schema(
     ]
 )
 
+# Per target process, at the system rate (20 Hz): /proc/<pid>/statm, converted from pages to KiB.
+PROCESSES_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),
+        ("pid", pa.int32()),
+        ("vsize_kib", pa.int64()),  # statm size
+        ("rss_kib", pa.int64()),  # statm resident
+        ("shared_kib", pa.int64()),  # statm shared (file-backed resident pages)
+    ]
+)
+
+# Per thread per chunk written: when it was first and last read in that chunk and how many rows it
+# has there. Small (threads x chunks), so thread lifetimes never need a scan of the samples.
+THREAD_SEEN_SCHEMA = pa.schema(
+    [("tid", pa.int32()), ("first_ns", pa.int64()), ("last_ns", pa.int64()), ("rows", pa.int64())]
+)
+
 TRUTH_SCHEMA = pa.schema(
     [("cause", pa.string()), ("tid", pa.int32()), ("start_ns", pa.int64()), ("end_ns", pa.int64())]
 )
@@ -171,6 +188,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     "system": SYSTEM_SCHEMA,
     "threads": THREADS_SCHEMA,
     "events": EVENTS_SCHEMA,
+    "processes": PROCESSES_SCHEMA,
+    "thread_seen": THREAD_SEEN_SCHEMA,
     "truth": TRUTH_SCHEMA,
     "cycles": CYCLES_SCHEMA,
 }
@@ -356,6 +375,7 @@ class Capture:
                 exit_ns (names as last seen, policy as first seen)
     `.events`   t_ns kind pid tid text
     `.system`   /proc/stat per CPU (cpu = -1: the machine), context switches, interrupts, PSI
+    `.processes` memory of each target process over time (t_ns pid vsize_kib rss_kib shared_kib)
     `.truth`    lab ground truth (cause tid start_ns end_ns); empty unless the lab was recorded
     `.cycles`   lab callbacks (tid start_ns end_ns deadline_ns); empty unless the lab was recorded
     """
@@ -431,11 +451,11 @@ class Capture:
                 schema = pa.schema([schema.field(c) for c in columns if c in schema.names])
             return _to_pandas(schema.empty_table())
         table = pa.concat_tables(tables, promote_options="permissive")
-        if name in ("samples", "sched"):
-            if "tick" in table.column_names:
-                table = table.sort_by([("tick", "ascending"), ("tid", "ascending")])
-        elif "t_ns" in table.column_names:
-            table = table.sort_by([("t_ns", "ascending")])
+        # Time order (chunks are stored by thread inside, for compression); only by the keys loaded.
+        keys = ["tick", "tid"] if name in ("samples", "sched") else ["t_ns"]
+        keys = [k for k in keys if k in table.column_names]
+        if keys:
+            table = table.sort_by([(k, "ascending") for k in keys])
         return _to_pandas(table)
 
     # Named tables --------------------------------------------------------------------------------
@@ -454,6 +474,10 @@ class Capture:
     @property
     def events(self) -> pd.DataFrame:
         return self.table("events")
+
+    @property
+    def processes(self) -> pd.DataFrame:
+        return self.table("processes")
 
     @property
     def truth(self) -> pd.DataFrame:
@@ -480,8 +504,10 @@ class Capture:
             summary = latest.join(first)
             if "policy" in rows.columns:  # as first seen (older captures lack the columns)
                 summary = summary.join(ordered[["policy", "rtprio"]].first())
-            samples = self.table("samples", columns=["tid", "t_ns"])
-            summary = summary.join(samples.groupby("tid")["t_ns"].max().rename("last_ns").astype("Int64"))
+            seen = self.table("thread_seen")
+            if seen.empty and "samples" in self._chunks | self._tables:  # written before thread_seen existed
+                seen = self.table("samples", columns=["tid", "t_ns"]).rename(columns={"t_ns": "last_ns"})
+            summary = summary.join(seen.groupby("tid")["last_ns"].max().astype("Int64"))
             events = self.events
             exits = events[events["kind"] == "thread_exited"].groupby("tid")["t_ns"].min().rename("exit_ns")
             summary = summary.join(exits.astype("Int64")).reset_index()

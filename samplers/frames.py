@@ -28,6 +28,7 @@ EVENT = 5  # JSON: a row of the events table
 SYSTEM = 6  # binary, see SYSTEM_HEADER
 TABLE = 7  # JSON: {"name": table, "rows": {column: [values]}}: small tables (lab truth, cycles)
 TRAILER = 8  # JSON: the trailer; the writer finishes the file and exits
+PROCESSES = 9  # JSON: {"t_ns", "statm": [[pid, "statm text"], ...]}: process memory, at the system rate
 
 # TICK payload: header, then int64 t_ns per thread of the layout, u32 index of each thread without a
 # row this tick (its read failed: it exited), u32 length of each live thread's stat text, u32 length

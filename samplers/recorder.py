@@ -121,6 +121,7 @@ class Recorder:
         self._system_fds: dict[str, int] = {}
         self._stdin_buffer = b""
         self._process_names: dict[int, tuple[str | None, str | None]] = {}
+        self._statm_fds: dict[int, int] = {}
         self._marker_count = 0
 
     # public control (signal handlers call these; they only set fields) -----------------------------
@@ -149,6 +150,8 @@ class Recorder:
         if self.options.mark_on_new_process and not at_start:
             self._event(t_ns, "marker", info.pid, None, f"new process {info.pid} {info.comm}")
         self._process_names[info.pid] = (info.comm, cmdline)
+        with contextlib.suppress(OSError):  # gone already: its threads will not open either
+            self._statm_fds[info.pid] = os.open(self.procfs.path(info.pid, "statm"), os.O_RDONLY | os.O_CLOEXEC)
         try:
             self._add_threads(info.pid, t_ns, at_start)
         except ForensicsError:
@@ -257,6 +260,9 @@ class Recorder:
             self._thread_exited(tid, t_ns)
         self.processes.pop(pid, None)
         self.discovery.drop(pid)
+        fd = self._statm_fds.pop(pid, -1)
+        if fd >= 0:
+            os.close(fd)
         comm, _ = self._process_names.pop(pid, ("?", None))
         self._event(t_ns, "process_exited", pid, None, comm or "?")
 
@@ -306,6 +312,14 @@ class Recorder:
             self._add_threads(pid, t_ns, at_start=False)
 
     def _read_system(self, t_ns: int) -> None:
+        statm = []
+        for pid, fd in self._statm_fds.items():
+            with contextlib.suppress(OSError):  # exited since the last discovery: normal
+                statm.append([pid, os.pread(fd, 256, 0).decode()])
+        if statm:
+            self._send(frames.encode_json(frames.PROCESSES, {"t_ns": t_ns, "statm": statm}))
+        if not self._system_fds:
+            return
         parts: list[bytes] = []
         for name in ("stat", *PRESSURE_FILES):
             fd = self._system_fds.get(name, -1)
@@ -486,7 +500,7 @@ class Recorder:
                 if dead:
                     for i in dead:
                         self._thread_exited(self.hot_tids[i], times[i])
-                if now >= next_system and self._system_fds:
+                if now >= next_system:
                     self._read_system(mono())
                     next_system += SYSTEM_NS
                 if self._markers:
@@ -519,9 +533,10 @@ class Recorder:
         for tid, thread in list(self.threads.items()):
             self._close_thread(thread)
             del self.threads[tid]
-        for fd in self._system_fds.values():
+        for fd in (*self._system_fds.values(), *self._statm_fds.values()):
             os.close(fd)
         self._system_fds.clear()
+        self._statm_fds.clear()
         return self._trailer(start, end, rusage_start, rusage_end)
 
     def add_meta(self, patch: dict[str, Any]) -> None:

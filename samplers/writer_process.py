@@ -52,6 +52,8 @@ class CaptureSink:
         self.pending_rows = 0
         self.pending_since: int | None = None
         self.system: list[dict[str, Any]] = []
+        self.process_rows: list[tuple[int, int, int, int, int]] = []
+        self.page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
         self.events: list[dict[str, Any]] = []
         self.threads: list[dict[str, Any]] = []
         self.last_policy: dict[int, tuple[int, int]] = {}
@@ -91,6 +93,12 @@ class CaptureSink:
             self.events.append(json.loads(payload))
         elif kind == frames.SYSTEM:
             self._system(payload)
+        elif kind == frames.PROCESSES:
+            spec = json.loads(payload)
+            for pid, text in spec["statm"]:
+                size, resident, shared = (int(v) for v in text.split()[:3])
+                if size:  # a zombie has no memory map left and reads all zeros: not a measurement
+                    self.process_rows.append((spec["t_ns"], pid, size, resident, shared))
         elif kind == frames.TABLE:
             spec = json.loads(payload)
             self.flush()
@@ -134,6 +142,14 @@ class CaptureSink:
             columns = {name: [row.get(name) for row in self.system] for name in SYSTEM_SCHEMA.names}
             self.writer.append("system", columns)
             self.system = []
+        if self.process_rows:
+            t, pid, size, resident, shared = (np.array(c, dtype=np.int64) for c in zip(*self.process_rows, strict=True))
+            kib = self.page_kib  # statm counts pages
+            self.writer.append(
+                "processes",
+                {"t_ns": t, "pid": pid, "vsize_kib": size * kib, "rss_kib": resident * kib, "shared_kib": shared * kib},
+            )
+            self.process_rows = []
         if self.threads:
             names = THREADS_SCHEMA.names
             self.writer.append("threads", {n: [r.get(n) for r in self.threads] for n in names})
@@ -209,6 +225,7 @@ class CaptureSink:
         columns["blkio_ticks"] = pa.array(blkio, mask=blkio < 0)  # -1: kernel too old to have field 42
         self._derive_thread_changes(stat_blob, lengths, columns)
         self.writer.append("samples", columns)
+        self.writer.append("thread_seen", _thread_seen(tid_col, columns["t_ns"]))
         if sched_rows:
             self._write_sched(sched_rows)
 
@@ -279,6 +296,18 @@ class CaptureSink:
         self.flush()
         if self.writer is not None:
             self.writer.close(None)
+
+
+def _thread_seen(tids: np.ndarray, t_ns: np.ndarray) -> dict[str, np.ndarray]:
+    order = np.argsort(tids, kind="stable")
+    unique, starts, counts = np.unique(tids[order], return_index=True, return_counts=True)
+    times = t_ns[order]
+    return {
+        "tid": unique,
+        "first_ns": np.minimum.reduceat(times, starts),
+        "last_ns": np.maximum.reduceat(times, starts),
+        "rows": counts,
+    }
 
 
 def _array(payload: bytes, dtype: str, count: int, offset: int) -> np.ndarray:

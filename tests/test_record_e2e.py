@@ -85,6 +85,14 @@ def test_faults_are_counted_on_the_faulting_thread(known) -> None:
     assert others["minflt"].iloc[-1] - others["minflt"].iloc[0] < 100
 
 
+def test_process_memory_follows_the_pages_touched(known) -> None:
+    cap, report, _ = known
+    memory = cap.processes[cap.processes["pid"] == report["pid"]].sort_values("t_ns")
+    before = memory[memory["t_ns"] < report["times"]["fault_start"]]["rss_kib"]
+    after = memory[memory["t_ns"] > report["times"]["fault_end"] + 60e6]["rss_kib"]
+    assert after.max() - before.iloc[-1] >= 20000 * 4 * 0.95  # 20000 pages of 4 KiB
+
+
 def test_every_thread_is_in_the_table_with_its_real_name(known) -> None:
     cap, report, _ = known
     threads = cap.threads.set_index("tid")
@@ -198,6 +206,10 @@ def test_sigkill_of_the_recorder_loses_at_most_the_last_second(tmp_path: Path) -
     assert not cap.complete
     last = cap.samples["t_ns"].max()
     assert killed_at - last < 1e9, (killed_at - last) / 1e9
+    info = subprocess.run([sys.executable, "-m", "forensics", "info", str(out)], capture_output=True, text=True,
+                          env=_env(), cwd=REPO)
+    assert info.returncode == 0, info.stderr
+    assert "MISSING" in info.stdout and "no trailer" in info.stderr
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)  # the workload, orphaned by the kill
 

@@ -23,6 +23,12 @@ COMMANDS: dict[str, str] = {
     "info": "forensics.cli.info:info",
     "dump": "forensics.cli.dump:dump",
     "lab": "forensics.cli.lab:lab",
+    "stalls": "forensics.cli.stalls:stalls",
+    "spikes": "forensics.cli.spikes:spikes",
+    "summarize": "forensics.cli.summarize:summarize",
+    "system": "forensics.cli.system:system",
+    "jitter": "forensics.cli.jitter:jitter",
+    "compare": "forensics.cli.compare:compare",
 }
 
 

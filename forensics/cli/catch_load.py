@@ -261,10 +261,17 @@ def _store_truth(recorder: RecordingSession, truth_path: Path) -> None:
         truth = read_truth(truth_path)
     except FileNotFoundError:
         raise ForensicsError("the lab ended without writing its ground truth (did it crash? see above)") from None
-    recorder.add_table("truth", {c: truth.episodes[c].tolist() for c in truth.episodes.columns})
-    recorder.add_table("cycles", {c: truth.cycles[c].tolist() for c in truth.cycles.columns})
+    recorder.add_table("truth", _json_columns(truth.episodes))
+    recorder.add_table("cycles", _json_columns(truth.cycles))
     if truth.lab:
         recorder.add_meta({"lab": truth.lab})
+
+
+def _json_columns(frame: Any) -> dict[str, list[Any]]:
+    """Columns as JSON-ready lists: missing values (pd.NA in nullable columns, NaN) become null."""
+    import pandas as pd
+
+    return {c: [None if pd.isna(v) else v for v in frame[c].tolist()] for c in frame.columns}
 
 
 class _StatusLine:

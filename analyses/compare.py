@@ -1,0 +1,90 @@
+"""Two captures side by side (A/B arms: N clients in series vs one chain, before vs after a tuning).
+
+Figures, each with A, B and the change in % of A:
+    cycle end p50 / p99   from the lab's cycles (end - nominal start of each cycle; a graph's cycle ends
+                          with its last stage)
+    deadline misses       count, and per hour
+    wake-ups per cycle    switch-ins of the periodic threads (the graph's) / cycles (lab cycles, else periods
+                          of the main periodic thread): N clients in series wake N threads a cycle, a
+                          chain one; and of all recorded threads
+    CPU of the targets    on-CPU time of all recorded threads, % of one core
+    runnable wait         % of the targets' CPU time spent waiting for a CPU
+    minor faults / s, context switches / s (machine), stall episodes and their verdicts
+    RSS                   unknown: the samples hold no memory column yet
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyses.cycles import lab_cycles
+from analyses.stalls import find_stalls
+from analyses.system import cpu_loads, main_periodic_thread
+from analyses.threads import thread_profiles
+from analyses.windows import iter_raw_windows
+from forensics.capture import Capture
+
+HOUR_NS = 3_600_000_000_000
+
+
+def capture_figures(cap: Capture) -> dict[str, tuple[float, str]]:
+    """figure -> (value, unit) for one capture; NaN where the capture cannot say."""
+    profiles = thread_profiles(cap)
+    out: dict[str, tuple[float, str]] = {}
+    if profiles.empty:
+        return out
+    duration = float(profiles["last_ns"].max() - profiles["first_ns"].min())
+    out["duration"] = (duration / 1e9, "s")
+    out["threads recorded"] = (float(len(profiles)), "")
+    on = float(profiles["on_cpu_ns"].sum())
+    rq = float(profiles["runqueue_ns"].sum())
+    switches = float(profiles["switches"].sum())
+    minflt = 0.0
+    for w in iter_raw_windows(cap, ["pid", "run_ns", "wait_ns", "slices", "minflt"]):
+        minflt += float(w["minflt"].sum())
+    cycles = lab_cycles(cap)
+    if len(cycles):
+        n_cycles = float(len(cycles))
+        span = float(cycles["end_ns"].max() - cycles["start_ns"].min())
+        out["cycle end p50"] = (float(np.percentile(cycles["end_rel_ns"], 50)) / 1e3, "us")
+        out["cycle end p99"] = (float(np.percentile(cycles["end_rel_ns"], 99)) / 1e3, "us")
+        out["deadline misses"] = (float(cycles["missed"].sum()), "")
+        out["deadline misses per hour"] = (float(cycles["missed"].sum()) * HOUR_NS / span if span else np.nan, "/h")
+        cycles_source = "lab cycles"
+    else:
+        main = main_periodic_thread(profiles)
+        n_cycles = duration / float(main["period_ns"]) if main is not None else np.nan
+        for name in ("cycle end p50", "cycle end p99", "deadline misses", "deadline misses per hour"):
+            out[name] = (np.nan, "us" if "p" in name.split()[-1] else "")
+        cycles_source = "periods of the main periodic thread" if main is not None else "none"
+    out["cycles"] = (n_cycles, cycles_source)
+    periodic_switches = float(profiles.loc[profiles["periodic"].to_numpy(bool), "switches"].sum())
+    out["wake-ups per cycle"] = (periodic_switches / n_cycles if n_cycles else np.nan, "periodic threads")
+    out["  all recorded threads"] = (switches / n_cycles if n_cycles else np.nan, "switch-ins per cycle")
+    out["CPU of the targets"] = (100.0 * on / duration if duration else np.nan, "% of a core")
+    out["runnable wait"] = (100.0 * rq / on if on else np.nan, "% of CPU time")
+    out["minor faults"] = (minflt / (duration / 1e9) if duration else np.nan, "/s")
+    loads = cpu_loads(cap)
+    out["context switches (machine)"] = (loads.get("ctxt_per_s", np.nan), "/s")
+    out["RSS"] = (np.nan, "unknown: not in the capture")
+    stalls = find_stalls(cap, profiles=profiles, with_suspects=False)
+    out["stall episodes"] = (float(len(stalls)), "")
+    counts = stalls["verdict"].value_counts() if len(stalls) else pd.Series(dtype=int)
+    for verdict in ("run", "runqueue", "io", "fault", "lock", "unknown"):
+        out[f"  {verdict}"] = (float(counts.get(verdict, 0)), "episodes")
+    return out
+
+
+def compare(a: Capture, b: Capture) -> pd.DataFrame:
+    """figure, a, b, unit, change_pct ((b - a) / a)."""
+    fa, fb = capture_figures(a), capture_figures(b)
+    rows = []
+    for figure in dict.fromkeys([*fa, *fb]):
+        va, unit = fa.get(figure, (np.nan, ""))
+        vb, unit_b = fb.get(figure, (np.nan, unit))
+        if figure == "cycles":
+            unit = unit if unit == unit_b else f"{unit} / {unit_b}"
+        change = 100.0 * (vb - va) / va if va and not np.isnan(va) and not np.isnan(vb) else np.nan
+        rows.append({"figure": figure, "a": va, "b": vb, "unit": unit, "change_pct": change})
+    return pd.DataFrame(rows)

@@ -1,0 +1,81 @@
+"""`--span FROM..TO`: a part of a capture named by markers or by times since its first sample.
+
+Each side is empty (the capture's start or end), a time since the first sample (`1.5s`, `200ms`,
+`2500us`, or plain seconds), a marker's label (the text of a `marker` event, exactly, or a part of it
+that only one marker has), or `#N`, the N-th marker (1-based). Examples: `load..loaded`, `#1..#2`,
+`2s..7.5s`, `load..`, `..3s`.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from analyses.source import capture_origin_ns
+from forensics.capture import Capture
+from forensics.errors import ForensicsError
+
+_TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s|)\s*$", re.IGNORECASE)
+_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "": 1_000_000_000}
+
+
+def _markers(cap: Capture) -> tuple[list[str], list[int]]:
+    events = cap.events
+    if events.empty:
+        return [], []
+    marks = events[events["kind"] == "marker"].sort_values("t_ns")
+    return [str(t) if t is not None else "" for t in marks["text"].tolist()], [int(t) for t in marks["t_ns"]]
+
+
+def _side(cap: Capture, text: str, origin: int, labels: list[str], times: list[int]) -> int | None:
+    text = text.strip()
+    if not text:
+        return None
+    match = _TIME.match(text)
+    if match:
+        return origin + round(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if text.startswith("#") and text[1:].isdigit():
+        index = int(text[1:])
+        if not 1 <= index <= len(times):
+            raise ForensicsError(f"--span: there is no marker {text}; the capture has {len(times)} marker(s)")
+        return times[index - 1]
+    exact = [t for label, t in zip(labels, times, strict=True) if label == text]
+    if exact:
+        return exact[0]
+    partial = [(label, t) for label, t in zip(labels, times, strict=True) if text.lower() in label.lower()]
+    if len(partial) == 1:
+        return partial[0][1]
+    known = ", ".join(repr(label) for label in labels) or "none"
+    if partial:
+        raise ForensicsError(f"--span: {text!r} matches several markers ({known}); give the exact label or #N")
+    raise ForensicsError(f"--span: {text!r} is neither a time (2s, 150ms) nor a marker label; markers: {known}")
+
+
+def resolve_span(cap: Capture, text: str | None) -> tuple[int | None, int | None] | None:
+    """(start_ns, end_ns) on the capture's clock for `FROM..TO`; None for no span."""
+    if not text:
+        return None
+    if ".." not in text:
+        raise ForensicsError(f"--span {text!r}: write FROM..TO (markers or times, either side may be empty)")
+    left, _, right = text.partition("..")
+    origin = capture_origin_ns(cap)
+    if origin is None:
+        raise ForensicsError("--span: the capture holds no samples")
+    labels, times = _markers(cap)
+    start = _side(cap, left, origin, labels, times)
+    end = _side(cap, right, origin, labels, times)
+    if start is not None and end is not None and end <= start:
+        raise ForensicsError(f"--span {text!r}: its end is not after its start")
+    return start, end
+
+
+def in_span(t_ns: np.ndarray, span: tuple[int | None, int | None] | None) -> np.ndarray:
+    keep = np.ones(len(t_ns), dtype=bool)
+    if span is None:
+        return keep
+    if span[0] is not None:
+        keep &= t_ns >= span[0]
+    if span[1] is not None:
+        keep &= t_ns <= span[1]
+    return keep

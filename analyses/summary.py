@@ -1,0 +1,334 @@
+"""The five decisive views of a capture or a span of it (summarize-load).
+
+1. timeline    on-CPU time of the busiest threads per time bin
+2. breakdown   per thread: run vs wait (on CPU, runnable waiting for a CPU, off CPU), switches, faults
+3. placement   per watched thread (real-time or periodic): CPUs and core types used over time, migrations,
+               time on slow cores, time sharing its CPU with another busy thread, policy/rtprio changes
+4. faults      minor and major faults per bin, and the thread that took most of them
+5. worst       the worst stall episodes with their verdicts (`analyses.stalls`)
+
+Views 1-4 stream the capture once (raw window deltas summed into bins of about a fiftieth of the span,
+so the tick-lag of the counters does not matter); view 5 reads only the watched threads. "Sharing its
+CPU": in the same tick another recorded thread whose last CPU (stat field 39) was the same one was on
+CPU for at least half of its window, or was in state R at the read (running there, or queued for it).
+The CPU of a sleeping thread is where it last ran, which is where it will most likely wake: good enough
+for placement, not for exact co-scheduling (eBPF gives that).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from analyses.source import STATE_R, capture_interval_ns, capture_origin_ns
+from analyses.stalls import StallRules, find_stalls
+from analyses.threads import RT_POLICIES, policy_label, select_threads, thread_profiles
+from analyses.windows import iter_raw_windows
+from forensics.capture import Capture
+
+SPARK = " ▁▂▃▄▅▆▇█"
+CPU_GLYPHS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+BUSY_FRACTION = 0.5
+
+
+def nice_bin_ns(span_ns: int, interval_ns: int, bins: int = 60) -> int:
+    """A round bin width (1, 2 or 5 x 10^k ns) giving about `bins` bins, never below the interval."""
+    raw = max(span_ns / max(bins, 1), interval_ns, 1)
+    exponent = int(np.floor(np.log10(raw)))
+    for mult in (1, 2, 5, 10):
+        width = mult * 10**exponent
+        if width >= raw:
+            return int(width)
+    return int(10 ** (exponent + 1))
+
+
+def sparkline(values: np.ndarray, top: float | None = None) -> str:
+    """Values scaled to 0..top as block glyphs (one character per bin)."""
+    values = np.nan_to_num(np.asarray(values, dtype=np.float64))
+    top = float(values.max()) if top is None else float(top)
+    if top <= 0:
+        return SPARK[0] * len(values)
+    levels = np.clip(np.ceil(values / top * (len(SPARK) - 1)), 0, len(SPARK) - 1).astype(int)
+    return "".join(SPARK[i] for i in levels)
+
+
+@dataclass
+class Summary:
+    bin_ns: int
+    origin_ns: int | None
+    views: dict[str, pd.DataFrame] = field(default_factory=dict)
+
+
+def summarize(
+    cap,
+    *,
+    t_range: tuple[int | None, int | None] | None = None,
+    top: int = 8,
+    worst: int = 10,
+    bins: int = 50,
+    rules: StallRules | None = None,
+) -> Summary:
+    """The five views (module docstring) as DataFrames in `Summary.views`."""
+    interval = capture_interval_ns(cap)
+    profiles = thread_profiles(cap, t_range=t_range)
+    origin = capture_origin_ns(cap)
+    if profiles.empty or origin is None:
+        return Summary(bin_ns=interval, origin_ns=origin, views={})
+    start = int(profiles["first_ns"].min())
+    span = int(profiles["last_ns"].max()) - start
+    bin_ns = nice_bin_ns(span, interval, bins)
+    watched = select_threads(profiles)
+    watched_tids = watched["tid"].to_numpy(dtype=np.int32)
+    acc = _stream(cap, t_range, start, bin_ns, watched_tids)
+    names = profiles.set_index("tid")["comm"]
+    views: dict[str, pd.DataFrame] = {}
+    per_bin = acc["per_bin"]
+    views["timeline"], views["timeline_bins"] = _timeline(per_bin, names, start, bin_ns, top)
+    views["breakdown"] = _breakdown(profiles, per_bin)
+    views["placement"], views["placement_changes"] = _placement(acc, watched, start, bin_ns, per_bin)
+    views["faults"], views["faults_bins"] = _faults(per_bin, names, start, bin_ns)
+    stalls = find_stalls(cap, rules=rules, t_range=t_range, profiles=profiles)
+    views["worst"] = stalls.sort_values("stall_ns", ascending=False).head(worst) if len(stalls) else stalls
+    return Summary(bin_ns=bin_ns, origin_ns=origin, views=views)
+
+
+def _stream(
+    cap: Capture, t_range: tuple[int | None, int | None] | None, start: int, bin_ns: int, watched: np.ndarray
+) -> dict[str, pd.DataFrame]:
+    columns = ["pid", "run_ns", "wait_ns", "slices", "state", "minflt", "majflt", "cpu", "policy", "rtprio"]
+    per_bin, per_cpu, totals, changes = [], [], [], []
+    for w in iter_raw_windows(cap, columns, t_range=t_range):
+        tid = w["tid"].to_numpy()
+        on = w["run_delta_ns"].to_numpy()
+        wall = w["wall_ns"].to_numpy()
+        bin_index = (w["end_ns"].to_numpy() - start) // bin_ns
+        frame = pd.DataFrame(
+            {
+                "tid": tid,
+                "bin": bin_index,
+                "on": on,
+                "rq": w["wait_delta_ns"].to_numpy(),
+                "wall": wall,
+                "switches": w["switches"].to_numpy(),
+                "minflt": w["minflt"].to_numpy(),
+                "majflt": w["majflt"].to_numpy(),
+            }
+        )
+        per_bin.append(frame.groupby(["tid", "bin"], sort=False).sum())
+        # Placement of watched threads: which CPU, slow cores, a busy neighbour on the same CPU.
+        mine = np.isin(tid, watched) | np.isin(w["policy"].to_numpy(), RT_POLICIES)
+        if not mine.any():
+            continue
+        tick = w["tick"].to_numpy().astype(np.int64)
+        cpu = w["cpu"].to_numpy().astype(np.int64)
+        key = tick * 65536 + np.clip(cpu, 0, 65535)
+        # A busy neighbour: on CPU for half its window, or in R at the read (running or queued there). The
+        # state catches a CPU hog whose run time the tick has not accounted yet (raw deltas lag).
+        busy = (on >= BUSY_FRACTION * wall) | (w["state"].to_numpy() == STATE_R)
+        busy_keys, busy_counts = np.unique(key[busy], return_counts=True)
+        pos = np.clip(np.searchsorted(busy_keys, key[mine]), 0, max(len(busy_keys) - 1, 0))
+        found = (busy_keys[pos] == key[mine]) if len(busy_keys) else np.zeros(mine.sum(), dtype=bool)
+        others = np.where(found, busy_counts[pos] if len(busy_keys) else 0, 0) - busy[mine]
+        shared = others > 0
+        sub = pd.DataFrame(
+            {
+                "tid": tid[mine],
+                "bin": bin_index[mine],
+                "cpu": cpu[mine],
+                "wall": wall[mine],
+                "on": on[mine],
+                "rq": w["wait_delta_ns"].to_numpy()[mine],
+                "slow_wall": np.where(w["slow_core"].to_numpy()[mine], wall[mine], 0),
+                "slow_on": np.where(w["slow_core"].to_numpy()[mine], on[mine], 0),
+                "shared_wall": np.where(shared, wall[mine], 0),
+                "shared_rq": np.where(shared, w["wait_delta_ns"].to_numpy()[mine], 0),
+                "migrations": (w["cpu"].to_numpy()[mine] != w["cpu_start"].to_numpy()[mine]).astype(np.int64),
+            }
+        )
+        per_cpu.append(sub.groupby(["tid", "bin", "cpu"], sort=False)["wall"].sum())
+        totals.append(sub.drop(columns=["bin", "cpu"]).groupby("tid").sum())
+        core = w["core_type"].astype(str).to_numpy()[mine]
+        totals.append(
+            pd.DataFrame({"tid": tid[mine], "core": core, "wall": wall[mine]})
+            .groupby(["tid", "core"])["wall"]
+            .sum()
+            .unstack(fill_value=0)
+            .add_prefix("core:")
+        )
+        changed = (w["policy"].to_numpy() != w["policy_start"].to_numpy()) | (
+            w["rtprio"].to_numpy() != w["rtprio_start"].to_numpy()
+        )
+        changed &= mine
+        if changed.any():
+            changes.append(
+                pd.DataFrame(
+                    {
+                        "tid": tid[changed],
+                        "t_ns": w["end_ns"].to_numpy()[changed],
+                        "from": [
+                            policy_label(p, r)
+                            for p, r in zip(
+                                w["policy_start"].to_numpy()[changed],
+                                w["rtprio_start"].to_numpy()[changed],
+                                strict=True,
+                            )
+                        ],
+                        "to": [
+                            policy_label(p, r)
+                            for p, r in zip(
+                                w["policy"].to_numpy()[changed], w["rtprio"].to_numpy()[changed], strict=True
+                            )
+                        ],
+                    }
+                )
+            )
+    out: dict[str, pd.DataFrame] = {}
+    out["per_bin"] = (
+        pd.concat(per_bin).groupby(level=[0, 1]).sum().reset_index()
+        if per_bin
+        else pd.DataFrame(columns=["tid", "bin", "on", "rq", "wall", "switches", "minflt", "majflt"])
+    )
+    out["per_cpu"] = pd.concat(per_cpu).groupby(level=[0, 1, 2]).sum().reset_index() if per_cpu else pd.DataFrame()
+    out["totals"] = pd.concat(totals).groupby(level=0).sum() if totals else pd.DataFrame()
+    out["changes"] = (
+        pd.concat(changes, ignore_index=True) if changes else pd.DataFrame(columns=["tid", "t_ns", "from", "to"])
+    )
+    return out
+
+
+def _timeline(
+    per_bin: pd.DataFrame, names: pd.Series, start: int, bin_ns: int, top: int
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    if per_bin.empty:
+        return pd.DataFrame(), pd.DataFrame()
+    nbins = int(per_bin["bin"].max()) + 1
+    totals = per_bin.groupby("tid")["on"].sum().sort_values(ascending=False)
+    chosen = totals[totals > 0].head(top).index
+    long = per_bin[per_bin["tid"].isin(chosen)][["tid", "bin", "on"]]
+    grid = long.pivot_table(index="tid", columns="bin", values="on", aggfunc="sum", fill_value=0)
+    grid = grid.reindex(columns=range(nbins), fill_value=0).reindex(chosen)
+    rows = []
+    for tid, values in grid.iterrows():  # one row per top thread (a handful)
+        v = values.to_numpy(dtype=np.float64)
+        peak = int(np.argmax(v))
+        rows.append(
+            {
+                "tid": int(tid),
+                "comm": names.get(tid, "?"),
+                "on_cpu_ns": int(v.sum()),
+                "peak_bin_ns": int(v[peak]),
+                "peak_at_ns": start + peak * bin_ns,
+                "peak_pct": 100.0 * v[peak] / bin_ns,
+                "timeline": sparkline(v),  # scaled to the thread's own peak bin (peak_pct says how busy)
+            }
+        )
+    bins = long.assign(
+        bin_start_ns=start + long["bin"].to_numpy() * bin_ns, comm=names.reindex(long["tid"]).to_numpy()
+    )[["tid", "comm", "bin_start_ns", "on"]].rename(columns={"on": "on_cpu_ns"})
+    return pd.DataFrame(rows), bins.sort_values(["tid", "bin_start_ns"]).reset_index(drop=True)
+
+
+def _breakdown(profiles: pd.DataFrame, per_bin: pd.DataFrame) -> pd.DataFrame:
+    sums = per_bin.groupby("tid")[["on", "rq", "wall", "switches", "minflt", "majflt"]].sum()
+    out = profiles.set_index("tid")[["comm", "policy", "rtprio", "nice", "periodic", "wakeups_per_s"]].join(sums)
+    out = out.fillna({"on": 0, "rq": 0, "wall": 0, "switches": 0, "minflt": 0, "majflt": 0})
+    wall = out["wall"].where(out["wall"] > 0)
+    out["off"] = np.maximum(out["wall"] - out["on"] - out["rq"], 0)
+    out["on_pct"] = 100.0 * out["on"] / wall
+    out["runqueue_pct"] = 100.0 * out["rq"] / wall
+    out["off_pct"] = 100.0 * out["off"] / wall
+    out["policy"] = [
+        policy_label(p, r, n)
+        for p, r, n in zip(out["policy"].tolist(), out["rtprio"].tolist(), out["nice"].tolist(), strict=True)
+    ]
+    out = out.rename(columns={"on": "on_cpu_ns", "rq": "runqueue_ns", "off": "off_cpu_ns", "wall": "wall_ns"})
+    out = out.reset_index().sort_values(["on_cpu_ns", "runqueue_ns"], ascending=False)
+    cols = [
+        "tid", "comm", "policy", "on_cpu_ns", "runqueue_ns", "off_cpu_ns", "on_pct", "runqueue_pct", "off_pct",
+        "switches", "wakeups_per_s", "minflt", "majflt", "wall_ns",
+    ]  # fmt: skip
+    for c in ("on_cpu_ns", "runqueue_ns", "off_cpu_ns", "wall_ns", "switches", "minflt", "majflt"):
+        out[c] = out[c].astype(np.int64)
+    return out[cols].reset_index(drop=True)
+
+
+def _placement(
+    acc: dict[str, pd.DataFrame], watched: pd.DataFrame, start: int, bin_ns: int, per_bin: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    totals = acc["totals"]
+    per_cpu = acc["per_cpu"]
+    if totals.empty:
+        return pd.DataFrame(), acc["changes"]
+    nbins = int(per_bin["bin"].max()) + 1 if len(per_bin) else 0
+    info = watched.set_index("tid")
+    rows = []
+    for tid, t in totals.iterrows():  # one row per watched thread
+        mine = per_cpu[per_cpu["tid"] == tid]
+        by_cpu = mine.groupby("cpu")["wall"].sum()
+        cpu_text = " ".join(f"{int(c)}:{100.0 * v / max(by_cpu.sum(), 1):.0f}%" for c, v in by_cpu.items())
+        main_cpu = mine.sort_values("wall").groupby("bin")["cpu"].last().reindex(range(nbins))
+        strip = "".join(
+            " " if pd.isna(c) else CPU_GLYPHS[int(c)] if int(c) < len(CPU_GLYPHS) else "+" for c in main_cpu.tolist()
+        )
+        cores = {k[5:]: v for k, v in t.items() if str(k).startswith("core:") and v > 0}
+        core_text = " ".join(f"{k}:{100.0 * v / max(t['wall'], 1):.0f}%" for k, v in cores.items())
+        policy_now = info["policy"].get(tid) if tid in info.index else None
+        rtprio_now = info["rtprio"].get(tid) if tid in info.index else 0
+        rows.append(
+            {
+                "tid": int(tid),
+                "comm": info["comm"].get(tid, "?") if tid in info.index else "?",
+                "policy": policy_label(policy_now, rtprio_now) if policy_now is not None else "?",
+                "cpus": cpu_text,
+                "core_types": core_text or "uniform",
+                "migrations": int(t["migrations"]),
+                "slow_core_ns": int(t["slow_wall"]),
+                "slow_core_pct": 100.0 * t["slow_wall"] / max(t["wall"], 1),
+                "on_cpu_slow_ns": int(t["slow_on"]),
+                "shared_ns": int(t["shared_wall"]),
+                "shared_pct": 100.0 * t["shared_wall"] / max(t["wall"], 1),
+                "runqueue_shared_ns": int(t["shared_rq"]),
+                "cpu_over_time": strip,
+            }
+        )
+    changes = acc["changes"]
+    if len(changes):
+        changes = changes.assign(comm=changes["tid"].map(info["comm"]).fillna("?"))[
+            ["t_ns", "tid", "comm", "from", "to"]
+        ]
+    return pd.DataFrame(rows), changes
+
+
+def _faults(per_bin: pd.DataFrame, names: pd.Series, start: int, bin_ns: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    if per_bin.empty:
+        return pd.DataFrame(), pd.DataFrame()
+    nbins = int(per_bin["bin"].max()) + 1
+    faults = per_bin.assign(total=per_bin["minflt"] + per_bin["majflt"])
+    by_bin = faults.groupby("bin")[["minflt", "majflt", "total"]].sum().reindex(range(nbins), fill_value=0)
+    topper = faults.sort_values("total").groupby("bin").last()
+    out = by_bin.assign(
+        bin_start_ns=start + by_bin.index.to_numpy() * bin_ns,
+        top_tid=topper["tid"].reindex(by_bin.index).astype("Int64"),
+        top_share=(topper["total"].reindex(by_bin.index) / by_bin["total"].where(by_bin["total"] > 0)).round(3),
+    )
+    none = by_bin["total"].to_numpy() == 0
+    out["top_tid"] = out["top_tid"].where(~none, pd.NA)
+    out["top_comm"] = out["top_tid"].map(lambda t: names.get(t, "?") if not pd.isna(t) else None)
+    out = out.reset_index(drop=True)[["bin_start_ns", "minflt", "majflt", "top_comm", "top_tid", "top_share"]]
+    total = by_bin["total"].to_numpy()
+    peak = int(np.argmax(total)) if len(total) else 0
+    overview = pd.DataFrame(
+        [
+            {
+                "minflt": int(by_bin["minflt"].sum()),
+                "majflt": int(by_bin["majflt"].sum()),
+                "peak_bin_faults": int(total[peak]) if len(total) else 0,
+                "peak_at_ns": start + peak * bin_ns,
+                "peak_thread": out["top_comm"].iloc[peak] if len(out) else None,
+                "faults_over_time": sparkline(total),
+            }
+        ]
+    )
+    return overview, out

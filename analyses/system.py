@@ -1,0 +1,155 @@
+"""The summary a 2004 jackd + fluidsynth kernel benchmark reported, from a capture.
+
+    XRUN rate                  deadline misses per hour (lab cycles)
+    Delay rate (> spare time)  cycles whose delay exceeded the spare time of the period, per hour
+    Delay rate (> 1000 us)     per hour
+    Delay maximum              us
+    Cycle maximum              us (longest callback)
+    Average DSP load           mean cycle time / period
+    Average CPU user / system / nice / IO-wait / IRQ / soft-IRQ load   % of all CPU time (/proc/stat)
+    Average interrupt rate, context-switch rate                      per second (/proc/stat intr, ctxt)
+
+Spare time of a cycle = period - that cycle's run time. With the lab's cycles table the delay and cycle
+figures are exact; otherwise they are estimated for the main periodic thread from /proc (see
+`analyses.cycles`) and say so in their `source`. A figure the capture cannot give is NaN with the reason.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyses.cycles import lab_cycles, proc_cycles
+from analyses.threads import thread_profiles
+from forensics.capture import Capture
+
+HOUR_NS = 3_600_000_000_000
+CPU_FIELDS = ("user", "system", "nice", "iowait", "irq", "softirq", "steal")
+
+
+def main_periodic_thread(profiles: pd.DataFrame) -> pd.Series | None:
+    """The thread a benchmark would time: the periodic one with the highest real-time priority, then the
+    most wake-ups."""
+    periodic = profiles[profiles["periodic"].to_numpy(dtype=bool)]
+    if periodic.empty:
+        return None
+    ranked = periodic.sort_values(["max_rtprio", "switches"], ascending=False)
+    return ranked.iloc[0]
+
+
+def cpu_loads(cap: Capture, t_range: tuple[int | None, int | None] | None = None) -> dict[str, float]:
+    """% of all CPU time per /proc/stat field, and interrupt / context-switch rates per second."""
+    system = cap.system
+    if system.empty:
+        return {}
+    machine = system[system["cpu"] == -1].sort_values("t_ns")
+    if t_range is not None:
+        lo, hi = t_range
+        if lo is not None:
+            machine = machine[machine["t_ns"] >= lo]
+        if hi is not None:
+            machine = machine[machine["t_ns"] <= hi]
+    if len(machine) < 2:
+        return {}
+    first, last = machine.iloc[0], machine.iloc[-1]
+    fields = [f for f in (*CPU_FIELDS, "idle") if f in machine]
+    delta = {f: float(last[f]) - float(first[f]) for f in fields}
+    total = sum(delta.values())
+    seconds = (int(last["t_ns"]) - int(first["t_ns"])) / 1e9
+    out = {f"cpu_{f}_pct": (100.0 * delta[f] / total if total > 0 else np.nan) for f in CPU_FIELDS if f in delta}
+    for name in ("intr", "ctxt"):
+        if name in machine and not pd.isna(first[name]) and not pd.isna(last[name]) and seconds > 0:
+            out[f"{name}_per_s"] = (float(last[name]) - float(first[name])) / seconds
+    out["seconds"] = seconds
+    return out
+
+
+def system_figures(
+    cap: Capture, *, t_range: tuple[int | None, int | None] | None = None, profiles: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """One row per figure: figure, value, unit, source (module docstring)."""
+    profiles = thread_profiles(cap, t_range=t_range) if profiles is None else profiles
+    rows: list[dict[str, object]] = []
+
+    def add(figure: str, value: float, unit: str, source: str) -> None:
+        rows.append({"figure": figure, "value": value, "unit": unit, "source": source})
+
+    duration = float(profiles["last_ns"].max() - profiles["first_ns"].min()) if len(profiles) else float("nan")
+    cycles = lab_cycles(cap)
+    if t_range is not None and len(cycles):
+        lo, hi = t_range
+        keep = np.ones(len(cycles), dtype=bool)
+        if lo is not None:
+            keep &= cycles["start_ns"].to_numpy() >= lo
+        if hi is not None:
+            keep &= cycles["end_ns"].to_numpy() <= hi
+        cycles = cycles[keep]
+    if len(cycles):
+        period = float(cycles["period_ns"].iloc[0])
+        span = float(cycles["end_ns"].max() - cycles["start_ns"].min())
+        per_hour = HOUR_NS / span if span > 0 else np.nan
+        spare = period - cycles["cycle_ns"].to_numpy()
+        delay = cycles["delay_ns"].to_numpy()
+        source = f"lab cycles ({len(cycles)})"
+        add("XRUN rate (deadline misses)", float(cycles["missed"].sum()) * per_hour, "/hour", source)
+        add("Delay rate (> spare time)", float((delay > spare).sum()) * per_hour, "/hour", source)
+        add("Delay rate (> 1000 us)", float((delay > 1_000_000).sum()) * per_hour, "/hour", source)
+        add("Delay maximum", float(delay.max()) / 1e3, "us", source)
+        add("Cycle maximum", float(cycles["cycle_ns"].max()) / 1e3, "us", source)
+        add("Average DSP load", 100.0 * float(cycles["cycle_ns"].mean()) / period, "%", source)
+    else:
+        main = main_periodic_thread(profiles)
+        if main is None:
+            reason = "unknown: no lab cycles and no periodic thread"
+            for figure, unit in (
+                ("XRUN rate (deadline misses)", "/hour"),
+                ("Delay rate (> spare time)", "/hour"),
+                ("Delay rate (> 1000 us)", "/hour"),
+                ("Delay maximum", "us"),
+                ("Cycle maximum", "us"),
+                ("Average DSP load", "%"),
+            ):
+                add(figure, np.nan, unit, reason)
+        else:
+            period = float(main["period_ns"])
+            est = proc_cycles(cap, int(main["tid"]), t_range=t_range)
+            clean = est[~est["ambiguous"].to_numpy(dtype=bool)]
+            span = float(main["wall_ns"])
+            per_hour = HOUR_NS / span if span > 0 else np.nan
+            source = f"/proc estimate, {main['comm']} ({int(main['tid'])}), {len(clean)} wake-ups"
+            add("XRUN rate (deadline misses)", np.nan, "/hour", "unknown: needs cycle ends (lab cycles)")
+            if len(clean):
+                spare = period - float(np.median(clean["cycle_ns"]))
+                delay = clean["delay_ns"].to_numpy()
+                add("Delay rate (> spare time)", float((delay > spare).sum()) * per_hour, "/hour", source)
+                add("Delay rate (> 1000 us)", float((delay > 1_000_000).sum()) * per_hour, "/hour", source)
+                add("Delay maximum", float(delay.max()) / 1e3, "us", source)
+                add("Cycle maximum", float(clean["cycle_ns"].max()) / 1e3, "us", source)
+                add("Average DSP load", 100.0 * float(clean["cycle_ns"].mean()) / period, "%", source)
+    loads = cpu_loads(cap, t_range)
+    labels = {
+        "user": "Average CPU user load",
+        "system": "Average CPU system load",
+        "nice": "Average CPU nice load",
+        "iowait": "Average CPU IO-wait load",
+        "irq": "Average CPU IRQ load",
+        "softirq": "Average CPU soft-IRQ load",
+        "steal": "Average CPU steal (hypervisor)",
+    }
+    for field, label in labels.items():
+        value = loads.get(f"cpu_{field}_pct", np.nan)
+        add(label, value, "%", "/proc/stat" if not pd.isna(value) else "unknown: no system table")
+    add(
+        "Average interrupt rate",
+        loads.get("intr_per_s", np.nan),
+        "/s",
+        "/proc/stat intr" if "intr_per_s" in loads else "unknown: no system table",
+    )
+    add(
+        "Average context-switch rate",
+        loads.get("ctxt_per_s", np.nan),
+        "/s",
+        "/proc/stat ctxt" if "ctxt_per_s" in loads else "unknown: no system table",
+    )
+    add("Duration", duration / 1e9, "s", "samples")
+    return pd.DataFrame(rows)

@@ -1,0 +1,136 @@
+"""Checking verdicts against the lab's ground truth: matches, a confusion matrix, recall and precision.
+
+A truth episode (cause, tid, start_ns, end_ns) at least `min_ns` long is *found* by the stall episode of
+the same thread that overlaps it most (within `tolerance_ns` either side: a window boundary). A stall
+episode of a thread that has ground truth and overlaps no truth episode at all is a *false alarm*; one
+that overlaps only truth episodes shorter than `min_ns` is neither. Recall of a cause = found with that
+verdict / truth episodes of that cause; precision of a verdict = right / (stall episodes with that
+verdict that matched an eligible truth episode, or were false alarms). With the lab's cycles log, a
+stall episode on a callback that really was late (past its deadline, 5 ms or longer, or started 2 ms or
+more after its period began) though the lab injected nothing there is counted apart: a real stall of the
+machine, not a false alarm.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+CAUSE_ALIASES = {"majfault": "fault", "major": "fault", "minor": "fault"}
+
+
+def match_truth(
+    stalls: pd.DataFrame, truth: pd.DataFrame, *, min_ns: int = 5_000_000, tolerance_ns: int = 2_000_000
+) -> pd.DataFrame:
+    """One row per eligible truth episode: cause tid start_ns end_ns verdict (or "missed") stall_start_ns."""
+    eligible = truth[(truth["end_ns"] - truth["start_ns"]) >= min_ns].copy()
+    eligible["cause"] = eligible["cause"].map(lambda c: CAUSE_ALIASES.get(str(c), str(c)))
+    verdicts, starts = [], []
+    by_tid = {tid: group for tid, group in stalls.groupby("tid")} if len(stalls) else {}
+    for row in eligible.itertuples(index=False):  # one loop per truth episode (tens to hundreds)
+        group = by_tid.get(row.tid)
+        if group is None:
+            verdicts.append("missed")
+            starts.append(pd.NA)
+            continue
+        lo = np.maximum(group["start_ns"].to_numpy(np.int64), row.start_ns - tolerance_ns)
+        hi = np.minimum(group["end_ns"].to_numpy(np.int64), row.end_ns + tolerance_ns)
+        overlap = hi - lo
+        if (overlap <= 0).all():
+            verdicts.append("missed")
+            starts.append(pd.NA)
+            continue
+        best = int(np.argmax(overlap))
+        verdicts.append(str(group["verdict"].iloc[best]))
+        starts.append(int(group["start_ns"].iloc[best]))
+    eligible["verdict"] = verdicts
+    eligible["stall_start_ns"] = pd.array(starts, dtype="Int64")
+    return eligible.reset_index(drop=True)
+
+
+def false_alarms(stalls: pd.DataFrame, truth: pd.DataFrame, *, tolerance_ns: int = 2_000_000) -> pd.DataFrame:
+    """Stall episodes of threads with ground truth that overlap no truth episode at all."""
+    if stalls.empty:
+        return stalls
+    watched = stalls[stalls["tid"].isin(truth["tid"].unique())]
+    keep = []
+    for row in watched.itertuples(index=False):
+        same = truth[truth["tid"] == row.tid]
+        hit = (same["start_ns"] - tolerance_ns < row.end_ns) & (same["end_ns"] + tolerance_ns > row.start_ns)
+        keep.append(not bool(hit.any()))
+    return watched[np.asarray(keep, dtype=bool)]
+
+
+def late_cycles(cycles: pd.DataFrame, *, min_ns: int = 5_000_000, delay_ns: int = 2_000_000) -> pd.DataFrame:
+    """Callbacks that really were late, long or delayed (the lab's own log): end past the deadline, a run
+    of min_ns or more, or a start delay_ns or more after the period began (a late wake-up)."""
+    if cycles.empty:
+        return cycles
+    ordered = cycles.sort_values(["tid", "deadline_ns"])
+    spacing = ordered.groupby("tid")["deadline_ns"].diff()
+    period = float(spacing[spacing > 0].median()) if (spacing > 0).any() else 0.0
+    long = (ordered["end_ns"] - ordered["start_ns"]) >= min_ns
+    delayed = (ordered["start_ns"] - (ordered["deadline_ns"] - period)) >= delay_ns if period else long & False
+    return ordered[(ordered["end_ns"] > ordered["deadline_ns"]) | long | delayed]
+
+
+def split_alarms(
+    alarms: pd.DataFrame, cycles: pd.DataFrame, *, tolerance_ns: int = 2_000_000
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(false, real): alarms that overlap no late callback, and those that overlap one the lab did not
+    inject (a real stall of the machine: the verdict is then not checkable, but it is not a false alarm)."""
+    late = late_cycles(cycles)
+    if alarms.empty or late.empty:
+        return alarms, alarms.iloc[0:0]
+    spacing = cycles.sort_values("deadline_ns").groupby("tid")["deadline_ns"].diff()
+    period = float(spacing[spacing > 0].median()) if (spacing > 0).any() else 0.0
+    real = []
+    for row in alarms.itertuples(index=False):
+        same = late[late["tid"] == row.tid] if "tid" in late else late
+        # A callback woken late starts after the stall that delayed it: look one period past its end.
+        hit = (same["start_ns"] - tolerance_ns < row.end_ns + period) & (same["end_ns"] + tolerance_ns > row.start_ns)
+        real.append(bool(hit.any()))
+    mask = np.asarray(real, dtype=bool)
+    return alarms[~mask], alarms[mask]
+
+
+def confusion(
+    stalls: pd.DataFrame,
+    truth: pd.DataFrame,
+    *,
+    cycles: pd.DataFrame | None = None,
+    min_ns: int = 5_000_000,
+    tolerance_ns: int = 2_000_000,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(matrix, scores): truth cause x verdict counts (with `missed`; a `none` row of false alarms; with
+    `cycles`, a `late, not injected` row of verdicts on callbacks that really were late but that the lab
+    did not cause, left out of precision); per cause: episodes, recall, precision."""
+    matched = match_truth(stalls, truth, min_ns=min_ns, tolerance_ns=tolerance_ns)
+    alarms = false_alarms(stalls, truth, tolerance_ns=tolerance_ns)
+    real = alarms.iloc[0:0]
+    if cycles is not None:
+        alarms, real = split_alarms(alarms, cycles, tolerance_ns=tolerance_ns)
+    table = pd.crosstab(matched["cause"], matched["verdict"]) if len(matched) else pd.DataFrame()
+    for label, rows in (("late, not injected", real), ("none", alarms)):
+        if len(rows):
+            extra = rows["verdict"].value_counts().rename(label).to_frame().T
+            table = pd.concat([table, extra]).fillna(0)
+    table = table.astype(int) if len(table) else table
+    causes = sorted(set(matched["cause"]) | set(alarms["verdict"] if len(alarms) else []))
+    scores = []
+    for cause in causes:
+        n = int((matched["cause"] == cause).sum())
+        right = int(((matched["cause"] == cause) & (matched["verdict"] == cause)).sum())
+        said = int((matched["verdict"] == cause).sum()) + int((alarms["verdict"] == cause).sum() if len(alarms) else 0)
+        scores.append(
+            {
+                "cause": cause,
+                "episodes": n,
+                "found_right": right,
+                "said": said,
+                "recall": right / n if n else float("nan"),
+                "precision": right / said if said else float("nan"),
+            }
+        )
+    matrix = table.reset_index().rename(columns={"index": "truth", "cause": "truth"}) if len(table) else table
+    return matrix, pd.DataFrame(scores)

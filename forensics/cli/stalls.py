@@ -1,0 +1,154 @@
+"""`forensics stalls CAPTURE` (catch-stall): episodes of the threads to watch, each with its verdict."""
+
+from __future__ import annotations
+
+import click
+
+from forensics.capture import load
+from forensics.cli.options import DURATION, capture_argument
+from forensics.cli.report_options import emit, output_options, span_option
+from forensics.render import Report, Section
+
+EPISODE_COLUMNS = {
+    "start_ns": "at",
+    "tid": "tid",
+    "comm": "thread",
+    "duration_ns": "span",
+    "verdict": "verdict",
+    "stall_ns": "stalled",
+    "components": "components",
+}
+THREAD_COLUMNS = {
+    "tid": "tid",
+    "comm": "thread",
+    "process": "process",
+    "policy": "policy",
+    "period_ns": "period",
+    "why": "why",
+}
+
+
+@click.command()
+@capture_argument
+@click.option("--thread", "pattern", metavar="REGEX", help="Watch threads whose name (or process name) matches.")
+@click.option("--all", "everything", is_flag=True, help="Watch every thread, not only real-time and periodic ones.")
+@span_option
+@click.option(
+    "--min-stall",
+    type=DURATION,
+    default=None,
+    help="Report episodes whose stall beyond the thread's normal busy time is at least this "
+    "(default: half the period of a periodic thread, two sampling intervals otherwise).",
+)
+@click.option(
+    "--busy-fraction",
+    type=click.FloatRange(0.05, 1.0),
+    default=0.5,
+    show_default=True,
+    help="A window is hot when the thread was on CPU or runnable this much of it.",
+)
+@click.option(
+    "--fault-rate",
+    type=click.FloatRange(1.0),
+    default=20.0,
+    show_default=True,
+    help="Faults per ms on CPU from which a window's CPU time counts as a fault storm.",
+)
+@click.option("--truth", "with_truth", is_flag=True, help="Also score the verdicts against the lab's ground truth.")
+@output_options
+def stalls(
+    capture: str,
+    pattern: str | None,
+    everything: bool,
+    span: str | None,
+    min_stall: int | None,
+    busy_fraction: float,
+    fault_rate: float,
+    with_truth: bool,
+    fmt: str | None,
+    as_json: bool,
+    output: str | None,
+) -> None:
+    """Find when the watched threads stalled, and why: a long run, or a wait (and for what).
+
+    \b
+    Watched by default: real-time threads (FIFO/RR/DEADLINE) and periodic ones, found from their
+    wake-up pattern (a steady number of switch-ins per 200 ms), so that an audio thread that did not
+    get a real-time policy is still watched. --thread REGEX or --all choose others.
+
+    \b
+    Each 2 ms window of a watched thread is split into on-CPU, runnable (waiting for a CPU) and off-CPU
+    time (schedstat; time the kernel accounts late is moved back to where it was lived). Adjacent
+    anomalous windows make an episode; its verdict is its largest component:
+      run       on CPU: the thread's own work took long
+      runqueue  runnable but not running: scheduler delay, another thread on its CPU
+      fault     on CPU taking page faults (20+ per ms on CPU), or D-state waits while major faults rose
+      io        off CPU in state D (uninterruptible: block IO)
+      lock      off CPU in state S while the thread missed its periodic wake-up (futex, pipe, condition)
+      reclaim   memory reclaim/compaction/thrashing delays (only with taskstats)
+      unknown   off CPU in another state, or a cause the capture has no source for
+
+    \b
+    How io is told from lock without delay accounting, schedstats or eBPF: by the state letter read
+    every tick (stat field 3): D is an uninterruptible wait (disk), S an interruptible one (futex,
+    pipe, poll). Limits: the letter is a snapshot, so a wait shorter than one sampling interval may
+    never be seen; a thread in S looks the same as one asleep between callbacks, so a lock wait shows
+    only when it makes a periodic thread miss a wake-up (always when it lasts a period plus two
+    intervals, 9.3 ms at 5.333 ms / 2 ms; never below one period); kernel mutexes and NFS or FUSE
+    waits also show D and read as io. Delay accounting (stat field 42) and schedstats, where the
+    capture has them, are shown as evidence; what no source could decide is listed as unknown.
+    """
+    from analyses.source import capture_interval_ns, capture_origin_ns
+    from analyses.span import resolve_span
+    from analyses.stalls import StallRules, find_stalls
+    from analyses.threads import policy_label, select_threads, thread_profiles
+
+    cap = load(capture)
+    t_range = resolve_span(cap, span)
+    rules = StallRules(busy_fraction=busy_fraction, fault_rate_per_ms=fault_rate, min_stall_ns=min_stall)
+    profiles = thread_profiles(cap, t_range=t_range)
+    episodes = find_stalls(cap, pattern=pattern, everything=everything, rules=rules, t_range=t_range, profiles=profiles)
+    watched = select_threads(profiles, pattern=pattern, everything=everything).copy()
+    watched["policy"] = [
+        policy_label(p, r, n)
+        for p, r, n in zip(
+            watched["policy"].tolist(), watched["rtprio"].tolist(), watched["nice"].tolist(), strict=True
+        )
+    ]
+    interval = capture_interval_ns(cap)
+    report = Report(
+        title=f"Stalls in {capture} (sampled every {interval / 1e6:g} ms)",
+        origin_ns=capture_origin_ns(cap),
+        json_root="stalls",
+    )
+    report.sections.append(
+        Section(
+            "threads",
+            "Watched threads",
+            watched,
+            THREAD_COLUMNS,
+            empty="(no real-time or periodic thread: try --thread REGEX or --all)",
+        )
+    )
+    report.sections.append(
+        Section("stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence")
+    )
+    if len(episodes):
+        undecided = episodes["undecided"].iloc[0]
+        if undecided:
+            report.notes.append("Unknown for lack of a source in this capture: " + "; ".join(undecided) + ".")
+    if with_truth:
+        _add_truth(report, cap, episodes, interval)
+    emit(report, fmt=fmt, as_json=as_json, output=output)
+
+
+def _add_truth(report: Report, cap: object, episodes: object, interval: int) -> None:
+    from analyses.truth import confusion
+
+    truth = cap.truth  # type: ignore[attr-defined]
+    if truth.empty:
+        report.notes.append("--truth: this capture holds no ground truth (record the lab: catch-load --lab).")
+        return
+    matrix, scores = confusion(episodes, truth, cycles=cap.cycles, tolerance_ns=interval)  # type: ignore
+    report.sections.append(Section("truth_matrix", "Ground truth (rows) against verdicts (columns), >= 5 ms", matrix))
+    report.sections.append(Section("truth_scores", "Recall and precision per cause", scores))

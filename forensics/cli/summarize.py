@@ -1,0 +1,136 @@
+"""`forensics summarize CAPTURE` (summarize-load): the five decisive views of a capture or a span of it."""
+
+from __future__ import annotations
+
+import click
+
+from forensics.capture import load
+from forensics.cli.options import capture_argument
+from forensics.cli.report_options import emit, output_options, span_option
+from forensics.describe import fmt_ns
+from forensics.render import Report, Section
+
+TIMELINE = {"comm": "thread", "tid": "tid", "on_cpu_ns": "on CPU", "peak_pct": "peak", "timeline": "timeline"}
+BREAKDOWN = {
+    "comm": "thread",
+    "tid": "tid",
+    "policy": "policy",
+    "on_cpu_ns": "on CPU",
+    "runqueue_ns": "runnable",
+    "off_cpu_ns": "off CPU",
+    "on_pct": "on %",
+    "runqueue_pct": "wait %",
+    "wakeups_per_s": "wakes/s",
+    "minflt": "minflt",
+    "majflt": "majflt",
+}
+PLACEMENT = {
+    "comm": "thread",
+    "tid": "tid",
+    "policy": "policy",
+    "cpus": "CPUs (time)",
+    "core_types": "core types",
+    "migrations": "moves",
+    "slow_core_pct": "slow core",
+    "shared_pct": "shared",
+    "runqueue_shared_ns": "waited shared",
+}
+CHANGES = {"t_ns": "at", "comm": "thread", "tid": "tid", "from": "from", "to": "to"}
+FAULTS = {
+    "minflt": "minor",
+    "majflt": "major",
+    "peak_bin_faults": "peak bin",
+    "peak_thread": "by",
+    "faults_over_time": "over time",
+}
+FAULT_BINS = {"bin_start_ns": "bin", "minflt": "minor", "majflt": "major", "top_comm": "mostly", "top_share": "share"}
+WORST = {
+    "start_ns": "at",
+    "comm": "thread",
+    "tid": "tid",
+    "duration_ns": "span",
+    "verdict": "verdict",
+    "stall_ns": "stalled",
+    "components": "components",
+}
+
+
+@click.command()
+@capture_argument
+@span_option
+@click.option("--top", type=click.IntRange(1), default=8, show_default=True, help="Threads in the timeline.")
+@click.option("--worst", type=click.IntRange(1), default=10, show_default=True, help="Worst episodes listed.")
+@click.option("--rows", type=click.IntRange(1), default=15, show_default=True, help="Threads in the breakdown table.")
+@output_options
+def summarize(
+    capture: str,
+    span: str | None,
+    top: int,
+    worst: int,
+    rows: int,
+    fmt: str | None,
+    as_json: bool,
+    output: str | None,
+) -> None:
+    """Reduce a capture (or --span of it) to the five views that decide a spike investigation.
+
+    \b
+    1. On-CPU timeline of the busiest threads (one character per bin, scaled to each thread's peak).
+    2. Run vs wait per thread: on CPU, runnable waiting for a CPU, off CPU; wake-ups; faults.
+    3. Placement of the watched (real-time or periodic) threads: CPUs and core types used, migrations,
+       time on slow cores (E-cores, LITTLE), time sharing its CPU with another busy thread, and
+       policy/rtprio changes (an audio thread raised to FIFO late runs its first callbacks as OTHER).
+    4. Faults over time and who took them.
+    5. The worst stall episodes with verdicts (see `forensics stalls --help` for the rules).
+
+    --span takes markers set while recording (Enter or SIGUSR1 in catch-load): `--span load..loaded`,
+    `--span #1..#2`, or times since the first sample: `--span 2s..7.5s`.
+    """
+    from analyses.span import resolve_span
+    from analyses.summary import summarize as run_summary
+
+    cap = load(capture)
+    t_range = resolve_span(cap, span)
+    result = run_summary(cap, t_range=t_range, top=top, worst=worst)
+    views = result.views
+    where = f" ({span})" if span else ""
+    report = Report(title=f"Summary of {capture}{where}", origin_ns=result.origin_ns)
+    if not views:
+        report.notes.append("The capture (or span) holds no samples.")
+        emit(report, fmt=fmt, as_json=as_json, output=output)
+        return
+    bin_text = fmt_ns(result.bin_ns)
+    report.sections.append(
+        Section(
+            "timeline", f"1. On-CPU timeline, busiest threads (one character = {bin_text})", views["timeline"], TIMELINE
+        )
+    )
+    breakdown = views["breakdown"]
+    shown = breakdown if as_json or (fmt == "json") else breakdown.head(rows)
+    note = f"{len(breakdown) - rows} more threads in --json." if len(breakdown) > rows else ""
+    report.sections.append(Section("breakdown", "2. Run vs wait per thread", shown, BREAKDOWN, note=note))
+    report.sections.append(
+        Section(
+            "placement",
+            f"3. Placement of watched threads (CPU per {bin_text} under each)",
+            views["placement"],
+            PLACEMENT,
+            detail="cpu_over_time",
+            empty="(no real-time or periodic thread)",
+            note="shared: time another recorded thread was busy on the same CPU in the same tick.",
+        )
+    )
+    report.sections.append(
+        Section("placement_changes", "   Policy and priority changes", views["placement_changes"], CHANGES)
+    )
+    report.sections.append(Section("faults", "4. Faults over time", views["faults"], FAULTS))
+    fault_bins = views["faults_bins"]
+    busiest = fault_bins[(fault_bins["minflt"] + fault_bins["majflt"]) > 0]
+    busiest = busiest.sort_values("minflt", ascending=False).head(5).sort_values("bin_start_ns")
+    report.sections.append(
+        Section("faults_bins", "   Bins with the most faults", fault_bins if as_json else busiest, FAULT_BINS)
+    )
+    report.sections.append(
+        Section("worst", "5. Worst stall episodes", views["worst"], WORST, detail="evidence", empty="(no stall)")
+    )
+    emit(report, fmt=fmt, as_json=as_json, output=output)

@@ -1,0 +1,250 @@
+"""Stall verdicts on synthetic captures whose counters follow the kernel's accounting (tests/synth.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyses.resample import resample
+from analyses.stalls import StallRules, find_stalls
+from analyses.threads import select_threads, thread_profiles
+from analyses.truth import confusion, match_truth
+from tests import synth
+from tests.synth import MS, T0, Episode, Timeline
+
+
+def _one(cause: str, ms: float, **kw) -> tuple[pd.DataFrame, pd.DataFrame]:
+    cap = synth.audio_capture([Episode(cause, 100, ms)], seconds=1.5, **kw)
+    return find_stalls(cap), cap.truth
+
+
+def _overlaps(episode: pd.Series, truth: pd.Series) -> bool:
+    return episode.start_ns < truth.end_ns and episode.end_ns > truth.start_ns
+
+
+@pytest.mark.parametrize(
+    ("cause", "ms", "verdict", "component"),
+    [
+        ("run", 10, "run", "run_ns"),
+        ("run", 5, "run", "run_ns"),
+        ("runqueue", 10, "runqueue", "runqueue_ns"),
+        ("runqueue", 5, "runqueue", "runqueue_ns"),
+        ("io", 10, "io", "io_ns"),
+        ("io", 5, "io", "io_ns"),
+        ("fault", 10, "fault", "fault_ns"),
+        ("fault", 5, "fault", "fault_ns"),
+        ("majfault", 10, "fault", "fault_ns"),
+        ("lock", 12, "lock", "lock_ns"),
+        ("lock", 20, "lock", "lock_ns"),
+    ],
+)
+def test_each_cause_gets_its_verdict(cause, ms, verdict, component):
+    stalls, truth = _one(cause, ms)
+    assert len(stalls) == 1, stalls[["start_ns", "verdict", "components"]]
+    episode = stalls.iloc[0]
+    assert episode.verdict == verdict
+    assert _overlaps(episode, truth.iloc[0])
+    # The component is close to the episode's length (window resolution: +-2 intervals).
+    assert abs(episode[component] - ms * MS) <= 4 * MS
+    assert episode.components[verdict] == episode[component]
+    assert episode.tid == 1001 and episode.comm == "lab-audio"
+
+
+def test_clean_run_has_no_verdict():
+    worker = Timeline(tid=1002, comm="worker", cpu=1)
+    synth.busy(worker, t0=T0, duration_ns=3_000 * MS)
+    gui = Timeline(tid=1003, comm="gui", cpu=0)
+    synth.random_waker(gui, t0=T0, duration_ns=3_000 * MS, rate_hz=80, run_ns=2 * MS)
+    cap = synth.audio_capture([], seconds=3, extra=[worker, gui])
+    assert find_stalls(cap).empty
+    assert find_stalls(cap, everything=True).empty  # the CPU-bound worker is busy as always: not a stall
+
+
+def test_lock_shorter_than_a_period_is_not_seen_from_proc():
+    # The documented limit: a 4 ms futex wait inside a 5.333 ms period looks like the normal sleep.
+    stalls, _ = _one("lock", 4)
+    assert stalls.empty
+
+
+def test_missed_wakeup_needs_a_periodic_thread():
+    # The same 20 ms S-state wait in a thread that is not periodic cannot be told from sleep.
+    sleeper = Timeline(tid=1002, comm="sleeper", policy=1, rtprio=50, cpu=0)
+    synth.random_waker(sleeper, t0=T0, duration_ns=1_500 * MS, rate_hz=20)
+    cap = synth.audio_capture([Episode("lock", 100, 20)], seconds=1.5, extra=[sleeper])
+    stalls = find_stalls(cap)
+    assert stalls["tid"].tolist() == [1001]
+
+
+def test_non_realtime_audio_thread_is_watched_by_its_wakeups():
+    cap = synth.audio_capture([Episode("run", 100, 10)], seconds=1.5, policy=0, rtprio=0)
+    profiles = thread_profiles(cap)
+    chosen = select_threads(profiles)
+    assert chosen["tid"].tolist() == [1001]
+    assert chosen["why"].iloc[0] == "periodic"
+    assert abs(chosen["period_ns"].iloc[0] - 5_333_333) < 0.01 * 5_333_333
+    stalls = find_stalls(cap)
+    assert stalls["verdict"].tolist() == ["run"]
+    assert stalls["policy"].iloc[0] == "OTHER"
+
+
+def test_thread_selection_options():
+    worker = Timeline(tid=1002, comm="dsp-worker", cpu=0)
+    synth.random_waker(worker, t0=T0, duration_ns=1_500 * MS, rate_hz=30, run_ns=200_000)
+    cap = synth.audio_capture([], seconds=1.5, extra=[worker])
+    profiles = thread_profiles(cap)
+    assert select_threads(profiles)["tid"].tolist() == [1001]
+    assert select_threads(profiles, pattern="worker")["tid"].tolist() == [1002]
+    assert select_threads(profiles, everything=True)["tid"].tolist() == [1001, 1002]
+
+
+def test_cpu_bound_thread_is_not_taken_for_periodic():
+    hog = Timeline(tid=1002, comm="hog", cpu=1)
+    synth.busy(hog, t0=T0, duration_ns=2_000 * MS)  # switched in at a steady rate by its time slices
+    cap = synth.audio_capture([], seconds=2, extra=[hog])
+    profiles = thread_profiles(cap).set_index("tid")
+    assert not profiles.loc[1002, "periodic"]
+    assert profiles.loc[1001, "periodic"]
+
+
+def test_min_stall_threshold():
+    stalls, _ = _one("run", 2)
+    assert stalls.empty  # 2 ms is below half the period
+    cap = synth.audio_capture([Episode("run", 100, 2)], seconds=1.5)
+    found = find_stalls(cap, rules=StallRules(min_stall_ns=1 * MS))
+    assert found["verdict"].tolist() == ["run"]
+
+
+def test_fault_rate_threshold_decides_fault_vs_run():
+    cap = synth.audio_capture([Episode("fault", 100, 10)], seconds=1.5)
+    assert find_stalls(cap)["verdict"].tolist() == ["fault"]
+    # At 480 faults/ms a threshold above that rate calls the same CPU time plain run.
+    assert find_stalls(cap, rules=StallRules(fault_rate_per_ms=1000))["verdict"].tolist() == ["run"]
+
+
+def test_suspects_name_the_lock_holder_and_the_cpu_hog():
+    holder = Timeline(tid=2001, comm="holder", pid=2000, cpu=0)
+    hog = Timeline(tid=2002, comm="hog", pid=2000, policy=1, rtprio=80, cpu=1)
+    cap0 = synth.audio_capture([Episode("lock", 60, 20), Episode("runqueue", 160, 12)], seconds=3)
+    lock, runq = cap0.truth.iloc[0], cap0.truth.iloc[1]
+    # The holder burns CPU exactly while the callback waits; the hog runs on the callback's CPU (1).
+    holder.add(T0, lock.start_ns - 1 * MS, synth.SLEEP)
+    holder.add(lock.start_ns - 1 * MS, lock.end_ns, synth.USER)
+    hog.add(T0, runq.start_ns, synth.SLEEP)
+    hog.add(runq.start_ns, runq.end_ns, synth.USER)
+    cap = synth.audio_capture([Episode("lock", 60, 20), Episode("runqueue", 160, 12)], seconds=3, extra=[holder, hog])
+    stalls = find_stalls(cap)
+    stalls = stalls[stalls["tid"] == 1001].set_index("verdict")
+    assert "holder (2001" in stalls.loc["lock", "suspect"]
+    assert "hog (2002" in stalls.loc["runqueue", "suspect"] and "on CPU 1" in stalls.loc["runqueue", "suspect"]
+    assert "holder" in stalls.loc["lock", "evidence"]
+
+
+def test_sources_and_unknowns_are_stated():
+    stalls, _ = _one("io", 10)
+    episode = stalls.iloc[0]
+    assert "stat:state" in episode.sources and "schedstat" in episode.sources
+    assert episode.components["reclaim"] is None  # no taskstats: unknown, not zero
+    assert pd.isna(episode.reclaim_ns)
+    assert any("reclaim" in u for u in episode.undecided)
+    assert "state D at" in episode.evidence
+
+
+def test_delay_accounting_confirms_io_in_the_evidence():
+    cap = synth.audio_capture([Episode("io", 100, 30)], seconds=1.0)
+    samples = cap.samples.copy()
+    truth = cap.truth.iloc[0]
+    # Field 42 counts clock ticks (10 ms) of block-IO delay, accounted when the wait ends.
+    after = (samples["tid"] == 1001) & (samples["t_ns"] >= truth.end_ns)
+    samples.loc[after, "blkio_ticks"] = 3
+    meta = dict(cap.meta, sources=dict(cap.meta["sources"], delayacct=True))
+    cap2 = synth.Capture.from_frames(meta=meta, samples=samples, threads=cap.table("threads"))
+    episode = find_stalls(cap2).iloc[0]
+    assert episode.verdict == "io"
+    assert "delayacct" in episode.sources
+    assert "blkio delay" in episode.evidence
+
+
+def test_sampling_rate_lesson_on_synthetic_capture():
+    cap = synth.audio_capture([Episode("run", 150, 5)], seconds=2.0)
+    at_2ms = find_stalls(cap)
+    assert at_2ms["verdict"].tolist() == ["run"]
+    at_20ms = find_stalls(resample(cap, 20 * MS))
+    assert at_20ms.empty  # 5 ms in a 20 ms window with ~3.75 callbacks: averaged away
+
+
+def test_truth_scoring():
+    episodes = [Episode(c, 40 + 60 * i, 12) for i, c in enumerate(["run", "runqueue", "io", "fault", "lock"] * 2)]
+    cap = synth.audio_capture(episodes, seconds=4.0)
+    stalls = find_stalls(cap)
+    matched = match_truth(stalls, cap.truth)
+    assert (matched["cause"] == matched["verdict"]).all()
+    matrix, scores = confusion(stalls, cap.truth)
+    assert matrix.set_index("truth").to_numpy().trace() == len(matched)
+    assert (scores["recall"] == 1.0).all() and (scores["precision"] == 1.0).all()
+    assert set(scores["cause"]) == {"run", "runqueue", "io", "fault", "lock"}
+    # A wrong verdict shows up in the matrix and in precision.
+    stalls.loc[0, "verdict"] = "io"
+    _, scores = confusion(stalls, cap.truth)
+    by = scores.set_index("cause")
+    assert by.loc["run", "recall"] == 0.5 and by.loc["io", "precision"] < 1.0
+
+
+def _with_taskstats(cap, delays: dict[str, list[tuple[int, int]]]):
+    """The capture plus a taskstats table for lab-audio: per column, (end_ns, ns) delays accounted at end."""
+    samples = cap.samples[cap.samples["tid"] == 1001]
+    table = {"tick": samples["tick"].to_numpy(), "t_ns": samples["t_ns"].to_numpy(), "tid": samples["tid"].to_numpy()}
+    for column in ("blkio_delay_ns", "freepages_delay_ns", "thrashing_delay_ns", "compact_delay_ns"):
+        total = np.zeros(len(samples), dtype=np.int64)
+        for end, ns in delays.get(column, []):
+            total += np.where(samples["t_ns"].to_numpy() >= end, ns, 0)
+        table[column] = total
+    meta = dict(cap.meta, sources=dict(cap.meta["sources"], taskstats=True, delayacct=True))
+    return synth.Capture.from_frames(
+        meta=meta, samples=cap.samples, threads=cap.table("threads"), taskstats=pd.DataFrame(table)
+    )
+
+
+def test_taskstats_reclaim_delay_makes_a_reclaim_verdict():
+    cap = synth.audio_capture([Episode("fault", 100, 12), Episode("io", 200, 12)], seconds=1.5)
+    fault, io = cap.truth.iloc[0], cap.truth.iloc[1]
+    # Direct reclaim took 10 of the fault storm's 12 ms; the io wait was all block IO.
+    rich = _with_taskstats(
+        cap, {"freepages_delay_ns": [(fault.end_ns, 10 * MS)], "blkio_delay_ns": [(io.end_ns, 12 * MS)]}
+    )
+    stalls = find_stalls(rich).set_index("verdict")
+    assert "reclaim" in stalls.index and "io" in stalls.index
+    assert abs(stalls.loc["reclaim", "reclaim_ns"] - 10 * MS) < 1 * MS
+    assert stalls.loc["reclaim", "components"]["reclaim"] == stalls.loc["reclaim", "reclaim_ns"]
+    assert "taskstats" in stalls.loc["reclaim", "sources"]
+    assert "block-IO delay 12.0 ms (taskstats)" in stalls.loc["io", "evidence"]
+    # Without the table the same capture says fault, and reclaim is unknown (not zero).
+    plain = find_stalls(cap).set_index("verdict")
+    assert plain.loc["fault", "components"]["reclaim"] is None
+
+
+def test_threads_in_groups_give_the_same_episodes():
+    # --all on a big capture reads the threads in groups (bounded memory): the result must not change.
+    hog = Timeline(tid=1002, comm="hog", policy=1, rtprio=60, cpu=0)
+    hog.add(T0, T0 + 700 * MS, synth.SLEEP)
+    hog.add(T0 + 700 * MS, T0 + 720 * MS, synth.USER)
+    cap = synth.audio_capture([Episode("run", 60, 10), Episode("io", 200, 10)], seconds=1.5, extra=[hog])
+    whole = find_stalls(cap, everything=True)
+    grouped = find_stalls(cap, everything=True, max_samples=100)
+    assert len(whole) == 3 and set(whole["tid"]) == {1001, 1002}
+    pd.testing.assert_frame_equal(whole, grouped)
+
+
+def test_start_up_and_stop_of_a_periodic_thread_are_not_stalls():
+    # Before its loop the thread initialises (18 ms on CPU) and waits to be started (17 ms asleep); at
+    # the end it stops waking 300 ms before the capture ends. Neither is a stalled callback.
+    audio = Timeline(tid=1001, comm="lab-audio", policy=1, rtprio=70, cpu=1)
+    t = audio.add(T0 + 10 * MS, T0 + 28 * MS, synth.USER)
+    t = audio.add(t, T0 + 45 * MS, synth.SLEEP)
+    synth.periodic(audio, t0=T0 + 45 * MS, duration_ns=1_500 * MS, period_ns=5_333_333)
+    cap = synth.capture([audio], t0=T0, duration_ns=1_900 * MS)
+    assert find_stalls(cap).empty
+    # The same wait inside the rhythm is a stall: it ends in a wake-up after the thread was periodic.
+    late = Timeline(tid=1001, comm="lab-audio", policy=1, rtprio=70, cpu=1)
+    synth.periodic(late, t0=T0, duration_ns=1_900 * MS, period_ns=5_333_333, episodes=[Episode("lock", 150, 17)])
+    assert find_stalls(synth.capture([late], t0=T0, duration_ns=1_900 * MS))["verdict"].tolist() == ["lock"]
