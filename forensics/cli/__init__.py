@@ -22,6 +22,7 @@ from forensics.errors import CaptureWarning, ForensicsError
 COMMANDS: dict[str, str] = {
     "info": "forensics.cli.info:info",
     "dump": "forensics.cli.dump:dump",
+    "lab": "forensics.cli.lab:lab",
     "stalls": "forensics.cli.stalls:stalls",
     "spikes": "forensics.cli.spikes:spikes",
     "summarize": "forensics.cli.summarize:summarize",
