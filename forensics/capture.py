@@ -646,7 +646,12 @@ class Capture:
             events = self.events
             exits = events[events["kind"] == "thread_exited"].groupby("tid")["t_ns"].min().rename("exit_ns")
             summary = summary.join(exits.astype("Int64")).reset_index()
-        summary = summary[["tid", "pid", "comm", "process", "cmdline", "starttime", "first_ns", "last_ns", "exit_ns"]]
+            # A process's name is its leader thread's comm: follow renames of the leader.
+            leaders = summary[summary["tid"] == summary["pid"]].set_index("pid")["comm"]
+            summary["process"] = summary["pid"].map(leaders).fillna(summary["process"])
+        columns = ["tid", "pid", "comm", "process", "cmdline", "starttime", "policy", "rtprio"]
+        columns += ["first_ns", "last_ns", "exit_ns"]
+        summary = summary[[c for c in columns if c in summary.columns]]
         self._tables["threads_summary"] = summary
         return summary
 

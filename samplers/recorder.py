@@ -378,13 +378,8 @@ class Recorder:
                 os.sched_setaffinity(0, {opts.cpu})
             except OSError as err:
                 raise ForensicsError(f"cannot pin the sampler to CPU {opts.cpu}: {err.strerror}") from err
-        if opts.rt_priority is not None:
-            try:
-                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(opts.rt_priority))
-            except PermissionError:
-                raise ForensicsError(
-                    "--rt-priority needs root or CAP_SYS_NICE (or an rtprio limit in /etc/security/limits.conf)"
-                ) from None
+        sampler_policy = self._set_priority(opts.rt_priority)
+        base_meta = {**base_meta, "recording": {**base_meta.get("recording", {}), "sampler_policy": sampler_policy}}
         _set_timer_slack_ns(1)  # default 50 us of slack would be 2.5 % of every tick's wake-up
         for name in ("stat", *PRESSURE_FILES):
             path = self.procfs.path("stat") if name == "stat" else self.procfs.path("pressure", name)
@@ -538,6 +533,27 @@ class Recorder:
         self._system_fds.clear()
         self._statm_fds.clear()
         return self._trailer(start, end, rusage_start, rusage_end)
+
+    @staticmethod
+    def _set_priority(rt_priority: int | None) -> str:
+        """SCHED_FIFO for the sampler: asked for (N), by default (None: priority 1 if permitted), or not (0).
+
+        Why by default: a SCHED_OTHER sampler woken on a CPU where a real-time thread runs waits until
+        that thread sleeps (CFS cannot preempt it, and is not pulled away at once), so exactly the
+        episodes worth catching lose ticks. At FIFO 1 the kernel's RT push moves the sampler to a free
+        CPU instead (kernel/sched/rt.c, push_rt_task). Priority 1 preempts only SCHED_OTHER work.
+        """
+        if rt_priority == 0:
+            return "OTHER"
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(rt_priority or 1))
+        except PermissionError:
+            if rt_priority is None:
+                return "OTHER (SCHED_FIFO not permitted)"
+            raise ForensicsError(
+                "--rt-priority needs root or CAP_SYS_NICE (or an rtprio limit in /etc/security/limits.conf)"
+            ) from None
+        return f"FIFO {rt_priority or 1}"
 
     def add_meta(self, patch: dict[str, Any]) -> None:
         self._send(frames.encode_json(frames.META, patch))

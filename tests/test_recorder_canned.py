@@ -79,7 +79,10 @@ def test_canned_values_arrive_in_the_capture_unchanged(tmp_path: Path) -> None:
     ]
     engine = s[s["tid"] == 100]
     assert engine[["run_ns", "slices", "minflt", "cpu"]].iloc[0].tolist() == [5_000_000, 3, 11, 1]
-    assert cap.threads.set_index("tid").loc[101, "comm"] == "we) ird\nname"
+    threads = cap.threads.set_index("tid")
+    assert threads.loc[101, "comm"] == "we) ird\nname"
+    assert (threads.loc[101, "policy"], threads.loc[101, "rtprio"]) == (1, 85)  # as first seen
+    assert threads.loc[100, "process"] == "engine"
     sched = cap.sched[cap.sched["tid"] == 101]
     assert not sched.empty
     assert sched["wait_max_ns"].iloc[0] == 538_000 and sched["sum_sleep_runtime_ns"].iloc[0] == 80_000_123_456

@@ -92,12 +92,12 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
 @click.option("--cpu", type=int, default=None, help="Pin the sampler to this CPU.")
 @click.option(
     "--rt-priority",
-    type=click.IntRange(1, 99),
+    type=click.IntRange(0, 99),
     default=None,
-    metavar="1-99",
-    help="Run the sampler SCHED_FIFO at this priority (root), so busy real-time threads cannot "
-    "starve it. It then preempts lower-priority targets for ~50 us a tick: keep it below the "
-    "audio threads' priority.",
+    metavar="0-99",
+    help="Sampler priority: SCHED_FIFO at this priority; 0 for SCHED_OTHER. Default: FIFO 1 when permitted "
+    "(root), so a real-time thread hogging a CPU cannot make the sampler miss ticks (the kernel moves it "
+    "to another CPU); FIFO 1 preempts only SCHED_OTHER work, for ~50 us a tick.",
 )
 @click.option("--redact", is_flag=True, help="Do not store command lines (for captures attached to public bugs).")
 @click.option("--mark-on-new-process", is_flag=True, help="Add a marker whenever a new target process appears.")
@@ -150,6 +150,7 @@ def catch_load(
     launched: subprocess.Popen[bytes] | None = None
     stdin_markers = sys.stdin.isatty()
     if lab_argv is not None:
+        _check_lab_args(lab_argv)
         truth_fd, truth_name = tempfile.mkstemp(prefix="lab-truth-", suffix=".json")
         os.close(truth_fd)
         truth_path = Path(truth_name)
@@ -252,6 +253,19 @@ def _meta(spec: TargetSpec, options: RecorderOptions, writer_pid: int, lab_argv:
             "clock": "CLOCK_MONOTONIC",
         },
     }
+
+
+def _check_lab_args(lab_argv: list[str]) -> None:
+    """Refuse bad lab options before anything starts (they would end the recording at once)."""
+    from lab.cli import settings_from_args
+
+    try:
+        settings_from_args(lab_argv)
+    except click.ClickException as err:
+        raise ForensicsError(
+            f"--lab: {err.format_message()} (everything after --lab goes to the lab: put catch-load's own "
+            f"options before --lab; see `forensics lab --help`)"
+        ) from None
 
 
 def _store_truth(recorder: RecordingSession, truth_path: Path) -> None:
