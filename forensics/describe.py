@@ -55,7 +55,7 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
         "schedstats": _schedstats_text(sources),
         "delay accounting": _yes_no(sources.get("delayacct")),
         "taskstats": _yes_no(sources.get("taskstats")),
-        "eBPF": _yes_no(sources.get("ebpf")),
+        "eBPF": _ebpf_text(sources.get("ebpf"), (trailer or {}).get("ebpf")),
         "pressure (PSI)": _yes_no(sources.get("psi")),
     }
     timing: dict[str, str] = {
@@ -84,7 +84,7 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
     threads = cap.threads
     if not threads.empty:
         content["distinct threads"] = str(len(threads))
-        content["processes"] = str(threads["pid"].nunique())
+        content["distinct processes"] = str(threads["pid"].nunique())
     if meta.get("tool_version"):
         tool = f"{meta.get('tool', 'forensics')} {meta['tool_version']}"
         content["written by"] = f"{tool}, format {meta.get('format_version')}"
@@ -115,6 +115,16 @@ def _schedstats_text(sources: dict[str, Any]) -> str:
     if compiled is None:
         return "unknown"
     return "on" if enabled else "compiled in, off (kernel.sched_schedstats=0)"
+
+
+def _ebpf_text(live: Any, stats: dict[str, Any] | None) -> str:
+    if not live:
+        return _yes_no(live)
+    if not stats:
+        return "yes (event counts unknown: no trailer)"
+    events = sum(stats.get("events", {}).values())
+    lost = stats.get("lost_total", 0)
+    return f"yes: {events} events, {lost} lost" + (" (some exact intervals are unknown)" if lost else "")
 
 
 def _missed_text(trailer: dict[str, Any]) -> str:

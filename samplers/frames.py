@@ -29,6 +29,11 @@ SYSTEM = 6  # binary, see SYSTEM_HEADER
 TABLE = 7  # JSON: {"name": table, "rows": {column: [values]}}: small tables (lab truth, cycles)
 TRAILER = 8  # JSON: the trailer; the writer finishes the file and exits
 PROCESSES = 9  # JSON: {"t_ns", "statm": [[pid, "statm text"], ...]}: process memory, at the system rate
+TASKSTATS = 10  # binary, see TASKSTATS_HEADER: raw netlink replies of one tick
+
+# TASKSTATS payload: tick and row count, then u32 tid, int64 t_ns (when the query was sent) and u32 reply
+# length (0: the thread was gone) per row, then the replies, one contiguous run of bytes.
+TASKSTATS_HEADER = struct.Struct("<II")
 
 # TICK payload: header, then int64 t_ns per thread of the layout, u32 index of each thread without a
 # row this tick (its read failed: it exited), u32 length of each live thread's stat text, u32 length

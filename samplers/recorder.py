@@ -53,6 +53,8 @@ class RecorderOptions:
     interval_ns: int = 2_000_000
     duration_ns: int | None = None
     sched: str = "rt"  # all | rt | none
+    taskstats: str = "none"  # all | rt | none: per-thread netlink taskstats at the tick (root)
+    ebpf: bool = False  # the writer process attaches the eBPF probes (root, BCC)
     cpu: int | None = None
     rt_priority: int | None = None
     redact: bool = False
@@ -69,6 +71,7 @@ class _Thread:
     fd_schedstat: int
     fd_stat: int
     fd_sched: int = -1
+    taskstats: bool = False
 
 
 @dataclass
@@ -106,6 +109,9 @@ class Recorder:
         self.hot: list[tuple[int, int]] = []
         self.hot_tids: list[int] = []
         self.sched_hot: list[tuple[int, int]] = []
+        self.taskstats_hot: list[int] = []  # tids
+        self.taskstats_client: Any = None
+        self.notes: list[str] = []  # one-line messages for the user (a source that could not be used)
         self._layout_dirty = True
         self.stop_reason: str | None = None
         self.ticks = 0
@@ -230,6 +236,7 @@ class Recorder:
         thread = _Thread(tid, pid, fds[0], fds[1])
         if self.options.sched == "all":
             self._open_sched(thread)
+        thread.taskstats = self.taskstats_client is not None and self.options.taskstats == "all"
         return thread
 
     def _open_sched(self, thread: _Thread) -> None:
@@ -272,6 +279,7 @@ class Recorder:
         self.hot = [(t.fd_schedstat, t.fd_stat) for t in order]
         self.hot_tids = [t.tid for t in order]
         self.sched_hot = [(i, t.fd_sched) for i, t in enumerate(order) if t.fd_sched >= 0]
+        self.taskstats_hot = [t.tid for t in order if t.taskstats]
         self._send(
             frames.encode_json(
                 frames.LAYOUT,
@@ -293,19 +301,53 @@ class Recorder:
         for info in self.discovery.scan():
             self._add_process(info, t_ns, at_start=False)
         self._scan_threads(t_ns)
-        if self.options.sched == "rt":
-            for thread in self.threads.values():
-                try:
-                    rt = os.sched_getscheduler(thread.tid) in RT_POLICIES
-                except OSError:
-                    continue
-                if rt and thread.fd_sched < 0:
-                    self._open_sched(thread)
-                    self._layout_dirty = thread.fd_sched >= 0 or self._layout_dirty
-                elif not rt and thread.fd_sched >= 0:
-                    os.close(thread.fd_sched)
-                    thread.fd_sched = -1
-                    self._layout_dirty = True
+        self._update_rt_sources()
+
+    def _update_rt_sources(self) -> None:
+        """Under --sched rt / --taskstats rt, read those sources for exactly the real-time threads."""
+        sched_rt = self.options.sched == "rt"
+        taskstats_rt = self.options.taskstats == "rt" and self.taskstats_client is not None
+        if not (sched_rt or taskstats_rt):
+            return
+        for thread in self.threads.values():
+            try:
+                rt = os.sched_getscheduler(thread.tid) in RT_POLICIES
+            except OSError:
+                continue
+            if sched_rt and rt and thread.fd_sched < 0:
+                self._open_sched(thread)
+                self._layout_dirty = thread.fd_sched >= 0 or self._layout_dirty
+            elif sched_rt and not rt and thread.fd_sched >= 0:
+                os.close(thread.fd_sched)
+                thread.fd_sched = -1
+                self._layout_dirty = True
+            if taskstats_rt and thread.taskstats != rt:
+                thread.taskstats = rt
+                self._layout_dirty = True
+
+    def _read_taskstats(self, tick: int) -> None:
+        """One netlink query per thread (about 5 us each here): raw replies, parsed by the writer."""
+        query = self.taskstats_client.query_raw
+        mono = self.clock
+        tids = self.taskstats_hot
+        times: list[int] = []
+        replies: list[bytes] = []
+        for tid in tids:
+            times.append(mono())
+            try:
+                replies.append(query(tid) or b"")
+            except OSError:  # refused for this thread (e.g. another user namespace): no row
+                replies.append(b"")
+        payload = b"".join(
+            (
+                frames.TASKSTATS_HEADER.pack(tick, len(tids)),
+                array("I", tids).tobytes(),
+                array("q", times).tobytes(),
+                array("I", map(len, replies)).tobytes(),
+                *replies,
+            )
+        )
+        self._send(frames.encode(frames.TASKSTATS, payload))
 
     def _scan_threads(self, t_ns: int) -> None:
         for pid in list(self.processes):
@@ -379,7 +421,16 @@ class Recorder:
             except OSError as err:
                 raise ForensicsError(f"cannot pin the sampler to CPU {opts.cpu}: {err.strerror}") from err
         sampler_policy = self._set_priority(opts.rt_priority)
-        base_meta = {**base_meta, "recording": {**base_meta.get("recording", {}), "sampler_policy": sampler_policy}}
+        if opts.taskstats != "none":
+            self._open_taskstats()
+        base_meta = {
+            **base_meta,
+            "recording": {**base_meta.get("recording", {}), "sampler_policy": sampler_policy},
+            "sources": {
+                **base_meta.get("sources", {}),
+                "taskstats": opts.taskstats if self.taskstats_client is not None else False,
+            },
+        }
         _set_timer_slack_ns(1)  # default 50 us of slack would be 2.5 % of every tick's wake-up
         for name in ("stat", *PRESSURE_FILES):
             path = self.procfs.path("stat") if name == "stat" else self.procfs.path("pressure", name)
@@ -393,6 +444,7 @@ class Recorder:
             self._add_process(info, found_at, at_start=True)
         if not self.processes and self.spec.match is None and self.spec.command_pid is None:
             raise ForensicsError("no target process found")
+        self._update_rt_sources()
         start = self.clock()  # tick 0: after the initial discovery, which opened every fd
 
         interval = opts.interval_ns
@@ -461,6 +513,8 @@ class Recorder:
                         sched_raw.append(pread(fd, SCHED_BYTES, 0))
                     except OSError:
                         sched_raw.append(b"")
+                if self.taskstats_hot:
+                    self._read_taskstats(tick)
                 # ---- hand over ----
                 ss_blob = b"".join(ss)
                 st_blob = b"".join(st)
@@ -532,7 +586,20 @@ class Recorder:
             os.close(fd)
         self._system_fds.clear()
         self._statm_fds.clear()
+        if self.taskstats_client is not None:
+            self.taskstats_client.close()
         return self._trailer(start, end, rusage_start, rusage_end)
+
+    def _open_taskstats(self) -> None:
+        from samplers.taskstats import TaskstatsClient, TaskstatsUnavailable
+
+        try:
+            client = TaskstatsClient()
+            client.check_permission()
+        except TaskstatsUnavailable as err:
+            self.notes.append(f"taskstats: {err}")
+            return
+        self.taskstats_client = client
 
     @staticmethod
     def _set_priority(rt_priority: int | None) -> str:

@@ -48,7 +48,7 @@ class RecordingSession:
         if not os.access(out.parent, os.W_OK):
             raise ForensicsError(f"cannot write {out}: no permission to write in {out.parent}")
         self.writer = subprocess.Popen(
-            [sys.executable, "-m", "samplers.writer_process", str(out)],
+            [sys.executable, "-m", "samplers.writer_process", str(out), *(["--ebpf"] if options.ebpf else [])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=package_env(),

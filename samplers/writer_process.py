@@ -46,8 +46,12 @@ class _Layout:
 class CaptureSink:
     """Consumes frames; turns TICK frames into `samples` and `sched` chunks."""
 
-    def __init__(self, output: str, clock: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(self, output: str, clock: Callable[[], int] = time.monotonic_ns, ebpf: Any = None) -> None:
         self.output = output
+        self.ebpf = ebpf  # an EbpfPump, started, or None
+        self.ebpf_stats: dict[str, Any] | None = None
+        self.taskstats_rows: list[tuple[int, int, int, bytes | None]] = []
+        self.sources: dict[str, Any] = {}
         self.writer: CaptureWriter | None = None
         self.layouts: dict[int, _Layout] = {}
         self.pending: list[tuple[_Layout, int, int, bytes]] = []  # (layout, tick, tick_ns, payload)
@@ -81,8 +85,12 @@ class CaptureSink:
             self.layouts = {layout.id: layout, **{k: v for k, v in self.layouts.items() if self._in_use(k)}}
         elif kind == frames.META:
             patch = json.loads(payload)
+            self.sources = {**self.sources, **patch.get("sources", {})}
             if self.writer is None:
                 self.writer = CaptureWriter(self.output, patch)
+                if self.ebpf is not None:  # what the recorder could not know: the probes are live
+                    self.sources["ebpf"] = True
+                    self.writer.update_meta({"sources": self.sources, "ebpf": self.ebpf.meta()})
             else:
                 self.writer.update_meta(patch)
         elif kind == frames.THREAD:
@@ -91,6 +99,8 @@ class CaptureSink:
             if row.get("policy") is not None:
                 self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
             self.threads.append(row)
+            if self.ebpf is not None:
+                self.ebpf.add_pid(row["pid"])
         elif kind == frames.EVENT:
             self.events.append(json.loads(payload))
         elif kind == frames.SYSTEM:
@@ -101,6 +111,8 @@ class CaptureSink:
                 size, resident, shared = (int(v) for v in text.split()[:3])
                 if size:  # a zombie has no memory map left and reads all zeros: not a measurement
                     self.process_rows.append((spec["t_ns"], pid, size, resident, shared))
+        elif kind == frames.TASKSTATS:
+            self._taskstats(payload)
         elif kind == frames.TABLE:
             spec = json.loads(payload)
             self.flush()
@@ -108,17 +120,44 @@ class CaptureSink:
             self.writer.append(spec["name"], spec["rows"])
         elif kind == frames.TRAILER:
             trailer = json.loads(payload)
+            self.stop_ebpf()
             self.flush()
+            if self.ebpf_stats is not None:
+                trailer["ebpf"] = self.ebpf_stats
             # The cost of the recording, not of the imports before it started.
             trailer["writer_cpu_ns"] = time.process_time_ns() - self.cpu_at_ready
             assert self.writer is not None
             self.writer.close(trailer)
             self.finished = True
             self.final = {
+                "ebpf": self.ebpf_stats,
                 "writer_cpu_ns": trailer["writer_cpu_ns"],
                 "bytes": self.writer.bytes_written,
                 "rows": self.writer.rows_written,
             }
+
+    def _taskstats(self, payload: bytes) -> None:
+        tick, n = frames.TASKSTATS_HEADER.unpack_from(payload)
+        offset = frames.TASKSTATS_HEADER.size
+        tids = _array(payload, "<u4", n, offset).tolist()
+        offset += 4 * n
+        times = _array(payload, "<i8", n, offset).tolist()
+        offset += 8 * n
+        lengths = _array(payload, "<u4", n, offset).tolist()
+        offset += 4 * n
+        for tid, t_ns, length in zip(tids, times, lengths, strict=True):
+            self.taskstats_rows.append((tick, t_ns, tid, payload[offset : offset + length] if length else None))
+            offset += length
+
+    def stop_ebpf(self) -> None:
+        if self.ebpf is not None and self.ebpf_stats is None:
+            tables, self.ebpf_stats = self.ebpf.stop()
+            self._write_ebpf(tables)
+
+    def _write_ebpf(self, tables: dict[str, pa.Table]) -> None:
+        if self.writer is not None:
+            for name, table in tables.items():
+                self.writer.append(name, table)
 
     def _in_use(self, layout_id: int) -> bool:
         return any(p[0].id == layout_id for p in self.pending)
@@ -140,6 +179,18 @@ class CaptureSink:
             return
         if self.pending:
             self._flush_ticks()
+        if self.taskstats_rows:
+            from samplers.taskstats import taskstats_table
+
+            self.writer.append(
+                "taskstats",
+                taskstats_table(
+                    self.taskstats_rows, self.sources.get("delayacct"), self.sources.get("delayacct_since_ns")
+                ),
+            )
+            self.taskstats_rows = []
+        if self.ebpf is not None and self.ebpf_stats is None:
+            self._write_ebpf(self.ebpf.take())
         if self.system:
             columns = {name: [row.get(name) for row in self.system] for name in SYSTEM_SCHEMA.names}
             self.writer.append("system", columns)
@@ -298,6 +349,7 @@ class CaptureSink:
         """EOF: keep what arrived. No trailer unless the recorder sent one."""
         if self.finished:
             return
+        self.stop_ebpf()
         self.flush()
         if self.writer is not None:
             self.writer.close(None)
@@ -322,20 +374,23 @@ def _array(payload: bytes, dtype: str, count: int, offset: int) -> np.ndarray:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m samplers.writer_process OUTPUT < frames", file=sys.stderr)
+    ebpf = "--ebpf" in args
+    paths = [a for a in args if a != "--ebpf"]
+    if len(paths) != 1:
+        print("usage: python -m samplers.writer_process OUTPUT [--ebpf] < frames", file=sys.stderr)
         return 2
     # Ctrl-C reaches the whole foreground process group: the writer must not die before the recorder
     # has sent its trailer. It ends on EOF instead.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    pump = _start_ebpf() if ebpf else None
     # Parsing and compression can wait; the target threads and the recorder's tick cannot. The frame
     # drain thread keeps the pipe empty even when this process gets less CPU.
     with contextlib.suppress(OSError):
         os.nice(10)
-    sink = CaptureSink(args[0])
-    # Tell the recorder we are ready: until the imports above are done, frames would only fill the
-    # pipe and block its first ticks (pandas and pyarrow take most of a second to import).
+    sink = CaptureSink(paths[0], ebpf=pump)
+    # Tell the recorder we are ready: until the imports above are done (and the probes attached),
+    # frames would only fill the pipe and block its first ticks.
     os.write(sys.stdout.fileno(), b"R")
     try:
         for kind, payload in frames.read_frames(sys.stdin.fileno(), drain_in_thread=True):
@@ -347,6 +402,22 @@ def main(argv: list[str] | None = None) -> int:
     if sink.finished:  # the recorder prints these in its summary
         os.write(sys.stdout.fileno(), json.dumps(sink.final).encode())
     return 0
+
+
+def _start_ebpf() -> Any:
+    """The eBPF collector, attached before the first tick; None (and one line why) if it cannot run."""
+    from samplers.ebpf.collector import EbpfUnavailable
+    from samplers.ebpf.pump import EbpfPump
+
+    pump = EbpfPump()
+    try:
+        pump.start()
+    except EbpfUnavailable as err:
+        print(f"catch-load: eBPF: {err}", file=sys.stderr)
+        return None
+    for message in pump.messages:
+        print(f"catch-load: eBPF: {message}", file=sys.stderr)
+    return pump
 
 
 if __name__ == "__main__":

@@ -40,3 +40,21 @@ def run_module() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+# In CI (CI=true: root, every apt package installed by .ci/run) a skipped test means a facility the
+# suite needs is missing: that is a failure, not a pass. Tests whose skip depends on the machine's
+# state rather than on a facility (e.g. a sysctl already set by someone else) say so with
+# @pytest.mark.may_skip.
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "may_skip: a skip here reflects machine state, not a missing facility")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") == "true" and report.skipped and item.get_closest_marker("may_skip") is None:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where every facility must exist: {reason}"

@@ -320,6 +320,7 @@ def test_fsync_shows_blkio_delay_with_delayacct(tmp_path: Path) -> None:
     assert after["write_bytes"] - before["write_bytes"] >= 4 * 256 * 1024
 
 
+@pytest.mark.may_skip
 @root
 def test_fsync_shows_no_blkio_delay_without_delayacct(tmp_path: Path) -> None:
     if read_sysctl("kernel.task_delayacct") != "0":
@@ -358,6 +359,7 @@ def test_threads_older_than_the_switch_get_null_delays() -> None:
     assert after_switch[0]["blkio_delay_ns"] is not None
 
 
+@pytest.mark.may_skip
 @root
 def test_delayacct_covers_only_threads_created_after_the_switch(tmp_path: Path) -> None:
     if read_sysctl("kernel.task_delayacct") != "0":

@@ -25,6 +25,7 @@ from samplers.machine import cpu_topology, host_info, sources_available
 from samplers.procfs import ProcPaths
 from samplers.recorder import Recorder, RecorderOptions, Status
 from samplers.session import RecordingSession, package_env
+from samplers.sysctl_guard import SysctlGuard
 from samplers.targets import TargetSpec, missing_process, read_process
 
 
@@ -89,6 +90,34 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
     help="Also read /proc/.../sched (switch counts, migrations, schedstats sums; ~3x the cost of "
     "schedstat) for real-time threads, all threads, or none.",
 )
+@click.option(
+    "--taskstats",
+    "taskstats_mode",
+    type=click.Choice(["rt", "all", "none"]),
+    default="rt",
+    show_default=True,
+    help="Query per-thread taskstats (netlink; root) every tick: CPU, block-IO, swap-in, reclaim, thrashing and "
+    "compaction delays in exact ns (~5 us a query). The delays beyond CPU need --delayacct.",
+)
+@click.option(
+    "--delayacct",
+    is_flag=True,
+    help="Turn kernel.task_delayacct on for the recording (root; restored at the end, or by `forensics "
+    "restore` after a crash). Only threads created after that are accounted: start the target afterwards.",
+)
+@click.option(
+    "--schedstats",
+    is_flag=True,
+    help="Turn kernel.sched_schedstats on for the recording (root, kernels with CONFIG_SCHEDSTATS): wait, "
+    "sleep and block sums in the sched file. Restored like --delayacct.",
+)
+@click.option(
+    "--ebpf",
+    is_flag=True,
+    help="Also record exact scheduler events with eBPF (root, Debian's python3-bpfcc): every switch with the "
+    "state the thread left in, who woke whom, page faults, block requests. Without root or BCC it says so "
+    "and records without them.",
+)
 @click.option("--cpu", type=int, default=None, help="Pin the sampler to this CPU.")
 @click.option(
     "--rt-priority",
@@ -113,6 +142,10 @@ def catch_load(
     interval: int,
     duration: int | None,
     sched_mode: str,
+    taskstats_mode: str,
+    delayacct: bool,
+    schedstats: bool,
+    ebpf: bool,
     cpu: int | None,
     rt_priority: int | None,
     redact: bool,
@@ -147,7 +180,6 @@ def catch_load(
             raise missing_process(pid)
 
     truth_path: Path | None = None
-    launched: subprocess.Popen[bytes] | None = None
     stdin_markers = sys.stdin.isatty()
     if lab_argv is not None:
         _check_lab_args(lab_argv)
@@ -161,12 +193,64 @@ def catch_load(
         interval_ns=interval,
         duration_ns=duration,
         sched=sched_mode,
+        taskstats=taskstats_mode,
+        ebpf=ebpf,
         cpu=cpu,
         rt_priority=rt_priority,
         redact=redact,
         mark_on_new_process=mark_on_new_process,
         stdin_markers=stdin_markers,
     )
+    guard = _switch_on(delayacct, schedstats, quiet)
+    try:
+        _record(
+            spec,
+            options,
+            command,
+            lab_argv,
+            truth_path,
+            out,
+            quiet,
+            regex,
+            guard,
+            explicit_taskstats=delayacct or taskstats_mode == "all",
+        )
+    finally:
+        if guard is not None:
+            for message in guard.restore():
+                click.echo(f"catch-load: {message}", err=True)
+
+
+def _switch_on(delayacct: bool, schedstats: bool, quiet: bool) -> SysctlGuard | None:
+    """Apply --delayacct / --schedstats before anything starts (delay accounting is set up at fork)."""
+    wanted = {}
+    if delayacct:
+        wanted["kernel.task_delayacct"] = "1"
+    if schedstats:
+        wanted["kernel.sched_schedstats"] = "1"
+    if not wanted:
+        return None
+    guard = SysctlGuard(wanted)
+    for outcome in guard.apply():
+        if not quiet or not outcome.in_force:
+            click.echo(f"catch-load: {outcome.message}", err=True)
+    return guard
+
+
+def _record(
+    spec: TargetSpec,
+    options: RecorderOptions,
+    command: tuple[str, ...],
+    lab_argv: list[str] | None,
+    truth_path: Path | None,
+    out: Path,
+    quiet: bool,
+    regex: re.Pattern[str] | None,
+    guard: SysctlGuard | None,
+    explicit_taskstats: bool,
+) -> None:
+    launched: subprocess.Popen[bytes] | None = None
+    interval = options.interval_ns
     status_line = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     session = RecordingSession(spec, options, on_status=status_line.show)
     recorder = session.recorder
@@ -183,7 +267,7 @@ def catch_load(
         try:
             launched = subprocess.Popen(
                 list(command),
-                stdin=subprocess.DEVNULL if stdin_markers else None,
+                stdin=subprocess.DEVNULL if options.stdin_markers else None,
                 env=package_env() if lab_argv is not None else None,
             )
         except OSError as err:
@@ -191,7 +275,7 @@ def catch_load(
             raise ForensicsError(f"cannot run {command[0]!r}: {err.strerror}") from err
         spec.command_pid = launched.pid
 
-    meta = _meta(spec, options, session.writer.pid, lab_argv)
+    meta = _meta(spec, options, session.writer.pid, lab_argv, guard)
     if not quiet:
         what = " ".join(command) if command else ", ".join(f"{k}={v}" for k, v in spec.describe().items() if v)
         click.echo(
@@ -199,11 +283,14 @@ def catch_load(
             f"(Enter or SIGUSR1 to mark, Ctrl-C to stop)",
             err=True,
         )
-        if regex is not None and not pids:
-            click.echo(f"catch-load: waiting for a process matching {match!r}...", err=True)
+        if regex is not None and not spec.pids:
+            click.echo(f"catch-load: waiting for a process matching {regex.pattern!r}...", err=True)
     try:
         trailer = session.record(meta)
         status_line.clear()
+        if explicit_taskstats:  # the default (rt) says nothing when it cannot run; `info` shows it
+            for note in session.recorder.notes:
+                click.echo(f"catch-load: {note}", err=True)
         if launched is not None:
             try:
                 launched.wait(timeout=30)
@@ -224,18 +311,26 @@ def catch_load(
             truth_path.unlink(missing_ok=True)
     session.finish(trailer)
     if not quiet:
-        _print_summary(out, trailer, recorder)
+        _print_summary(out, trailer, session.recorder)
 
 
-def _meta(spec: TargetSpec, options: RecorderOptions, writer_pid: int, lab_argv: list[str] | None) -> dict[str, Any]:
+def _meta(
+    spec: TargetSpec, options: RecorderOptions, writer_pid: int, lab_argv: list[str] | None, guard: SysctlGuard | None
+) -> dict[str, Any]:
     import time
 
+    sources = sources_available(options.procfs, options.sched)  # read now: after --delayacct/--schedstats
+    for outcome in guard.outcomes.values() if guard is not None else ():
+        if outcome.name == "kernel.task_delayacct" and outcome.status == "set":
+            # Threads older than this have no delay accounting (set up at fork): their delays are unknown.
+            sources["delayacct_since_ns"] = outcome.at_ns
+    sources["sysctl_changes"] = {o.name: o.status for o in guard.outcomes.values()} if guard is not None else {}
     return {
         "tool": "spike-stall-forensics",
         "tool_version": __version__,
         "host": host_info(options.procfs),
         "cpus": cpu_topology(),
-        "sources": sources_available(options.procfs, options.sched),
+        "sources": sources,
         "recording": {
             "interval_ns": options.interval_ns,
             "duration_ns": options.duration_ns,

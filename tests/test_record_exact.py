@@ -1,0 +1,95 @@
+"""catch-load with the exact sources: --ebpf, --taskstats, --delayacct (root; CI runs as root)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import forensics
+from analyses.exact import cpu_intervals
+from samplers.sysctl_guard import read_sysctl
+from tests.conftest import REPO, _env
+
+WORKLOAD = str(REPO / "tests" / "workloads" / "known_work.py")
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="eBPF, taskstats and sysctls need root (CI runs as root)")
+
+
+@pytest.fixture(scope="module")
+def exact(tmp_path_factory: pytest.TempPathFactory) -> tuple[forensics.Capture, dict, str, str]:
+    tmp = tmp_path_factory.mktemp("exact")
+    before = read_sysctl("kernel.task_delayacct")
+    out, report = tmp / "exact.ssf", tmp / "report.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "forensics.cli.catch_load",
+            "-o",
+            str(out),
+            "--ebpf",
+            "--taskstats",
+            "all",
+            "--delayacct",
+            "--",
+            sys.executable,
+            WORKLOAD,
+            "--report",
+            str(report),
+            "--duration",
+            "2.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    return forensics.load(out), json.loads(report.read_text()), before or "", result.stderr
+
+
+def test_sources_are_recorded_as_live_and_the_sysctl_is_restored(exact) -> None:
+    cap, _, before, stderr = exact
+    sources = cap.meta["sources"]
+    assert sources["ebpf"] is True, stderr
+    assert sources["taskstats"] == "all"
+    assert sources["delayacct"] is True
+    if before == "0":
+        assert isinstance(sources["delayacct_since_ns"], int)
+        assert "restored 1 -> 0" in stderr
+    assert read_sysctl("kernel.task_delayacct") == before
+    assert cap.trailer["ebpf"]["events"]["sched_switch"] > 0
+
+
+def test_taskstats_run_time_agrees_with_schedstat(exact) -> None:
+    cap, report, _, _ = exact
+    spinner = report["tids"]["spinner"]
+    stats = cap.table("taskstats")
+    stats = stats[stats["tid"] == spinner].set_index("tick")
+    samples = cap.samples[cap.samples["tid"] == spinner].set_index("tick")
+    both = samples.join(stats[["run_ns"]], rsuffix="_taskstats", how="inner")
+    assert len(both) > 100
+    # Both are se.sum_exec_runtime, read microseconds apart: equal unless the thread ran in between.
+    gap = (both["run_ns_taskstats"] - both["run_ns"]).abs()
+    assert (gap <= 200_000).mean() > 0.95
+    # Delay accounting was on before the workload started: its threads have blkio columns, not null.
+    assert stats["blkio_delay_ns"].notna().all()
+
+
+def test_ebpf_switches_cover_the_spin(exact) -> None:
+    cap, report, _, _ = exact
+    spinner = report["tids"]["spinner"]
+    switches = cap.table("sched_switch")
+    mine = switches[(switches["prev_tid"] == spinner) | (switches["next_tid"] == spinner)]
+    assert not mine.empty
+    t0, t1 = report["times"]["spin_start"], report["times"]["spin_end"]
+    # The spinner ran for ~1 s of CPU between its marks: the exact switch-ins and -outs say so.
+    on = cpu_intervals(switches, target_pids=[report["pid"]])
+    on = on[on["tid"] == spinner]
+    overlap = (on["end_ns"].clip(upper=t1) - on["start_ns"].clip(lower=t0)).clip(lower=0)
+    assert overlap.sum() >= 0.9e9, overlap.sum() / 1e9
