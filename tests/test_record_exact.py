@@ -72,7 +72,7 @@ def test_taskstats_run_time_agrees_with_schedstat(exact) -> None:
     stats = cap.table("taskstats")
     stats = stats[stats["tid"] == spinner].set_index("tick")
     samples = cap.samples[cap.samples["tid"] == spinner].set_index("tick")
-    both = samples.join(stats[["run_ns"]], rsuffix="_taskstats", how="inner")
+    both = samples.join(stats[["run_ns"]].rename(columns={"run_ns": "run_ns_taskstats"}), how="inner")
     assert len(both) > 100
     # Both are se.sum_exec_runtime, read microseconds apart: equal unless the thread ran in between.
     gap = (both["run_ns_taskstats"] - both["run_ns"]).abs()
