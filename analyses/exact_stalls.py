@@ -711,12 +711,18 @@ def finish_episodes(
     # Who woke the longest lock wait, and who ran during the longest runnable wait.
     ep = ep.set_index("episode")
     lock = longest_of(seg, "lock", ["off_index"])
+    runnable = longest_of(seg, "runqueue", ["other_tid", "other_comm", "other_prio", "start_ns", "cpu"])
+    runnable = runnable[runnable["other_tid"].notna()] if len(runnable) else runnable
+    rows = data.off_cpu.loc[lock["off_index"].to_numpy(np.int64)] if len(lock) else data.off_cpu.iloc[0:0]
+    # One pass over the samples for the policies of every task named below (wakers, who ran instead, and
+    # the episodes' own threads).
+    others = runnable["other_tid"] if len(runnable) else pd.Series(dtype="Int64")
+    named = pd.concat([rows["waker_tid"].dropna(), others, ep["tid"]]).astype(np.int64).unique()
+    policies = _task_policies(cap, named)
     ep["waker_tid"] = pd.array([pd.NA] * len(ep), dtype="Int64")
     ep["waker"] = None
     ep["priority_inversion"] = None
     if len(lock):
-        rows = data.off_cpu.loc[lock["off_index"].to_numpy(np.int64)]
-        policies = _task_policies(cap, rows["waker_tid"].dropna().to_numpy(np.int64))
         woke = exact.wakers(rows, data.sched_switch, policies if len(policies) else None)
         woke = woke.set_index(["tid", "start_ns"])
         keyed = rows.set_index(["tid", "start_ns"])
@@ -732,13 +738,10 @@ def finish_episodes(
         ep.loc[at, "waker_tid"] = pd.array(woke["waker_tid"].to_numpy(), dtype="Int64")
         ep.loc[at, "waker"] = labels
         ep.loc[at, "priority_inversion"] = woke["waker_lower_priority"].astype(bool).to_numpy()
-    runnable = longest_of(seg, "runqueue", ["other_tid", "other_comm", "other_prio", "start_ns", "cpu"])
     ep["ran_instead_tid"] = pd.array([pd.NA] * len(ep), dtype="Int64")
     ep["ran_instead"] = None
     if len(runnable):
-        runnable = runnable[runnable["other_tid"].notna()]
-        others = _task_policies(cap, runnable["other_tid"].to_numpy(np.int64))
-        pol = _policy_near(others, runnable["other_tid"], runnable["start_ns"])
+        pol = _policy_near(policies, runnable["other_tid"], runnable["start_ns"])
         texts = []
         for (comm, tid, prio, cpu), (policy, rtprio, nice) in zip(
             runnable[["other_comm", "other_tid", "other_prio", "cpu"]].itertuples(index=False, name=None),
@@ -763,9 +766,7 @@ def finish_episodes(
         else "unknown"
         for cpus in ep["cpu_list"]
     ]
-    last = _policy_near(
-        _task_policies(cap, ep["tid"].to_numpy(np.int64)), ep["tid"].astype("Int64"), ep["end_ns"].astype("Int64")
-    )
+    last = _policy_near(policies, ep["tid"].astype("Int64"), ep["end_ns"].astype("Int64"))
     ep["policy"] = [
         policy_label(p, r, n) if not pd.isna(p) else "unknown"
         for p, r, n in zip(last["policy"].tolist(), last["rtprio"].tolist(), last["nice"].tolist(), strict=True)

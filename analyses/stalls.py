@@ -235,11 +235,11 @@ def find_stalls(
             parts.append(found)
     undecided = _undecided(sources, data, chosen, t_range)
     if not parts:
-        return empty_stalls()
+        return empty_stalls(undecided)
     episodes = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     episodes = _excess_filter(episodes, interval, rules)
     if episodes.empty:
-        return empty_stalls()
+        return empty_stalls(undecided)
     for column in [*STALL_COLUMNS, "not_block_ns"]:
         if column not in episodes:
             episodes[column] = None
@@ -258,7 +258,9 @@ def find_stalls(
         evidence[i], used[i] = prefix + text, names
     episodes["evidence"], episodes["sources"] = evidence, used
     episodes["undecided"] = [undecided] * len(episodes)
-    return episodes[STALL_COLUMNS].sort_values(["start_ns", "tid"]).reset_index(drop=True)
+    out = episodes[STALL_COLUMNS].sort_values(["start_ns", "tid"]).reset_index(drop=True)
+    out.attrs["undecided"] = undecided  # also on an empty result: what this capture could not decide
+    return out
 
 
 def _excess_filter(episodes: pd.DataFrame, interval: int, rules: StallRules) -> pd.DataFrame:
@@ -400,8 +402,10 @@ STALL_COLUMNS = [
 EXACT_ONLY = ("waker_tid", "waker", "priority_inversion", "ran_instead_tid", "ran_instead", "block_requests")
 
 
-def empty_stalls() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in STALL_COLUMNS})
+def empty_stalls(undecided: list[str] | None = None) -> pd.DataFrame:
+    out = pd.DataFrame({c: pd.Series(dtype=object) for c in STALL_COLUMNS})
+    out.attrs["undecided"] = list(undecided or [])
+    return out
 
 
 def _aggregate(w: pd.DataFrame) -> pd.DataFrame:

@@ -196,10 +196,20 @@ def test_delay_accounting_decides_whether_a_d_wait_was_block_io() -> None:
     assert other.ts_blkio_ns == 0 and other.unknown_ns == pytest.approx(12 * MS, abs=25 * US)
     assert "without block-IO delay" in other.evidence
     assert other.sources[:2] == ["ebpf:sched_switch", "taskstats:blkio"]
+    assert not any("were block IO" in u for u in io.undecided)  # this capture could tell
     # Without delay accounting the D letter decides: both io, and the capture says what it could not tell.
     plain = _audio(find_stalls(rich))
     assert plain["verdict"].tolist() == ["io", "io"]
     assert any("uninterruptible (D) waits were block IO" in u for u in plain.iloc[0].undecided)
+
+
+def test_what_could_not_be_decided_is_said_even_without_episodes() -> None:
+    plain, rich = lab_like([], seconds=2.0)
+    quiet = find_stalls(rich)
+    assert quiet.empty
+    assert any("were block IO" in u for u in quiet.attrs["undecided"])
+    assert not any("needs eBPF" in u for u in quiet.attrs["undecided"])
+    assert any("needs eBPF" in u for u in find_stalls(plain).attrs["undecided"])
 
 
 def test_the_uptime_jump_of_blkio_is_never_an_io_wait() -> None:

@@ -157,10 +157,10 @@ def stalls(
     report.sections.append(
         Section("stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence")
     )
+    undecided = episodes.attrs.get("undecided") or []
+    if undecided:
+        report.notes.append("Unknown for lack of a source in this capture: " + "; ".join(undecided) + ".")
     if len(episodes):
-        undecided = episodes["undecided"].iloc[0]
-        if undecided:
-            report.notes.append("Unknown for lack of a source in this capture: " + "; ".join(undecided) + ".")
         exact = int((episodes["basis"] == "ebpf").sum())
         if exact:
             report.notes.append(
