@@ -140,7 +140,13 @@ def load_exact(cap: Capture) -> ExactData | None:
         ignore_index=True,
     )
     span = edges.groupby("tid")["t"].agg(first_ns="min", last_ns="max").reset_index()
-    lost = {str(k): int(v) for k, v in (((cap.trailer or {}).get("ebpf") or {}).get("lost") or {}).items()}
+    stats = (cap.trailer or {}).get("ebpf") or {}
+    lost = {str(k): int(v) for k, v in (stats.get("lost") or {}).items()}
+    # Events the kernel never ran a probe for (bpf_prog_active: another probe was running on that CPU),
+    # keyed "sched:sched_switch": as lost for the intervals.
+    for name, count in (stats.get("missed") or {}).items():
+        kind = str(name).split(":")[-1]
+        lost[kind] = lost.get(kind, 0) + int(count)
     return ExactData(
         on_cpu=on,
         off_cpu=off,

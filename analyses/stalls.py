@@ -575,8 +575,8 @@ def _undecided(
         )
     if data.sched_lost:
         missing.append(
-            f"{data.sched_lost} scheduler events the eBPF ring buffer had no room for: intervals across them "
-            "may be wrong"
+            f"{data.sched_lost} scheduler events lost (the eBPF ring buffer was full) or skipped by the kernel (a "
+            "probe already running on that CPU): intervals across them may be wrong"
         )
     return missing
 

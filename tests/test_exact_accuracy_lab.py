@@ -125,7 +125,7 @@ def test_sources_were_live_and_no_scheduler_event_was_lost(twelve: forensics.Cap
     assert sources["ebpf"] is True and sources["delayacct"] is True
     assert len(twelve.truth) == 50
     lost = twelve.trailer["ebpf"]["lost"]
-    print(f"events lost by the ring buffer: {lost}")
+    print(f"events lost by the ring buffer: {lost}; skipped by the kernel: {twelve.trailer['ebpf']['missed']}")
     # A lost switch or wake-up would make intervals wrong; at the lab's rate none may be. (A page fault
     # or two lost in a 560-per-ms storm changes nothing: the storm's edges come from the others.)
     assert sum(v for k, v in lost.items() if k.startswith("sched_")) == 0, lost
