@@ -28,6 +28,9 @@ COMMANDS: dict[str, str] = {
     "system": "forensics.cli.system:system",
     "jitter": "forensics.cli.jitter:jitter",
     "compare": "forensics.cli.compare:compare",
+    "plot": "forensics.cli.plot:plot",
+    "report": "forensics.cli.report:report",
+    "export": "forensics.cli.export:export",
 }
 
 

@@ -47,7 +47,9 @@ def draw_compare(data: CompareData) -> Figure:
     has_cycles = len(data.cycles_a) > 0 and len(data.cycles_b) > 0
     height = 1.2 + 1.75 * rows + (3.0 if has_cycles else 0.0)
     fig = Figure(figsize=(14, height), layout="constrained")
-    grid = fig.add_gridspec(rows + (1 if has_cycles else 0), cols, height_ratios=([3.0] if has_cycles else []) + [1.75] * rows)
+    grid = fig.add_gridspec(
+        rows + (1 if has_cycles else 0), cols, height_ratios=([3.0] if has_cycles else []) + [1.75] * rows
+    )
     first = 0
     if has_cycles:
         ax = fig.add_subplot(grid[0, :])

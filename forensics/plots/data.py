@@ -61,9 +61,7 @@ def choose_threads(profiles: pd.DataFrame, pattern: str | None, top: int) -> pd.
     busy = (profiles["on_cpu_ns"] + profiles["runqueue_ns"]).rename("busy")
     ranked = profiles.assign(busy=busy.to_numpy()).sort_values("busy", ascending=False)
     # Watched threads first (periodic ones, the callbacks, then by priority), then the busiest of the rest.
-    first = ranked[ranked["tid"].isin(watched["tid"])].sort_values(
-        ["periodic", "max_rtprio", "busy"], ascending=False
-    )
+    first = ranked[ranked["tid"].isin(watched["tid"])].sort_values(["periodic", "max_rtprio", "busy"], ascending=False)
     rest = ranked[~ranked["tid"].isin(watched["tid"]) & (ranked["busy"] > 0)]
     chosen = pd.concat([first, rest]).head(max(top, 1))
     return chosen.assign(watched=chosen["tid"].isin(watched["tid"]).to_numpy())
@@ -199,7 +197,7 @@ def timeline_data(
     )
     span_s = (hi - lo) / 1e9
     return TimelineData(
-        title=f"{name}: where the time of {len(threads)} threads went ({span_s:.1f} s)",
+        title=f"{name}: where the time of {len(threads)} thread{'s' if len(threads) != 1 else ''} went ({span_s:.1f} s)",
         subtitle=subtitle,
         origin_ns=origin,
         t_range=(lo, hi),

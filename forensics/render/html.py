@@ -68,7 +68,9 @@ def _table(section: Section, origin_ns: int | None) -> list[str]:
     columns = section.columns or {c: c for c in frame.columns if c != section.detail}
     names = [c for c in columns if c in frame.columns]
     numeric = {c: _numeric(frame, c) for c in names}
-    out = ["<table>", "<thead><tr>" + "".join(f"<th>{html.escape(columns[c])}</th>" for c in names) + "</tr></thead>"]
+    out = ["<table>"]
+    if any(columns[c] for c in names):  # a label/value table has no headings
+        out.append("<thead><tr>" + "".join(f"<th>{html.escape(columns[c])}</th>" for c in names) + "</tr></thead>")
     out.append("<tbody>")
     details = frame[section.detail].tolist() if section.detail and section.detail in frame else None
     for i, row in enumerate(frame[names].itertuples(index=False, name=None)):
