@@ -22,7 +22,7 @@ KINDS = ("timeline", "jitter", "compare")
 @click.option("--kind", type=click.Choice(KINDS), default=None,
               help="What to draw (default: timeline for one capture, compare for two).")  # fmt: skip
 @click.option("--thread", "pattern", metavar="REGEX",
-              help="Draw these threads (name or process name matches) instead of the watched and busiest ones.")  # fmt: skip
+              help="Draw these threads (name or process name matches), not the watched and busiest ones.")  # fmt: skip
 @click.option("--top", type=click.IntRange(1, 12), default=4, show_default=True, help="Threads in the timeline.")
 @span_option
 def plot(

@@ -12,8 +12,8 @@ from forensics.capture import Capture, load
 from forensics.cli.artefacts import suffix_of, write_bytes
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import span_option
-from forensics.render import SUFFIXES, Report, Section, render
 from forensics.progress import Progress
+from forensics.render import SUFFIXES, Report, Section, render
 
 KV = {"item": "", "value": ""}
 UNKNOWN = {"what": "not known", "why": "why", "so": "what it means here"}

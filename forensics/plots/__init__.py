@@ -13,7 +13,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # headless: never look for a display (CI, ssh, a bug-report bot)
 
-from matplotlib.figure import Figure  # noqa: E402 - after choosing the backend
+from matplotlib.figure import Figure
 
 # Where a thread's time went, per window.
 PART_COLORS = {

@@ -196,8 +196,9 @@ def timeline_data(
         f"{' (hybrid)' if len(set(mapping.values())) > 1 else ''}; sampled every {interval / 1e6:g} ms ({timing})"
     )
     span_s = (hi - lo) / 1e9
+    plural = "s" if len(threads) != 1 else ""
     return TimelineData(
-        title=f"{name}: where the time of {len(threads)} thread{'s' if len(threads) != 1 else ''} went ({span_s:.1f} s)",
+        title=f"{name}: where the time of {len(threads)} thread{plural} went ({span_s:.1f} s)",
         subtitle=subtitle,
         origin_ns=origin,
         t_range=(lo, hi),
