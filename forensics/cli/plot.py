@@ -19,7 +19,7 @@ KINDS = ("timeline", "jitter", "compare")
 )
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The picture to write: FILE.png (or FILE.svg).")  # fmt: skip
-@click.option("--kind", type=click.Choice(KINDS), default=None,
+@click.option("--kind", metavar="|".join(KINDS), default=None,
               help="What to draw (default: timeline for one capture, compare for two).")  # fmt: skip
 @click.option("--thread", "pattern", metavar="REGEX",
               help="Draw these threads (name or process name matches), not the watched and busiest ones.")  # fmt: skip
@@ -52,6 +52,8 @@ def plot(
     from forensics.plots import FORMATS, figure_bytes
 
     fmt = suffix_of(output, FORMATS, "a plot")
+    if kind is not None and kind not in KINDS:
+        raise ForensicsError(f"unknown --kind {kind!r}; choose one of: {', '.join(KINDS)}")
     kind = kind or ("compare" if len(captures) == 2 else "timeline")
     if len(captures) > 2:
         raise ForensicsError("plot takes one capture, or two (A B) for --kind compare")
