@@ -55,9 +55,7 @@ def thread_slices(windows: pd.DataFrame) -> pd.DataFrame:
     for k, (column, _) in enumerate(PARTS):
         length = windows[column].to_numpy(dtype=np.int64)
         parts.append(
-            pd.DataFrame(
-                {"tid": windows["tid"].to_numpy(), "kind": k, "start_ns": start + offset, "length": length}
-            )
+            pd.DataFrame({"tid": windows["tid"].to_numpy(), "kind": k, "start_ns": start + offset, "length": length})
         )
         offset = offset + length
     frame = pd.concat(parts, ignore_index=True)
