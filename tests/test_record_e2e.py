@@ -206,8 +206,9 @@ def test_sigkill_of_the_recorder_loses_at_most_the_last_second(tmp_path: Path) -
     assert not cap.complete
     last = cap.samples["t_ns"].max()
     assert killed_at - last < 1e9, (killed_at - last) / 1e9
-    info = subprocess.run([sys.executable, "-m", "forensics", "info", str(out)], capture_output=True, text=True,
-                          env=_env(), cwd=REPO)
+    info = subprocess.run(
+        [sys.executable, "-m", "forensics", "info", str(out)], capture_output=True, text=True, env=_env(), cwd=REPO
+    )
     assert info.returncode == 0, info.stderr
     assert "MISSING" in info.stdout and "no trailer" in info.stderr
     with contextlib.suppress(ProcessLookupError):

@@ -143,7 +143,14 @@ def build_report(
     except ForensicsError as err:
         image, alt = None, str(err)
     out.sections.append(
-        Section("timeline", "Timeline", None, empty="" if image else f"(no picture: {alt})", image=image, image_alt=alt)  # type: ignore[arg-type]
+        Section(
+            "timeline_plot",
+            "Timeline",
+            None,  # type: ignore[arg-type]
+            empty="" if image else f"(no picture: {alt})",
+            image=image,
+            image_alt=alt,
+        )
     )
     out.sections.append(_part(stalls.section("stalls"), 2, "Verdicts: stall episodes (evidence under each)"))
     out.sections.append(_part(stalls.section("threads"), 3, "Watched threads"))
