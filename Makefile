@@ -2,14 +2,14 @@
 # written to bench/out/ and quoted in the issues' closing notes.
 PYTHON ?= python3
 
-.PHONY: test lint bench bench-sampler bench-churn bench-analyses
+.PHONY: test lint bench bench-sampler bench-churn bench-analyses bench-exact bench-lab
 test:
 	$(PYTHON) -m pytest
 
 lint:
 	ruff check . && ruff format --check .
 
-bench: bench-sampler bench-churn bench-analyses
+bench: bench-sampler bench-churn bench-analyses bench-exact bench-lab
 
 bench-sampler:
 	$(PYTHON) bench/sampler_bench.py
@@ -19,3 +19,10 @@ bench-churn:
 
 bench-analyses:
 	$(PYTHON) bench/analyses_bench.py
+
+bench-exact:  # root: taskstats, BCC start, ring-buffer rate against loss, recording cost per source
+	$(PYTHON) bench/bench_exact.py
+
+bench-lab:
+	$(PYTHON) bench/lab_fidelity.py --repeat 3
+	$(PYTHON) bench/lab_topology.py --stages 4 --seconds 10 --repeat 3

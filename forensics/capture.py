@@ -182,6 +182,139 @@ CYCLES_SCHEMA = pa.schema(
     [("tid", pa.int32()), ("start_ns", pa.int64()), ("end_ns", pa.int64()), ("deadline_ns", pa.int64())]
 )
 
+# --------------------------------------------------------------------------------------------------
+# Exact sources (issue 5): written only when the recording had them; see samplers/taskstats.py and
+# samplers/ebpf/tables.py for how each column is filled.
+
+# Per-thread taskstats (generic netlink) at the tick, for the threads it was read for. Delay totals
+# and maxima in ns, cumulative as the kernel keeps them; null where the kernel's struct version lacks
+# the field, or where delay accounting was off for that thread (unknown, not zero).
+TASKSTATS_SCHEMA = pa.schema(
+    [
+        ("tick", pa.uint32()),
+        ("t_ns", pa.int64()),  # CLOCK_MONOTONIC ns when the query was sent
+        ("tid", pa.int32()),
+        ("pid", pa.int32()),  # ac_tgid (struct version 12+; else null)
+        ("version", pa.int16()),  # struct taskstats version the kernel sent
+    ]
+    + [
+        (name, pa.int64())
+        for name in (
+            "cpu_count",
+            "cpu_delay_ns",
+            "blkio_count",
+            "blkio_delay_ns",
+            "swapin_count",
+            "swapin_delay_ns",
+            "freepages_count",
+            "freepages_delay_ns",
+            "thrashing_count",
+            "thrashing_delay_ns",
+            "compact_count",
+            "compact_delay_ns",
+            "wpcopy_count",
+            "wpcopy_delay_ns",
+            "irq_count",
+            "irq_delay_ns",
+            "cpu_delay_max_ns",
+            "blkio_delay_max_ns",
+            "swapin_delay_max_ns",
+            "freepages_delay_max_ns",
+            "thrashing_delay_max_ns",
+            "compact_delay_max_ns",
+            "wpcopy_delay_max_ns",
+            "irq_delay_max_ns",
+        )
+    ]
+    + [
+        (name, pa.int64())
+        for name in (
+            "age_us",
+            "run_ns",
+            "nvcsw",
+            "nivcsw",
+            "minflt",
+            "majflt",
+            "read_bytes",
+            "write_bytes",
+        )
+    ]
+)
+
+_DICT_STR = pa.dictionary(pa.int32(), pa.string())
+
+SCHED_SWITCH_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),
+        ("cpu", pa.int16()),
+        ("prev_tid", pa.int32()),
+        ("prev_pid", pa.int32()),
+        ("prev_comm", _DICT_STR),
+        ("prev_prio", pa.int16()),
+        ("prev_state", pa.int64()),
+        ("prev_state_char", _DICT_STR),
+        ("next_tid", pa.int32()),
+        ("next_pid", pa.int32()),
+        ("next_comm", _DICT_STR),
+        ("next_prio", pa.int16()),
+    ]
+)
+SCHED_WAKEUP_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),
+        ("cpu", pa.int16()),
+        ("kind", _DICT_STR),
+        ("tid", pa.int32()),
+        ("pid", pa.int32()),
+        ("comm", _DICT_STR),
+        ("prio", pa.int16()),
+        ("target_cpu", pa.int16()),
+        ("waker_tid", pa.int32()),
+        ("waker_pid", pa.int32()),
+        ("waker_comm", _DICT_STR),
+        ("waker_context", _DICT_STR),
+        ("waker_function", _DICT_STR),
+    ]
+)
+PAGE_FAULTS_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),
+        ("cpu", pa.int16()),
+        ("tid", pa.int32()),
+        ("pid", pa.int32()),
+        ("address", pa.uint64()),
+        ("ip", pa.uint64()),
+        ("error_code", pa.int64()),
+    ]
+)
+BLOCK_RQ_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),
+        ("cpu", pa.int16()),
+        ("kind", _DICT_STR),
+        ("dev", pa.uint32()),
+        ("major", pa.int32()),
+        ("minor", pa.int32()),
+        ("sector", pa.uint64()),
+        ("nr_sector", pa.int64()),
+        ("bytes", pa.int64()),
+        ("rwbs", _DICT_STR),
+        ("error", pa.int32()),
+        ("tid", pa.int32()),
+        ("pid", pa.int32()),
+        ("comm", _DICT_STR),
+    ]
+)
+EBPF_LOST_SCHEMA = pa.schema([("t_ns", pa.int64()), ("kind", _DICT_STR), ("lost_total", pa.int64())])
+
+EBPF_SCHEMAS: dict[str, pa.Schema] = {
+    "sched_switch": SCHED_SWITCH_SCHEMA,
+    "sched_wakeup": SCHED_WAKEUP_SCHEMA,
+    "page_faults": PAGE_FAULTS_SCHEMA,
+    "block_rq": BLOCK_RQ_SCHEMA,
+    "ebpf_lost": EBPF_LOST_SCHEMA,
+}
+
 SCHEMAS: dict[str, pa.Schema] = {
     "samples": SAMPLES_SCHEMA,
     "sched": SCHED_SCHEMA,
@@ -192,6 +325,8 @@ SCHEMAS: dict[str, pa.Schema] = {
     "thread_seen": THREAD_SEEN_SCHEMA,
     "truth": TRUTH_SCHEMA,
     "cycles": CYCLES_SCHEMA,
+    "taskstats": TASKSTATS_SCHEMA,
+    **EBPF_SCHEMAS,
 }
 
 
