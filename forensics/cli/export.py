@@ -110,10 +110,13 @@ def perfetto_trace(
         progress.step("windows of every thread")
     pids = dict(zip(profiles["tid"].astype(int), profiles["pid"].astype(int), strict=True))
     comms = profiles.set_index("tid")["comm"]
-    events: list[dict[str, object]] = []
-    for windows in export_windows(cap, profiles, t_range=t_range):
+    # Each group of threads' events is serialised at once, so only one group's dicts live at a time.
+    parts: list[str] = []
+    for windows in export_windows(cap, profiles, t_range=t_range, group_samples=1_000_000):
         windows = windows.assign(comm=comms.reindex(windows["tid"]).fillna("?").to_numpy())
-        events.extend(perfetto.window_events(windows, origin, pids))
+        parts.append(perfetto.fragment(perfetto.window_events(windows, origin, pids)))
+        del windows
+    events: list[dict[str, object]] = []
     if progress:
         progress.step("stall verdicts")
     episodes = _verdicts(cap, profiles, pattern, t_range)
@@ -131,7 +134,7 @@ def perfetto_trace(
         system = system[in_span(system["t_ns"].to_numpy(), t_range)]
     events.extend(perfetto.machine_events(system, markers, origin))
     watched = select_threads(profiles)["tid"].astype(int).tolist()
-    events = perfetto.metadata_events(profiles, episodes, watched) + events
+    head = perfetto.metadata_events(profiles, episodes, watched)
     other = {
         "capture": name,
         "origin_ns": origin,
@@ -139,7 +142,7 @@ def perfetto_trace(
         "tool": f"spike-stall-forensics {__version__}",
         "note": "run/runqueue/blocked amounts are exact per sampling window; their order inside one window is not",
     }
-    return perfetto.trace_json(events, other)
+    return perfetto.trace_json([perfetto.fragment(head), *parts, perfetto.fragment(events)], other)
 
 
 def write_tables(

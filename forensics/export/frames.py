@@ -17,6 +17,7 @@ def export_windows(
     profiles: pd.DataFrame,
     *,
     t_range: tuple[int | None, int | None] | None = None,
+    group_samples: int = GROUP_SAMPLES,
 ) -> Iterator[pd.DataFrame]:
     """Reconciled windows (analyses.windows) of the given threads, a group of threads at a time, with
     `blocked_ns` (off-CPU time of a window whose read found the thread in D at either end, the test
@@ -25,7 +26,7 @@ def export_windows(
     from analyses.windows import state_letters, thread_windows
 
     counts = profiles["samples"].to_numpy(dtype=np.int64)
-    group = np.cumsum(counts) // GROUP_SAMPLES
+    group = np.cumsum(counts) // max(group_samples, 1)
     for g in np.unique(group):
         tids = profiles["tid"].to_numpy()[group == g].tolist()
         w = thread_windows(cap, tids=tids, t_range=t_range)

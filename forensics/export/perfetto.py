@@ -194,7 +194,13 @@ def metadata_events(threads: pd.DataFrame, episodes: pd.DataFrame, watched: Iter
     return events
 
 
-def trace_json(events: list[dict[str, Any]], other: dict[str, Any]) -> str:
-    return json.dumps(
-        {"traceEvents": events, "displayTimeUnit": "ms", "otherData": other}, separators=(",", ":"), default=str
-    )
+def fragment(events: list[dict[str, Any]]) -> str:
+    """Events as the inside of a JSON array (no brackets), to be joined with others."""
+    return ",".join(json.dumps(e, separators=(",", ":"), default=str) for e in events)
+
+
+def trace_json(fragments: list[str], other: dict[str, Any]) -> str:
+    """The whole trace from event fragments (see `fragment`)."""
+    events = ",".join(f for f in fragments if f)
+    tail = json.dumps(other, separators=(",", ":"), default=str)
+    return f'{{"traceEvents":[{events}],"displayTimeUnit":"ms","otherData":{tail}}}'

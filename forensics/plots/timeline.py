@@ -165,13 +165,23 @@ def _thread_panel(ax, data: TimelineData, row: pd.Series, color: str, legend: di
     ax.set_title(row["label"] + width, loc="left", fontsize=10, pad=3, color=color, fontweight="bold")
     ax.plot([], [], color=color)  # keeps the thread's colour in the axes for the faults/placement panels
     stalls = data.stalls[data.stalls["tid"] == tid] if len(data.stalls) else data.stalls
-    for episode in stalls.itertuples(index=False):
+    # Labels need room: on a long capture with many episodes, a label closer than 8 % of the axis to the
+    # previous one is left out (the coloured marker stays; the legend names the colours; --span zooms).
+    room = 0.08 * (data.t_range[1] - data.t_range[0]) / 1e9
+    last_label = -np.inf
+    hidden = 0
+    for episode in stalls.sort_values("start_ns").itertuples(index=False):
         verdict = str(episode.verdict)
         vcolor = VERDICT_COLORS.get(verdict, VERDICT_COLORS["unknown"])
         x0, x1 = _seconds(np.array([episode.start_ns, episode.end_ns]), data.origin_ns)
         ax.axvspan(x0, x1, color=vcolor, alpha=0.28, lw=0, zorder=0, gid=f"verdict-span:{verdict}")
         mid = (x0 + x1) / 2
         ax.plot([mid], [104], marker="v", color=vcolor, ms=7, zorder=6)
+        legend[f"stall: {verdict}"] = Patch(color=vcolor, alpha=0.5)
+        if mid - last_label < room:
+            hidden += 1
+            continue
+        last_label = mid
         ax.annotate(
             f"{verdict} {episode.stall_ns / 1e6:.1f} ms",
             xy=(mid, 108),
@@ -183,7 +193,9 @@ def _thread_panel(ax, data: TimelineData, row: pd.Series, color: str, legend: di
             color=vcolor,
             gid="verdict-label",
         )
-        legend[f"stall: {verdict}"] = Patch(color=vcolor, alpha=0.5)
+    if hidden:
+        ax.text(0.995, 1.02, f"{len(stalls)} stall episodes; {hidden} labels left out for room: zoom with --span",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=8.5, color="#555555")  # fmt: skip
 
 
 def _faults_panel(ax, data: TimelineData, colors: dict[int, str]) -> None:  # type: ignore[no-untyped-def]
