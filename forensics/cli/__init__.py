@@ -31,6 +31,9 @@ COMMANDS: dict[str, str] = {
     "compare": "forensics.cli.compare:compare",
     "restore": "forensics.cli.restore:restore",
     "doctor": "forensics.cli.doctor:doctor",
+    "plot": "forensics.cli.plot:plot",
+    "report": "forensics.cli.report:report",
+    "export": "forensics.cli.export:export",
 }
 
 
