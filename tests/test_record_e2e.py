@@ -264,3 +264,13 @@ def test_bad_interval_is_rejected_before_anything_runs(run_module, tmp_path: Pat
     result = run_module("forensics.cli.catch_load", "-i", "fast", "-p", "1", "-o", str(tmp_path / "x.ssf"))
     assert result.returncode == 2 and "is not a duration" in result.stderr
     assert not (tmp_path / "x.ssf").exists()
+
+
+def test_redact_keeps_command_lines_out_of_the_capture(tmp_path: Path) -> None:
+    cap, report, _ = record(tmp_path, "--redact", workload_args=("--duration", "1", "--late-start", "0.2"))
+    assert cap.threads["cmdline"].isna().all()
+    assert cap.meta["recording"]["argv"][-1] == "<redacted>"
+    assert not cap.events["text"].str.contains("known_work").any()
+    blob = (tmp_path / "rec.ssf").read_bytes()  # the metadata is plain JSON in the file
+    assert b"known_work.py" not in blob and b"--report" not in blob
+    assert report["pid"] in set(cap.samples["pid"])
