@@ -49,25 +49,17 @@ def policy_label(policy: int, rtprio: int, nice: int | None = None) -> str:
 
 
 def thread_names(cap: Capture) -> pd.DataFrame:
-    """tid -> comm, process (latest names); empty frame with those columns when the capture has none.
-
-    Read from the `threads` table alone: `Capture.threads` also scans every sample for last-seen times,
-    which a 30-million-sample capture pays for in seconds and hundreds of MB.
-    """
-    rows = cap.table("threads")
-    if rows.empty:
+    """tid -> comm, process (latest names: a process is named by its leader thread's latest comm)."""
+    threads = cap.threads
+    if threads.empty:
         return pd.DataFrame({"tid": pd.Series(dtype="int32"), "comm": pd.Series(dtype=object), "process": []})
-    latest = rows.sort_values("t_ns", kind="stable").groupby("tid", sort=True).last().reset_index()
-    # A later row may carry only the new comm (a rename): fill the process name from earlier rows.
-    process = rows.dropna(subset=["process"]).sort_values("t_ns").groupby("tid")["process"].last()
-    out = pd.DataFrame(
+    return pd.DataFrame(
         {
-            "tid": latest["tid"].astype("int32").to_numpy(),
-            "comm": latest["comm"].astype(object).to_numpy(),
-            "process": process.reindex(latest["tid"]).astype(object).to_numpy(),
+            "tid": threads["tid"].astype("int32").to_numpy(),
+            "comm": threads["comm"].astype(object).to_numpy(),
+            "process": threads["process"].astype(object).to_numpy(),
         }
     )
-    return out
 
 
 def thread_profiles(

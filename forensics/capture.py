@@ -661,7 +661,8 @@ class Capture:
             summary = summary.join(exits.astype("Int64")).reset_index()
             # A process's name is its leader thread's comm: follow renames of the leader.
             leaders = summary[summary["tid"] == summary["pid"]].set_index("pid")["comm"]
-            summary["process"] = summary["pid"].map(leaders).fillna(summary["process"])
+            by_leader = summary["pid"].map(leaders).astype(object)
+            summary["process"] = by_leader.where(by_leader.notna(), summary["process"].astype(object))
         columns = ["tid", "pid", "comm", "process", "cmdline", "starttime", "policy", "rtprio"]
         columns += ["first_ns", "last_ns", "exit_ns"]
         summary = summary[[c for c in columns if c in summary.columns]]

@@ -7,12 +7,13 @@ when a file is missing: users' kernels differ.
 
 from __future__ import annotations
 
-import gzip
 import os
 import platform
 import socket
 from pathlib import Path
 from typing import Any
+
+from samplers import capabilities
 
 
 def _read(path: str | Path) -> str | None:
@@ -78,21 +79,8 @@ def cpu_topology(sysfs: str = "/sys") -> dict[str, Any]:
 
 
 def kernel_config(proc: str = "/proc") -> dict[str, str] | None:
-    """The running kernel's config from /proc/config.gz (CONFIG_IKCONFIG_PROC), or None."""
-    try:
-        raw = gzip.decompress(Path(proc, "config.gz").read_bytes()).decode()
-    except OSError:
-        boot = Path("/boot") / f"config-{platform.release()}"
-        try:
-            raw = boot.read_text()
-        except OSError:
-            return None
-    config: dict[str, str] = {}
-    for line in raw.splitlines():
-        if line.startswith("CONFIG_") and "=" in line:
-            key, _, value = line.partition("=")
-            config[key] = value
-    return config
+    """The running kernel's config (/proc/config.gz, else /boot/config-<release>), or None."""
+    return capabilities.kernel_config(capabilities.Roots(proc=proc))
 
 
 def sources_available(proc: str = "/proc", sched_mode: str = "rt") -> dict[str, Any]:
@@ -123,21 +111,8 @@ def sources_available(proc: str = "/proc", sched_mode: str = "rt") -> dict[str, 
 
 def host_info(proc: str = "/proc") -> dict[str, Any]:
     uname = platform.uname()
-    config = kernel_config(proc) or {}
-    if config.get("CONFIG_PREEMPT_RT") == "y":
-        preemption = "PREEMPT_RT"
-    elif config.get("CONFIG_PREEMPT_DYNAMIC") == "y":
-        preemption = "PREEMPT_DYNAMIC"
-    elif config.get("CONFIG_PREEMPT") == "y":
-        preemption = "PREEMPT"
-    elif config.get("CONFIG_PREEMPT_VOLUNTARY") == "y":
-        preemption = "PREEMPT_VOLUNTARY"
-    elif config:
-        preemption = "none"
-    else:
-        preemption = "unknown"
-    if "PREEMPT_RT" in uname.version:
-        preemption = "PREEMPT_RT"
+    # The model in force (PREEMPT_DYNAMIC kernels choose it at boot), as `forensics doctor` reports it.
+    preemption = capabilities.preemption_check(capabilities.Roots(proc=proc), kernel_config(proc)).value
     return {
         "hostname": socket.gethostname(),
         "kernel_release": uname.release,

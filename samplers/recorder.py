@@ -38,6 +38,7 @@ THREAD_SCAN_NS = 50_000_000  # new threads of known processes: one listdir per p
 SYSTEM_NS = 50_000_000  # /proc/stat and PSI: context, not per thread; cheap at 20 Hz
 STATUS_NS = 500_000_000
 STDIN_NS = 50_000_000
+HANDOVER_NS = 10_000_000  # frames go to the writer in batches this far apart
 
 SCHEDSTAT_BYTES = 128  # "run wait slices\n": three u64 at most 61 bytes
 STAT_BYTES = 1024  # 52 fields of at most 20 digits plus a 64-byte comm (TASK_COMM_LEN 16, escaped)
@@ -126,6 +127,7 @@ class Recorder:
         self._markers: list[tuple[int, str]] = []
         self._system_fds: dict[str, int] = {}
         self._stdin_buffer = b""
+        self._outbox: list[bytes] = []
         self._process_names: dict[int, tuple[str | None, str | None]] = {}
         self._statm_fds: dict[int, int] = {}
         self._marker_count = 0
@@ -140,7 +142,16 @@ class Recorder:
 
     # setup -----------------------------------------------------------------------------------------
     def _send(self, data: bytes) -> None:
-        frames.write_all(self._pipe, data)
+        self._outbox.append(data)
+
+    def _hand_over(self) -> None:
+        """Write what the outbox holds: one write (and one wake-up of the writer) per HANDOVER_NS, not
+        per tick. A pipe write that wakes the reader costs ~10 us of CPU on a VM; batching five ticks
+        cuts that fivefold and risks only the last 10 ms if the recorder is killed."""
+        if self._outbox:
+            data = b"".join(self._outbox)
+            self._outbox.clear()
+            frames.write_all(self._pipe, data)
 
     def _event(self, t_ns: int, kind: str, pid: int | None, tid: int | None, text: str) -> None:
         self._send(frames.encode_json(frames.EVENT, {"t_ns": t_ns, "kind": kind, "pid": pid, "tid": tid, "text": text}))
@@ -451,6 +462,7 @@ class Recorder:
         end_at = start + opts.duration_ns if opts.duration_ns else None
         next_discovery = start + DISCOVERY_NS
         next_thread_scan = start + THREAD_SCAN_NS
+        next_handover = start
         next_system = start
         next_status = start + STATUS_NS
         next_stdin = start
@@ -540,6 +552,9 @@ class Recorder:
                 )
                 if times:  # no target thread yet (--match still waiting): nothing to store
                     write(frame_header(tick_kind, len(payload)) + payload)
+                if now >= next_handover:
+                    self._hand_over()
+                    next_handover = now + HANDOVER_NS
                 self.tick_times.append(now)
                 self.reads += 2 * len(self.hot) + len(sched_raw)
                 self.sample_rows += len(st)
@@ -588,6 +603,7 @@ class Recorder:
         self._statm_fds.clear()
         if self.taskstats_client is not None:
             self.taskstats_client.close()
+        self._hand_over()
         return self._trailer(start, end, rusage_start, rusage_end)
 
     def _open_taskstats(self) -> None:
@@ -624,14 +640,17 @@ class Recorder:
 
     def add_meta(self, patch: dict[str, Any]) -> None:
         self._send(frames.encode_json(frames.META, patch))
+        self._hand_over()
 
     def add_table(self, name: str, rows: dict[str, list[Any]]) -> None:
         """A small table recorded beside the samples (the lab's ground truth), before `finish`."""
         self._send(frames.encode_json(frames.TABLE, {"name": name, "rows": rows}))
+        self._hand_over()
 
     def finish(self, trailer: dict[str, Any]) -> None:
         """Send the trailer: the writer completes the file and exits."""
         self._send(frames.encode_json(frames.TRAILER, trailer))
+        self._hand_over()
 
     def _trailer(self, start: int, end: int, r0: resource.struct_rusage, r1: resource.struct_rusage) -> dict[str, Any]:
         times = self.tick_times
@@ -647,6 +666,8 @@ class Recorder:
             "interval_max_ns": times.max_ns if times.count else None,
             "interval_mean_ns": times.mean_ns,
             "sampler_cpu_ns": cpu_ns,
+            "sampler_user_ns": int((r1.ru_utime - r0.ru_utime) * 1e9),
+            "sampler_system_ns": int((r1.ru_stime - r0.ru_stime) * 1e9),
             "reads": self.reads,
             "threads_seen": self.threads_seen,
             "processes_seen": self.processes_seen,

@@ -137,3 +137,10 @@ def test_cli_prints_one_line_for_a_bad_file(tmp_path: Path, run_module) -> None:
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "is not a capture file" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_usage_error_is_one_line_too(run_module) -> None:
+    result = run_module("forensics", "stalls", "--format", "xml", "captures/lab-clean.ssf")
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "Usage:" not in result.stderr
+    assert "'xml' is not one of" in result.stderr and "forensics stalls --help" in result.stderr

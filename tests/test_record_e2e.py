@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import pty
 import signal
@@ -16,38 +15,9 @@ import pytest
 
 import forensics
 from tests.conftest import REPO, _env
+from tests.recording import WORKLOAD, record_workload, start_catch_load
 
-WORKLOAD = str(REPO / "tests" / "workloads" / "known_work.py")
-
-
-def record(
-    tmp_path: Path, *catch_args: str, workload_args: tuple[str, ...] = ()
-) -> tuple[forensics.Capture, dict, subprocess.CompletedProcess[str]]:
-    out = tmp_path / "rec.ssf"
-    report = tmp_path / "report.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "forensics.cli.catch_load",
-            "-o",
-            str(out),
-            *catch_args,
-            "--",
-            sys.executable,
-            WORKLOAD,
-            "--report",
-            str(report),
-            *workload_args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=_env(),
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr
-    return forensics.load(out), json.loads(report.read_text()), result
+record = record_workload
 
 
 @pytest.fixture(scope="module")
@@ -168,26 +138,18 @@ def test_sched_is_read_for_real_time_threads_and_policy_changes_are_events(tmp_p
 def test_sigkill_of_the_recorder_loses_at_most_the_last_second(tmp_path: Path) -> None:
     out = tmp_path / "killed.ssf"
     report = tmp_path / "r.json"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "forensics.cli.catch_load",
-            "-q",
-            "-o",
-            str(out),
-            "--",
-            sys.executable,
-            WORKLOAD,
-            "--report",
-            str(report),
-            "--duration",
-            "6",
-        ],
-        env=_env(),
-        cwd=REPO,
+    proc = start_catch_load(
+        "-q",
+        "-o",
+        str(out),
+        "--",
+        sys.executable,
+        WORKLOAD,
+        "--report",
+        str(report),
+        "--duration",
+        "6",
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
         start_new_session=True,
     )
     deadline = time.monotonic() + 30
@@ -263,14 +225,7 @@ def test_markers_from_sigusr1_and_from_enter_on_a_terminal(tmp_path: Path) -> No
 
 def test_ctrl_c_ends_the_recording_cleanly(tmp_path: Path) -> None:
     out = tmp_path / "int.ssf"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), "--match", "^no-such-proc$"],
-        env=_env(),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_catch_load("-q", "-o", str(out), "--match", "^no-such-proc$")
     time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
@@ -281,24 +236,7 @@ def test_ctrl_c_ends_the_recording_cleanly(tmp_path: Path) -> None:
 
 def test_match_waits_for_a_process_that_starts_later(tmp_path: Path) -> None:
     out = tmp_path / "match.ssf"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "forensics.cli.catch_load",
-            "-o",
-            str(out),
-            "--match",
-            "late-sleeper-[0-9]+",
-            "-d",
-            "3s",
-        ],
-        env=_env(),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_catch_load("-o", str(out), "--match", "late-sleeper-[0-9]+", "-d", "3s")
     time.sleep(1.0)
     started = time.monotonic_ns()
     target = subprocess.Popen(["bash", "-c", "exec -a late-sleeper-42 sleep 1"])
@@ -326,3 +264,13 @@ def test_bad_interval_is_rejected_before_anything_runs(run_module, tmp_path: Pat
     result = run_module("forensics.cli.catch_load", "-i", "fast", "-p", "1", "-o", str(tmp_path / "x.ssf"))
     assert result.returncode == 2 and "is not a duration" in result.stderr
     assert not (tmp_path / "x.ssf").exists()
+
+
+def test_redact_keeps_command_lines_out_of_the_capture(tmp_path: Path) -> None:
+    cap, report, _ = record(tmp_path, "--redact", workload_args=("--duration", "1", "--late-start", "0.2"))
+    assert cap.threads["cmdline"].isna().all()
+    assert cap.meta["recording"]["argv"][-1] == "<redacted>"
+    assert not cap.events["text"].str.contains("known_work").any()
+    blob = (tmp_path / "rec.ssf").read_bytes()  # the metadata is plain JSON in the file
+    assert b"known_work.py" not in blob and b"--report" not in blob
+    assert report["pid"] in set(cap.samples["pid"])

@@ -2,55 +2,30 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 import forensics
 from analyses.exact import cpu_intervals
 from samplers.sysctl_guard import read_sysctl
-from tests.conftest import REPO, _env
-
-WORKLOAD = str(REPO / "tests" / "workloads" / "known_work.py")
+from tests.recording import record_workload
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="eBPF, taskstats and sysctls need root (CI runs as root)")
 
 
 @pytest.fixture(scope="module")
 def exact(tmp_path_factory: pytest.TempPathFactory) -> tuple[forensics.Capture, dict, str, str]:
-    tmp = tmp_path_factory.mktemp("exact")
     before = read_sysctl("kernel.task_delayacct")
-    out, report = tmp / "exact.ssf", tmp / "report.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "forensics.cli.catch_load",
-            "-o",
-            str(out),
-            "--ebpf",
-            "--taskstats",
-            "all",
-            "--delayacct",
-            "--",
-            sys.executable,
-            WORKLOAD,
-            "--report",
-            str(report),
-            "--duration",
-            "2.5",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=_env(),
-        cwd=REPO,
+    cap, report, result = record_workload(
+        tmp_path_factory.mktemp("exact"),
+        "--ebpf",
+        "--taskstats",
+        "all",
+        "--delayacct",
+        workload_args=("--duration", "2.5"),
     )
-    assert result.returncode == 0, result.stderr
-    return forensics.load(out), json.loads(report.read_text()), before or "", result.stderr
+    return cap, report, before or "", result.stderr
 
 
 def test_sources_are_recorded_as_live_and_the_sysctl_is_restored(exact) -> None:
@@ -92,4 +67,4 @@ def test_ebpf_switches_cover_the_spin(exact) -> None:
     on = cpu_intervals(switches, target_pids=[report["pid"]])
     on = on[on["tid"] == spinner]
     overlap = (on["end_ns"].clip(upper=t1) - on["start_ns"].clip(lower=t0)).clip(lower=0)
-    assert overlap.sum() >= 0.9e9, overlap.sum() / 1e9
+    assert overlap.sum() >= 0.9e9, (overlap.sum() / 1e9, cap.trailer["ebpf"]["lost_total"], len(on))

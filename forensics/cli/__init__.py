@@ -31,6 +31,9 @@ COMMANDS: dict[str, str] = {
     "compare": "forensics.cli.compare:compare",
     "restore": "forensics.cli.restore:restore",
     "doctor": "forensics.cli.doctor:doctor",
+    "plot": "forensics.cli.plot:plot",
+    "report": "forensics.cli.report:report",
+    "export": "forensics.cli.export:export",
 }
 
 
@@ -74,8 +77,13 @@ def run_cli(command: click.Command, prog: str, args: list[str] | None = None) ->
     except click.exceptions.Abort:
         click.echo(f"{prog}: interrupted", err=True)
         sys.exit(130)
+    except click.UsageError as err:
+        # One line, like every other error: what was wrong, and where the help is.
+        where = err.ctx.command_path if err.ctx is not None else prog
+        click.echo(f"{where}: error: {err.format_message()} (see `{where} --help`)", err=True)
+        sys.exit(err.exit_code)
     except click.ClickException as err:
-        err.show()
+        click.echo(f"{prog}: error: {err.format_message()}", err=True)
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)

@@ -336,7 +336,7 @@ def _meta(
             "duration_ns": options.duration_ns,
             "started_ns": time.monotonic_ns(),
             "started_wall": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
-            "argv": ["catch-load", *sys.argv[1:]],
+            "argv": _own_argv(options.redact),
             "targets": spec.describe(),
             "lab": lab_argv,
             "sched": options.sched,
@@ -348,6 +348,14 @@ def _meta(
             "clock": "CLOCK_MONOTONIC",
         },
     }
+
+
+def _own_argv(redact: bool) -> list[str]:
+    """The recorder's command line for the metadata; with --redact, without the launched command's."""
+    argv = ["catch-load", *sys.argv[1:]]
+    if redact and "--" in argv:
+        argv = [*argv[: argv.index("--") + 1], "<redacted>"]
+    return argv
 
 
 def _check_lab_args(lab_argv: list[str]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from forensics.capture import load
+from forensics.capture import Capture, load
 from forensics.cli.options import DURATION, capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.render import Report, Section
@@ -81,16 +81,52 @@ def spikes(
     type (P/E, big/little) they ran on: a "Load MAX" spike becomes a thread name and a core. Use
     `forensics stalls` to learn whether a slow callback ran long or waited, and for what.
     """
-    from analyses.source import capture_origin_ns
     from analyses.span import resolve_span
-    from analyses.spikes import find_spikes
 
     cap = load(capture)
     t_range = resolve_span(cap, span)
-    found, burners = find_spikes(
-        cap, pattern=pattern, factor=factor, min_ns=min_ns, deadline_ns=deadline, top=top, limit=limit, t_range=t_range
+    report = spikes_report(
+        cap,
+        capture,
+        pattern=pattern,
+        factor=factor,
+        min_ns=min_ns,
+        deadline_ns=deadline,
+        top=top,
+        limit=limit,
+        t_range=t_range,
     )
-    report = Report(title=f"CPU spikes in {capture}", origin_ns=capture_origin_ns(cap))
+    emit(report, fmt=fmt, as_json=as_json, output=output)
+
+
+def spikes_report(
+    cap: Capture,
+    name: str,
+    *,
+    pattern: str | None = None,
+    factor: float = 5.0,
+    min_ns: int | None = None,
+    deadline_ns: int | None = None,
+    top: int = 5,
+    limit: int | None = 50,
+    t_range: tuple[int | None, int | None] | None = None,
+) -> Report:
+    """The report `forensics spikes` prints (spikes, then who burned the CPU in each); `forensics report`
+    embeds the same sections."""
+    from analyses.source import capture_origin_ns
+    from analyses.spikes import find_spikes
+
+    found, burners = find_spikes(
+        cap,
+        pattern=pattern,
+        factor=factor,
+        min_ns=min_ns,
+        deadline_ns=deadline_ns,
+        top=top,
+        limit=limit,
+        t_range=t_range,
+    )
+    report = Report(title=f"CPU spikes in {name}", origin_ns=capture_origin_ns(cap))
     report.sections.append(Section("spikes", "Spikes", found, SPIKE_COLUMNS))
     report.sections.append(Section("burners", "Who burned the CPU in each spike", burners, BURNER_COLUMNS))
-    emit(report, fmt=fmt, as_json=as_json, output=output)
+    return report

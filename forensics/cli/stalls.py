@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
-import click
+from typing import TYPE_CHECKING
 
-from forensics.capture import load
+import click
+import pandas as pd
+
+from forensics.capture import Capture, load
 from forensics.cli.options import DURATION, capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.render import Report, Section
+
+if TYPE_CHECKING:
+    from analyses.stalls import StallRules
 
 EPISODE_COLUMNS = {
     "start_ns": "at",
@@ -118,10 +124,8 @@ def stalls(
     taskstats block-IO delay (delay accounting), io rests on that delay instead. What no source in the
     capture could decide is listed as unknown.
     """
-    from analyses.source import capture_interval_ns, capture_origin_ns
     from analyses.span import resolve_span
-    from analyses.stalls import StallRules, find_stalls
-    from analyses.threads import policy_label, select_threads, thread_profiles
+    from analyses.stalls import StallRules
 
     cap = load(capture)
     if proc_only:
@@ -130,7 +134,30 @@ def stalls(
         cap = without_exact_sources(cap)
     t_range = resolve_span(cap, span)
     rules = StallRules(busy_fraction=busy_fraction, fault_rate_per_ms=fault_rate, min_stall_ns=min_stall)
-    profiles = thread_profiles(cap, t_range=t_range)
+    report = stalls_report(
+        cap, capture, pattern=pattern, everything=everything, rules=rules, t_range=t_range, with_truth=with_truth
+    )
+    emit(report, fmt=fmt, as_json=as_json, output=output)
+
+
+def stalls_report(
+    cap: Capture,
+    name: str,
+    *,
+    pattern: str | None = None,
+    everything: bool = False,
+    rules: StallRules | None = None,
+    t_range: tuple[int | None, int | None] | None = None,
+    with_truth: bool = False,
+    profiles: pd.DataFrame | None = None,
+) -> Report:
+    """The report `forensics stalls` prints (watched threads, episodes with evidence); `forensics report`
+    embeds the same sections."""
+    from analyses.source import capture_interval_ns, capture_origin_ns
+    from analyses.stalls import find_stalls
+    from analyses.threads import policy_label, select_threads, thread_profiles
+
+    profiles = thread_profiles(cap, t_range=t_range) if profiles is None else profiles
     episodes = find_stalls(cap, pattern=pattern, everything=everything, rules=rules, t_range=t_range, profiles=profiles)
     watched = select_threads(profiles, pattern=pattern, everything=everything).copy()
     watched["policy"] = [
@@ -141,7 +168,7 @@ def stalls(
     ]
     interval = capture_interval_ns(cap)
     report = Report(
-        title=f"Stalls in {capture} (sampled every {interval / 1e6:g} ms)",
+        title=f"Stalls in {name} (sampled every {interval / 1e6:g} ms)",
         origin_ns=capture_origin_ns(cap),
         json_root="stalls",
     )
@@ -169,7 +196,7 @@ def stalls(
             )
     if with_truth:
         _add_truth(report, cap, episodes, interval)
-    emit(report, fmt=fmt, as_json=as_json, output=output)
+    return report
 
 
 def _add_truth(report: Report, cap: object, episodes: object, interval: int) -> None:

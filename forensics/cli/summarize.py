@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from forensics.capture import load
+from forensics.capture import Capture, load
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.describe import fmt_ns
@@ -87,18 +87,35 @@ def summarize(
     `--span #1..#2`, or times since the first sample: `--span 2s..7.5s`.
     """
     from analyses.span import resolve_span
-    from analyses.summary import summarize as run_summary
 
     cap = load(capture)
     t_range = resolve_span(cap, span)
+    full = as_json or fmt == "json"
+    where = f" ({span})" if span else ""
+    report = summary_report(cap, f"{capture}{where}", t_range=t_range, top=top, worst=worst, rows=rows, full=full)
+    emit(report, fmt=fmt, as_json=as_json, output=output)
+
+
+def summary_report(
+    cap: Capture,
+    name: str,
+    *,
+    t_range: tuple[int | None, int | None] | None = None,
+    top: int = 8,
+    worst: int = 10,
+    rows: int = 15,
+    full: bool = False,
+) -> Report:
+    """The report `forensics summarize` prints: the five views (`full`: every row, as JSON shows them).
+    `forensics report` embeds the same sections."""
+    from analyses.summary import summarize as run_summary
+
     result = run_summary(cap, t_range=t_range, top=top, worst=worst)
     views = result.views
-    where = f" ({span})" if span else ""
-    report = Report(title=f"Summary of {capture}{where}", origin_ns=result.origin_ns)
+    report = Report(title=f"Summary of {name}", origin_ns=result.origin_ns)
     if not views:
         report.notes.append("The capture (or span) holds no samples.")
-        emit(report, fmt=fmt, as_json=as_json, output=output)
-        return
+        return report
     bin_text = fmt_ns(result.bin_ns)
     report.sections.append(
         Section(
@@ -106,7 +123,7 @@ def summarize(
         )
     )
     breakdown = views["breakdown"]
-    shown = breakdown if as_json or (fmt == "json") else breakdown.head(rows)
+    shown = breakdown if full else breakdown.head(rows)
     note = f"{len(breakdown) - rows} more threads in --json." if len(breakdown) > rows else ""
     report.sections.append(Section("breakdown", "2. Run vs wait per thread", shown, BREAKDOWN, note=note))
     report.sections.append(
@@ -128,9 +145,9 @@ def summarize(
     busiest = fault_bins[(fault_bins["minflt"] + fault_bins["majflt"]) > 0]
     busiest = busiest.sort_values("minflt", ascending=False).head(5).sort_values("bin_start_ns")
     report.sections.append(
-        Section("faults_bins", "   Bins with the most faults", fault_bins if as_json else busiest, FAULT_BINS)
+        Section("faults_bins", "   Bins with the most faults", fault_bins if full else busiest, FAULT_BINS)
     )
     report.sections.append(
         Section("worst", "5. Worst stall episodes", views["worst"], WORST, detail="evidence", empty="(no stall)")
     )
-    emit(report, fmt=fmt, as_json=as_json, output=output)
+    return report

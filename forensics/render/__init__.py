@@ -3,7 +3,9 @@
 Analyses return DataFrames with raw units (ns, counts); a report says which columns to show and under
 which heading, and the renderer formats by column name: `*_ns` as a duration, `start_ns`/`end_ns`/`t_ns`
 as seconds since the capture's first sample, `*_pct` as a percentage. Choose one with `--format NAME`,
-`--json`, or by the suffix of `-o FILE` (.json -> json, anything else -> table).
+`--json`, or by the suffix of `-o FILE` (.json -> json, .html -> html, .md -> markdown, anything else ->
+table). A section may also carry a paragraph (`text`) and a picture (`image`: PNG bytes made by
+`forensics.plots`); the html and markdown renderers embed it, the others leave it out.
 """
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ class Section:
     detail: str | None = None
     note: str = ""
     empty: str = "(none)"
+    text: str = ""  # a paragraph shown before the table (html, markdown, table)
+    image: bytes | None = None  # a PNG shown before the table (html and markdown embed it)
+    image_alt: str = ""  # what the picture shows, for readers who cannot see it
+    level: int = 2  # heading level in html/markdown: 2 a chapter, 3 a part of one
 
 
 @dataclass
@@ -64,11 +70,25 @@ def _json(report: Report, **_: object) -> str:
     return render_json(report)
 
 
+def _html(report: Report, **_: object) -> str:
+    from forensics.render.html import render_html
+
+    return render_html(report)
+
+
+def _markdown(report: Report, **_: object) -> str:
+    from forensics.render.markdown import render_markdown
+
+    return render_markdown(report)
+
+
 RENDERERS: dict[str, Renderer] = {
     "table": _table,
     "json": _json,
+    "html": _html,
+    "markdown": _markdown,
 }
-SUFFIXES = {".json": "json", ".txt": "table"}
+SUFFIXES = {".json": "json", ".txt": "table", ".html": "html", ".htm": "html", ".md": "markdown"}
 
 
 def choose_format(fmt: str | None, as_json: bool, output: str | None) -> str:
@@ -92,4 +112,14 @@ def render(report: Report, fmt: str = "table", *, width: int = 100, color: bool 
     return renderer(report, width=width, color=color)
 
 
-__all__ = ["RENDERERS", "Report", "Section", "choose_format", "render"]
+def format_for_suffix(output: str, allowed: tuple[str, ...]) -> str:
+    """The renderer an output file's suffix names, when it is one of `allowed`; else a ForensicsError."""
+    suffix = Path(output).suffix.lower()
+    chosen = SUFFIXES.get(suffix)
+    if chosen not in allowed:
+        wanted = ", ".join(s for s, f in SUFFIXES.items() if f in allowed)
+        raise ForensicsError(f"cannot tell the format of {output!r} from its suffix: name it {wanted}")
+    return chosen
+
+
+__all__ = ["RENDERERS", "SUFFIXES", "Report", "Section", "choose_format", "format_for_suffix", "render"]

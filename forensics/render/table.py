@@ -48,9 +48,14 @@ def _clip(text: str, size: int) -> str:
 def render_section(section: Section, *, width: int, color: bool, origin_ns: int | None) -> list[str]:
     title = f"{BOLD}{section.title}{RESET}" if color else section.title
     lines = [title]
+    if section.text:
+        lines.extend(textwrap.wrap(section.text, width, initial_indent="  ", subsequent_indent="  "))
+    if section.image is not None:
+        lines.append("  (a picture: see the html or markdown rendering, or `forensics plot`)")
     frame = section.frame
     if frame is None or frame.empty:
-        lines.append(f"  {section.empty}")
+        if section.empty:
+            lines.append(f"  {section.empty}")
         if section.note:
             lines.extend(textwrap.wrap(section.note, width, initial_indent="  ", subsequent_indent="  "))
         return lines

@@ -1,0 +1,57 @@
+"""The DataFrames the exports write: per-thread windows (bounded memory) and the stall verdicts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pandas as pd
+
+from forensics.capture import Capture
+
+GROUP_SAMPLES = 3_000_000  # samples of the threads read at once (about 0.5 GB of windows at most)
+
+
+def export_windows(
+    cap: Capture,
+    profiles: pd.DataFrame,
+    *,
+    t_range: tuple[int | None, int | None] | None = None,
+    group_samples: int = GROUP_SAMPLES,
+) -> Iterator[pd.DataFrame]:
+    """Reconciled windows (analyses.windows) of the given threads, a group of threads at a time, with
+    `blocked_ns` (off-CPU time of a window whose read found the thread in D at either end, the test
+    analyses.stalls uses for io) and the state letters as text."""
+    from analyses.source import STATE_D
+    from analyses.windows import state_letters, thread_windows
+
+    counts = profiles["samples"].to_numpy(dtype=np.int64)
+    group = np.cumsum(counts) // max(group_samples, 1)
+    for g in np.unique(group):
+        tids = profiles["tid"].to_numpy()[group == g].tolist()
+        w = thread_windows(cap, tids=tids, t_range=t_range)
+        if w.empty:
+            continue
+        d = (w["state"].to_numpy() == STATE_D) | (w["state_start"].to_numpy() == STATE_D)
+        w = w.assign(
+            blocked_ns=np.where(d, w["off_cpu_ns"].to_numpy(), 0),
+            state=state_letters(w["state"].to_numpy()),
+            state_start=state_letters(w["state_start"].to_numpy()),
+            core_type=w["core_type"].astype(str),
+        )
+        yield w
+
+
+def flat_verdicts(episodes: pd.DataFrame) -> pd.DataFrame:
+    """Stall episodes with only flat columns (for CSV/Parquet): the components dict is already spread
+    over the *_ns columns; lists become '; '-joined text."""
+    out = episodes.drop(columns=["components"], errors="ignore").copy()
+    for column in ("sources", "undecided"):
+        if column in out:
+            out[column] = ["; ".join(v) if isinstance(v, list | tuple) else v for v in out[column]]
+    for column in out.columns:
+        if isinstance(out[column].dtype, pd.CategoricalDtype):
+            out[column] = out[column].astype(str)
+        elif out[column].dtype == object:
+            out[column] = out[column].astype("string")
+    return out

@@ -1,0 +1,48 @@
+"""Pictures of a capture (matplotlib, Agg backend: no display needed).
+
+`data.py` asks the analyses for DataFrames; `timeline.py`, `jitter.py` and `compare.py` only draw
+them. Colours mean the same thing in every picture, in the html report and in the Perfetto export
+(VERDICT_COLORS, PART_COLORS), so a reader learns them once.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: never look for a display (CI, ssh, a bug-report bot)
+
+from matplotlib.figure import Figure
+
+# Where a thread's time went, per window.
+PART_COLORS = {
+    "on CPU": "#2f6db5",
+    "waiting for a CPU (runqueue)": "#f28e2b",
+    "blocked in D (IO, page-in)": "#b2182b",
+}
+# Verdicts of `analyses.stalls` (same order as analyses.stalls.CAUSES).
+VERDICT_COLORS = {
+    "run": "#1f5fa8",
+    "runqueue": "#e07b00",
+    "io": "#8e1b1b",
+    "fault": "#6a3d9a",
+    "lock": "#1d7a3a",
+    "reclaim": "#a08c00",
+    "unknown": "#6b6b6b",
+}
+# Core types (meta["cpus"]["core_types"]): fast cores cool, slow cores warm, unknown grey.
+FAST_CORE, SLOW_CORE, OTHER_CORE = "#2b83ba", "#d7301f", "#8c8c8c"
+THREAD_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
+FORMATS = {".png": "png", ".svg": "svg"}
+
+
+def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:
+    """The figure as PNG (or SVG) bytes. Metadata without a date, so the same capture gives the same file."""
+    buf = io.BytesIO()
+    metadata = {"Software": "spike-stall-forensics"} if fmt == "png" else {"Date": None}
+    fig.savefig(buf, format=fmt, dpi=dpi, metadata=metadata)
+    return buf.getvalue()
+
+
+__all__ = ["FORMATS", "PART_COLORS", "THREAD_COLORS", "VERDICT_COLORS", "figure_bytes"]

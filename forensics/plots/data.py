@@ -1,0 +1,276 @@
+"""The DataFrames the pictures draw, asked of the analyses (nothing here decides a verdict or a period).
+
+Timeline: per chosen thread and window, on-CPU / runqueue / blocked ns (`analyses.windows`, reconciled);
+"blocked" is the off-CPU time of a window whose read found the thread in D at either end (the same test
+`analyses.stalls` uses for io); time asleep in S is the normal wait between callbacks and is left blank.
+Windows are summed into wider bins only when a thread has more of them than a picture has pixels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from forensics.capture import Capture
+
+MAX_POINTS = 5000  # windows per thread drawn as they are (10 s at 2 ms); above, summed into bins
+
+
+@dataclass
+class TimelineData:
+    title: str
+    subtitle: str
+    origin_ns: int
+    t_range: tuple[int, int]
+    interval_ns: int
+    bin_ns: int  # width of a drawn window: the sampling interval, or wider bins on a long capture
+    threads: pd.DataFrame  # tid comm label watched rt period_ns (drawing order)
+    windows: pd.DataFrame  # tid start_ns end_ns wall_ns on_cpu_ns runqueue_ns blocked_ns faults cpu core_type
+    stalls: pd.DataFrame  # tid comm start_ns end_ns verdict stall_ns (of the chosen threads)
+    markers: pd.DataFrame  # t_ns text
+    cycles: pd.DataFrame  # t_ns value_ns missed: one point per callback
+    deadline_ns: float | None = None
+    deadline_label: str = ""
+    cycles_label: str = ""
+    core_types: dict[int, str] = field(default_factory=dict)  # cpu -> label ("" when uniform)
+    slow_types: set[str] = field(default_factory=set)
+    cpus: list[int] = field(default_factory=list)
+
+
+def _markers(cap: Capture) -> pd.DataFrame:
+    events = cap.events
+    marks = events[events["kind"] == "marker"] if len(events) else events
+    texts = [str(t) if isinstance(t, str) and t else f"#{i + 1}" for i, t in enumerate(marks["text"].tolist())]
+    return pd.DataFrame({"t_ns": marks["t_ns"].to_numpy(dtype=np.int64), "text": texts})
+
+
+def choose_threads(profiles: pd.DataFrame, pattern: str | None, top: int) -> pd.DataFrame:
+    """--thread REGEX, else the watched threads (real-time, periodic) then the busiest others, `top` in all."""
+    from analyses.threads import select_threads
+
+    if profiles.empty:
+        return profiles.assign(watched=pd.Series(dtype=bool))
+    if pattern is not None:
+        chosen = select_threads(profiles, pattern=pattern)
+        watched = set(select_threads(profiles)["tid"].tolist())
+        return chosen.assign(watched=chosen["tid"].isin(watched).to_numpy())
+    watched = select_threads(profiles)
+    busy = (profiles["on_cpu_ns"] + profiles["runqueue_ns"]).rename("busy")
+    ranked = profiles.assign(busy=busy.to_numpy()).sort_values("busy", ascending=False)
+    # Watched threads first (periodic ones, the callbacks, then by priority), then the busiest of the rest.
+    first = ranked[ranked["tid"].isin(watched["tid"])].sort_values(["periodic", "max_rtprio", "busy"], ascending=False)
+    rest = ranked[~ranked["tid"].isin(watched["tid"]) & (ranked["busy"] > 0)]
+    chosen = pd.concat([first, rest]).head(max(top, 1))
+    return chosen.assign(watched=chosen["tid"].isin(watched["tid"]).to_numpy())
+
+
+def _binned(windows: pd.DataFrame, origin: int, bin_ns: int) -> pd.DataFrame:
+    """Windows summed into bins of bin_ns per thread (ns add up; cpu: the last one, a placement sample)."""
+    key = (windows["end_ns"].to_numpy() - origin) // bin_ns
+    frame = windows.assign(bin=key)
+    g = frame.groupby(["tid", "bin"], sort=True)
+    out = g[["wall_ns", "on_cpu_ns", "runqueue_ns", "blocked_ns", "faults"]].sum()
+    out = out.join(g[["cpu", "core_type"]].last()).reset_index()
+    out["start_ns"] = origin + out["bin"] * bin_ns
+    out["end_ns"] = out["start_ns"] + bin_ns
+    return out.drop(columns=["bin"])
+
+
+def timeline_data(
+    cap: Capture,
+    name: str,
+    *,
+    pattern: str | None = None,
+    top: int = 4,
+    t_range: tuple[int | None, int | None] | None = None,
+    profiles: pd.DataFrame | None = None,
+    stalls: pd.DataFrame | None = None,
+) -> TimelineData:
+    from analyses.cycles import lab_cycles, proc_cycles
+    from analyses.source import STATE_D, capture_interval_ns, capture_origin_ns
+    from analyses.stalls import find_stalls
+    from analyses.summary import nice_bin_ns
+    from analyses.system import main_periodic_thread
+    from analyses.threads import policy_label, thread_profiles
+    from analyses.windows import core_type_map, thread_windows
+    from forensics.errors import ForensicsError
+
+    origin = capture_origin_ns(cap)
+    if origin is None:
+        raise ForensicsError(f"{name} holds no samples: there is nothing to plot")
+    interval = capture_interval_ns(cap)
+    profiles = thread_profiles(cap, t_range=t_range) if profiles is None else profiles
+    if profiles.empty:
+        raise ForensicsError(f"{name} holds no samples in that span: there is nothing to plot")
+    chosen = choose_threads(profiles, pattern, top)
+    if chosen.empty:
+        raise ForensicsError(f"no thread of {name} matches --thread {pattern!r}: see `forensics summarize`")
+    lo = int(t_range[0]) if t_range and t_range[0] is not None else int(profiles["first_ns"].min())
+    hi = int(t_range[1]) if t_range and t_range[1] is not None else int(profiles["last_ns"].max())
+    tids = chosen["tid"].astype(int).tolist()
+    w = thread_windows(cap, tids=tids, t_range=t_range, with_sched=False)
+    state, state_start = w["state"].to_numpy(), w["state_start"].to_numpy()
+    blocked = np.where((state == STATE_D) | (state_start == STATE_D), w["off_cpu_ns"].to_numpy(), 0)
+    faults = np.zeros(len(w), dtype=np.int64)
+    for column in ("minflt", "majflt"):
+        if column in w:
+            faults += w[column].to_numpy(dtype=np.int64)
+    windows = pd.DataFrame(
+        {
+            "tid": w["tid"].to_numpy(),
+            "start_ns": w["start_ns"].to_numpy(),
+            "end_ns": w["end_ns"].to_numpy(),
+            "wall_ns": w["wall_ns"].to_numpy(),
+            "on_cpu_ns": w["on_cpu_ns"].to_numpy(),
+            "runqueue_ns": w["runqueue_ns"].to_numpy(),
+            "blocked_ns": blocked,
+            "faults": faults,
+            "cpu": w["cpu"].to_numpy(),
+            "core_type": w["core_type"].astype(str).to_numpy(),
+        }
+    )
+    bin_ns = interval
+    most = int(windows.groupby("tid").size().max()) if len(windows) else 0
+    if most > MAX_POINTS:
+        bin_ns = nice_bin_ns(hi - lo, interval, MAX_POINTS // 2)
+        windows = _binned(windows, origin, bin_ns)
+    if stalls is None:
+        stalls = find_stalls(cap, t_range=t_range, profiles=profiles, with_suspects=False)
+        if pattern is not None:
+            extra = find_stalls(cap, pattern=pattern, t_range=t_range, profiles=profiles, with_suspects=False)
+            stalls = pd.concat([stalls, extra]).drop_duplicates(["tid", "start_ns"]) if len(extra) else stalls
+    stalls = stalls[stalls["tid"].isin(tids)] if len(stalls) else stalls
+    threads = chosen.assign(
+        label=[
+            _thread_label(r.comm, r.tid, policy_label(r.policy, r.rtprio, r.nice), r.period_ns)
+            for r in chosen.itertuples(index=False)
+        ]
+    )[["tid", "comm", "label", "watched", "rt", "period_ns"]].reset_index(drop=True)
+
+    # Deadline: the lab's callbacks (exact), else the main periodic thread's period (/proc estimate).
+    cycles = pd.DataFrame({"t_ns": [], "value_ns": [], "missed": []})
+    deadline, deadline_label, cycles_label = None, "", ""
+    lab = lab_cycles(cap)
+    if len(lab):
+        lab = lab[(lab["start_ns"] >= lo) & (lab["start_ns"] <= hi)]
+    if len(lab):
+        period = float(lab["period_ns"].iloc[0])
+        cycles = pd.DataFrame(
+            {"t_ns": lab["start_ns"].to_numpy(), "value_ns": lab["end_rel_ns"].to_numpy(), "missed": lab["missed"]}
+        )
+        deadline = period
+        deadline_label = f"deadline = period {period / 1e6:.3f} ms"
+        cycles_label = f"callback end after its cycle began (lab cycles, exact; {int(lab['missed'].sum())} late)"
+    else:
+        main = main_periodic_thread(profiles)
+        if main is not None and not pd.isna(main["period_ns"]):
+            est = proc_cycles(cap, int(main["tid"]), t_range=t_range)
+            est = est[~est["ambiguous"].to_numpy(dtype=bool)]
+            period = float(main["period_ns"])
+            busy = (est["delay_ns"] + est["cycle_ns"]).to_numpy(dtype=np.float64)
+            cycles = pd.DataFrame({"t_ns": est["start_ns"].to_numpy(), "value_ns": busy, "missed": busy > period})
+            deadline = period
+            deadline_label = f"deadline = period of {main['comm']} {period / 1e6:.3f} ms (from its wake-ups)"
+            cycles_label = (
+                f"{main['comm']}: scheduling delay + CPU per wake-up (estimate from /proc, to one sampling interval)"
+            )
+    mapping, slow = core_type_map(cap.meta)
+    cpus_meta = (cap.meta.get("cpus") or {}).get("online") or sorted(set(windows["cpu"].astype(int).tolist()))
+    host = cap.meta.get("host") or {}
+    trailer = cap.trailer
+    timing = "no trailer: achieved timing unknown"
+    if trailer is not None:
+        parts = [
+            f"interval {label} {trailer[key] / 1e6:.2f} ms"
+            for key, label in (("interval_p50_ns", "p50"), ("interval_p99_ns", "p99"))
+            if trailer.get(key) is not None
+        ]
+        if trailer.get("missed_ticks") is not None:
+            parts.append(f"{trailer['missed_ticks']} missed ticks")
+        timing = ", ".join(parts) or "achieved timing not recorded"
+    subtitle = (
+        f"{host.get('hostname', '?')}, kernel {host.get('kernel_release', '?')}, {len(cpus_meta)} CPUs"
+        f"{' (hybrid)' if len(set(mapping.values())) > 1 else ''}; sampled every {interval / 1e6:g} ms ({timing})"
+    )
+    span_s = (hi - lo) / 1e9
+    plural = "s" if len(threads) != 1 else ""
+    return TimelineData(
+        title=f"{name}: where the time of {len(threads)} thread{plural} went ({span_s:.1f} s)",
+        subtitle=subtitle,
+        origin_ns=origin,
+        t_range=(lo, hi),
+        interval_ns=interval,
+        bin_ns=bin_ns,
+        threads=threads,
+        windows=windows,
+        stalls=stalls.reset_index(drop=True) if len(stalls) else stalls,
+        markers=_in_range(_markers(cap), lo, hi),
+        cycles=cycles,
+        deadline_ns=deadline,
+        deadline_label=deadline_label,
+        cycles_label=cycles_label,
+        core_types=mapping,
+        slow_types=slow,
+        cpus=[int(c) for c in cpus_meta],
+    )
+
+
+def _in_range(frame: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    t = frame["t_ns"].to_numpy()
+    return frame[(t >= lo) & (t <= hi)].reset_index(drop=True)
+
+
+def _thread_label(comm: Any, tid: Any, policy: str, period: Any) -> str:
+    periodic = "" if pd.isna(period) else f", wakes every {float(period) / 1e6:.2f} ms"
+    return f"{comm} (tid {int(tid)}, {policy}{periodic})"
+
+
+@dataclass
+class JitterData:
+    title: str
+    stats: pd.DataFrame  # analyses.jitter stats
+    histogram: pd.DataFrame  # analyses.jitter histogram
+    interval_ns: int
+
+
+def jitter_data(
+    cap: Capture, name: str, *, pattern: str | None = None, t_range: tuple[int | None, int | None] | None = None
+) -> JitterData:
+    from analyses.jitter import jitter
+    from analyses.source import capture_interval_ns
+    from forensics.errors import ForensicsError
+
+    stats, hist = jitter(cap, pattern=pattern, t_range=t_range)
+    if stats.empty or hist.empty:
+        hint = "" if pattern else " (try --thread REGEX)"
+        raise ForensicsError(f"{name} has no periodic thread whose wake-ups can be timed{hint}: no jitter to plot")
+    return JitterData(
+        title=f"{name}: intervals between wake-ups", stats=stats, histogram=hist, interval_ns=capture_interval_ns(cap)
+    )
+
+
+@dataclass
+class CompareData:
+    title: str
+    figures: pd.DataFrame  # analyses.compare: figure a b unit change_pct
+    cycles_a: pd.DataFrame  # lab cycles (end_rel_ns, period_ns) or empty
+    cycles_b: pd.DataFrame
+    name_a: str
+    name_b: str
+
+
+def compare_data(a: Capture, b: Capture, name_a: str, name_b: str) -> CompareData:
+    from analyses.compare import compare
+    from analyses.cycles import lab_cycles
+
+    return CompareData(
+        title=f"A = {name_a}   against   B = {name_b}",
+        figures=compare(a, b),
+        cycles_a=lab_cycles(a),
+        cycles_b=lab_cycles(b),
+        name_a=name_a,
+        name_b=name_b,
+    )

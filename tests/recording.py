@@ -1,0 +1,46 @@
+"""Running catch-load from tests: this checkout's code, in a child process, as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import forensics
+from tests.conftest import REPO, _env
+
+WORKLOAD = str(REPO / "tests" / "workloads" / "known_work.py")
+
+
+def catch_load_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "forensics.cli.catch_load", *args]
+
+
+def start_catch_load(*args: str, **popen: Any) -> subprocess.Popen[str]:
+    """catch-load ARGS in the background (stdout/stderr piped as text unless given)."""
+    popen.setdefault("stdout", subprocess.PIPE)
+    popen.setdefault("stderr", subprocess.PIPE)
+    popen.setdefault("text", True)
+    return subprocess.Popen(catch_load_argv(*args), env=_env(), cwd=REPO, **popen)
+
+
+def record_workload(
+    tmp_path: Path, *catch_args: str, workload_args: tuple[str, ...] = ()
+) -> tuple[forensics.Capture, dict[str, Any], subprocess.CompletedProcess[str]]:
+    """Record tests/workloads/known_work.py to its end; return the capture, its own report, the run."""
+    out = tmp_path / "rec.ssf"
+    report = tmp_path / "report.json"
+    result = subprocess.run(
+        catch_load_argv(
+            "-o", str(out), *catch_args, "--", sys.executable, WORKLOAD, "--report", str(report), *workload_args
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    return forensics.load(out), json.loads(report.read_text()), result

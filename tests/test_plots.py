@@ -1,0 +1,170 @@
+"""Plots: the figure holds what a reader needs (checked on its artists, not on the file existing)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import PathCollection
+
+import forensics
+from analyses.cycles import lab_cycles
+from analyses.stalls import find_stalls
+from forensics.capture import Capture
+from forensics.plots import SLOW_CORE, VERDICT_COLORS, figure_bytes
+from forensics.plots.compare import draw_compare
+from forensics.plots.data import compare_data, jitter_data, timeline_data
+from forensics.plots.jitter import LOST, draw_jitter
+from forensics.plots.timeline import draw_timeline
+from tests import synth
+from tests.artefact_captures import CLEAN, EPISODES, with_markers
+from tests.synth import MS, T0, Episode, Timeline
+
+
+def _gids(fig, prefix: str) -> list[str]:
+    return [a.get_gid() for a in fig.findobj() if isinstance(a.get_gid(), str) and a.get_gid().startswith(prefix)]
+
+
+def _texts(fig) -> list[str]:
+    return [t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text"))]
+
+
+def _legend(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+
+
+@pytest.fixture(scope="module")
+def episodes_figure():
+    cap = with_markers()
+    data = timeline_data(cap, "lab-episodes")
+    return cap, data, draw_timeline(data)
+
+
+def test_timeline_shows_every_verdict_span_labelled(episodes_figure):
+    cap, data, fig = episodes_figure
+    stalls = find_stalls(cap)
+    shown = stalls[stalls["tid"].isin(data.threads["tid"])]
+    assert len(shown) == 7  # the lab's five episodes on lab-audio, and lab-hog's runs
+    spans = _gids(fig, "verdict-span:")
+    assert sorted(s.split(":")[1] for s in spans) == sorted(shown["verdict"])
+    labels = [t for t in _texts(fig) if t.split(" ")[0] in VERDICT_COLORS and t.endswith(" ms")]
+    assert sorted(label.split(" ")[0] for label in labels) == sorted(shown["verdict"])
+    for verdict in ("run", "runqueue", "io", "fault", "lock"):
+        assert f"stall: {verdict}" in _legend(fig)
+
+
+def test_timeline_marks_the_markers_and_the_deadline(episodes_figure):
+    cap, _, fig = episodes_figure
+    texts = _texts(fig)
+    assert "▼ load" in texts and "▼ loaded" in texts
+    assert "marker (set while recording)" in _legend(fig)
+    deadline = [a for a in fig.findobj() if a.get_gid() == "deadline"]
+    assert len(deadline) == 1
+    period_ms = float(np.median(np.diff(np.sort(cap.cycles["deadline_ns"].to_numpy())))) / 1e6
+    assert deadline[0].get_ydata()[0] == pytest.approx(period_ms, rel=1e-3)
+    late = [a for a in fig.findobj() if a.get_gid() == "late-cycles"]
+    assert late and len(late[0].get_offsets()) == int(lab_cycles(cap)["missed"].sum()) == 5
+
+
+def test_timeline_stacks_run_wait_and_blocked_with_their_amounts(episodes_figure):
+    _, data, fig = episodes_figure
+    legend = _legend(fig)
+    assert {"on CPU", "waiting for a CPU (runqueue)", "blocked in D (IO, page-in)"} <= set(legend)
+    assert {"on_cpu_ns", "runqueue_ns", "blocked_ns"} <= set(_gids(fig, ""))
+    # The io episode of lab-audio is drawn as blocked time: the windows carry it.
+    audio = data.windows[data.windows["tid"] == int(data.threads.iloc[0]["tid"])]
+    assert audio["blocked_ns"].sum() > 15 * MS
+    assert data.threads.iloc[0]["comm"] == "lab-audio"  # the periodic callback thread comes first
+
+
+def test_timeline_span_and_thread_select(tmp_path):
+    cap = with_markers()
+    data = timeline_data(cap, "x", pattern="hog", t_range=(None, None))
+    assert data.threads["comm"].tolist() == ["lab-hog"]
+    origin = int(cap.samples["t_ns"].min())
+    part = timeline_data(cap, "x", t_range=(origin + 3_000_000_000, origin + 4_000_000_000))
+    assert part.windows["start_ns"].min() >= origin + 3_000_000_000 - 3 * MS
+    assert "io" in set(part.stalls["verdict"])  # the episode at 3.3 s
+    assert (part.stalls["start_ns"] >= origin + 3_000_000_000 - 3 * MS).all()  # none from before the span
+
+
+def _hybrid() -> Capture:
+    hog = Timeline(tid=1002, comm="hog", cpu=2)
+    synth.busy(hog, t0=T0, duration_ns=2_000 * MS)
+    cap = synth.audio_capture([Episode("run", 100, 10)], seconds=2, extra=[hog])
+    samples = cap.samples.copy()
+    moved = (samples["tid"] == 1001) & (samples["t_ns"] > T0 + 800 * MS) & (samples["t_ns"] < T0 + 1200 * MS)
+    samples.loc[moved, "cpu"] = 3
+    meta = synth.meta(cpus=(0, 1, 2, 3), core_types={"P-core": [0, 1], "E-core": [2, 3]})
+    meta["cpus"]["max_freq_khz"] = {"0": 5_000_000, "1": 5_000_000, "2": 3_000_000, "3": 3_000_000}
+    return Capture.from_frames(meta=meta, trailer=cap.trailer, samples=samples, threads=cap.table("threads"))
+
+
+def test_placement_colours_hybrid_core_types():
+    data = timeline_data(_hybrid(), "hybrid")
+    fig = draw_timeline(data)
+    assert "on E-core (slow)" in _legend(fig) and "on P-core" in _legend(fig)
+    points = [a for a in fig.findobj(PathCollection) if a.get_gid() == "placement"]
+    colors = {tuple(np.round(c, 3)) for p in points for c in p.get_facecolors()}
+    slow = tuple(np.round(np.array([int(SLOW_CORE[i : i + 2], 16) / 255 for i in (1, 3, 5)] + [1.0]), 3))
+    assert slow in colors and len(colors) == 2  # the E-core stint of lab-audio stands out
+    assert any(t.get_text() == "cpu 3 E-core" for ax in fig.axes for t in ax.get_yticklabels())
+
+
+def test_jitter_marks_lost_wakeups_at_multiples_of_the_period():
+    fig = draw_jitter(jitter_data(forensics.load(EPISODES), "episodes"))
+    assert "period-x4" in _gids(fig, "period-x")
+    bars = [p for a in fig.axes for p in a.patches]
+    lost = [p for p in bars if tuple(np.round(p.get_facecolor()[:3], 3)) == tuple(
+        np.round([int(LOST[i : i + 2], 16) / 255 for i in (1, 3, 5)], 3))]  # fmt: skip
+    assert lost and sum(p.get_height() for p in lost) == 5  # the five 20 ms episodes: 4x the period
+    clean = draw_jitter(jitter_data(forensics.load(CLEAN), "clean"))
+    assert _gids(clean, "period-x") == ["period-x1"]
+    assert "no lost wake-up" in " ".join(_texts(clean))
+
+
+def test_compare_plot_draws_both_arms_and_the_deadline():
+    data = compare_data(forensics.load(CLEAN), forensics.load(EPISODES), "clean", "episodes")
+    fig = draw_compare(data)
+    assert {"cycles-A", "cycles-B", "deadline"} <= set(_gids(fig, ""))
+    titles = [ax.get_title(loc="left") for ax in fig.axes]
+    assert any(t.startswith("stall episodes by verdict") for t in titles)
+    assert any(t.startswith("CPU of the targets") and "%" in t for t in titles)
+    assert figure_bytes(fig)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_cli_writes_png_and_svg(run_module, tmp_path):
+    out = tmp_path / "t.png"
+    result = run_module("forensics", "plot", str(EPISODES), "-o", str(out), "--span", "2s..4s")
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = tmp_path / "j.svg"
+    result = run_module("forensics", "plot", str(EPISODES), "--kind", "jitter", "-o", str(svg))
+    assert result.returncode == 0 and "<svg" in svg.read_text()[:500]
+    result = run_module("forensics", "plot", str(CLEAN), str(EPISODES), "-o", str(tmp_path / "ab.png"))
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-o", "x.jpg"], "name the file .png, .svg"),
+        (["--kind", "pie", "-o", "x.png"], "unknown --kind 'pie'"),
+        (["--kind", "compare", "-o", "x.png"], "--kind compare needs two captures"),
+        (["--thread", "nomatch", "-o", "x.png"], "no thread of"),
+    ],
+)
+def test_plot_cli_errors_are_one_line(run_module, tmp_path, args, message):
+    result = run_module("forensics", "plot", str(EPISODES), *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0] and lines[0].startswith("forensics: error:")
+    assert "Traceback" not in result.stderr
+
+
+def test_timeline_of_an_empty_span_is_an_error():
+    cap = forensics.load(EPISODES)
+    origin = int(cap.samples["t_ns"].min())
+    with pytest.raises(forensics.ForensicsError):
+        timeline_data(cap, "x", t_range=(origin + 100_000_000_000, None))
+    assert isinstance(pd.DataFrame(), pd.DataFrame)
