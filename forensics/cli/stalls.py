@@ -181,19 +181,21 @@ def stalls_report(
             empty="(no real-time or periodic thread: try --thread REGEX or --all)",
         )
     )
+    exact = int((episodes["basis"] == "ebpf").sum()) if len(episodes) else 0
+    how = (
+        f"{exact} of {len(episodes)} episodes have exact edges from eBPF switch events; the others come from "
+        "the 2 ms /proc windows."
+        if exact
+        else ""
+    )
     report.sections.append(
-        Section("stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence")
+        Section(
+            "stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence", note=how
+        )
     )
     undecided = episodes.attrs.get("undecided") or []
     if undecided:
         report.notes.append("Unknown for lack of a source in this capture: " + "; ".join(undecided) + ".")
-    if len(episodes):
-        exact = int((episodes["basis"] == "ebpf").sum())
-        if exact:
-            report.notes.append(
-                f"{exact} of {len(episodes)} episodes have exact edges from eBPF switch events; the others come "
-                "from the 2 ms /proc windows."
-            )
     if with_truth:
         _add_truth(report, cap, episodes, interval)
     return report
