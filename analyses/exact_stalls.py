@@ -21,11 +21,12 @@ timeline, with exact starts and ends; /proc decides only where the timeline has 
      were lost): `gap`. No interval is built across it; the time is unknown.
 2. Which S sleeps are lock waits. A thread asleep in S waits for a futex, a pipe, a condition, a timer:
    its normal sleep between callbacks looks the same as a lock wait. What tells them apart is what ended
-   it. Per thread, its *usual waker* is the most frequent end of its S sleeps: a task (by tid) when a task
-   woke it, else the kind of interrupt (hrtimer, softirq, hardirq: waker_context; the task an interrupt
-   happened to interrupt is not a waker). For a periodic thread, an S sleep is a `lock` wait when a task
-   woke it that is not its usual waker (the lab's callback sleeps on a timer; its futex wait is ended
-   by lab-holder's futex_wake), or when its usual waker is a task and the sleep lasted longer than
+   it. Per thread, its *usual wakers* are the most frequent end of its S sleeps and any that ends at
+   least one in five of them (a client woken by either of two upstream clients): a task (by tid) when a
+   task woke it, else the kind of interrupt (hrtimer, softirq, hardirq: waker_context; the task an
+   interrupt happened to interrupt is not a waker). For a periodic thread, an S sleep is a `lock` wait
+   when a task woke it that is not a usual waker (the lab's callback sleeps on a timer; its futex wait
+   is ended by lab-holder's futex_wake), or when a usual waker that is a task ended it after more than
    1.25 periods (it missed a wake-up: it waited for that task). A sleep ended by an interrupt is the
    thread's own (a timer it set, a device): `idle`. For a thread that is not periodic, every S sleep
    is `idle`: a worker waiting for work and a thread waiting for a lock look alike (a limit; /proc has
@@ -68,6 +69,7 @@ from forensics.capture import Capture
 MINOR_NS = 100_000  # a segment shorter than this at the edge of a busy span is ordinary (wake-up latency)
 FAULT_GAP_NS = 1_000_000  # a pause this long ends a fault storm (at 20 faults/ms the mean gap is 50 us)
 LOCK_OVERSLEEP = 1.25  # a sleep longer than this many periods missed at least one wake-up
+USUAL_WAKER_SHARE = 0.2  # a waker that ends at least 1 in 5 of a thread's sleeps is part of its rhythm
 BRACKET_TOLERANCE_NS = 50_000_000  # a counter read further than this from an episode edge does not bracket it
 # Delay accounting starts a block-IO wait before the sched_switch tracepoint and ends it in
 # try_to_wake_up() before the sched_wakeup tracepoint (kernel/sched/core.c): the two clocks differ by a
@@ -370,16 +372,17 @@ def _off_segments(off: pd.DataFrame, periods: pd.Series) -> pd.DataFrame:
     key = _usual_waker_key(tid, context, waker.to_numpy(dtype="float64", na_value=np.nan))
     sleep_s = (state == "S") & waker.notna().to_numpy()
     counted = pd.DataFrame({"tid": tid[sleep_s], "key": key[sleep_s]})
-    usual = (
-        counted.groupby(["tid", "key"]).size().reset_index(name="n").sort_values(["tid", "n"], ascending=[True, False])
-    )
-    usual = usual.drop_duplicates("tid").set_index("tid")["key"]
-    usual_key = usual.reindex(tid).astype(object).to_numpy()
+    shares = counted.groupby(["tid", "key"]).size().rename("n").reset_index()
+    shares["share"] = shares["n"] / shares.groupby("tid")["n"].transform("sum")
+    shares["top"] = shares["n"] == shares.groupby("tid")["n"].transform("max")
+    usual_pairs = shares[(shares["share"] >= USUAL_WAKER_SHARE) | shares["top"]]
+    pairs = pd.MultiIndex.from_arrays([usual_pairs["tid"].to_numpy(), usual_pairs["key"].to_numpy()])
+    usual = pd.MultiIndex.from_arrays([tid, key]).isin(pairs)
     period = periods.reindex(tid).to_numpy(dtype=float)
     by_task = (pd.Series(context, dtype=object).astype(str).to_numpy() == "task") & waker.notna().to_numpy()
     asleep = asleep_end - start
-    unusual = by_task & (key != usual_key)
-    overslept = by_task & (key == usual_key) & (asleep > np.nan_to_num(LOCK_OVERSLEEP * period, nan=np.inf))
+    unusual = by_task & ~usual
+    overslept = by_task & usual & (asleep > np.nan_to_num(LOCK_OVERSLEEP * period, nan=np.inf))
     lock = (state == "S") & ~np.isnan(period) & (unusual | overslept)
     cause = np.where(state == "D", "io", np.where(state == "S", np.where(lock, "lock", "idle"), "unknown")).astype(
         object
