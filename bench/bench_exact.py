@@ -362,6 +362,8 @@ def _lab_once(mode: str, out: Path) -> dict[str, Any]:
         "events_per_s": round(events / seconds),
         "lost": sum((ebpf.get("lost") or {}).values()),
         "missed": sum((ebpf.get("missed") or {}).values()),
+        "lost_by_kind": {k: v for k, v in (ebpf.get("lost") or {}).items() if v},
+        "missed_by_probe": {k: v for k, v in (ebpf.get("missed") or {}).items() if v},
         "missed_ticks": trailer.get("missed_ticks"),
         "taskstats_rows": len(cap.table("taskstats", columns=["tid"])) if "taskstats" in cap.table_names else 0,
     }
