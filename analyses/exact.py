@@ -244,6 +244,50 @@ def off_cpu_intervals(
     return off[OFF_CPU_COLUMNS].sort_values(["start_ns", "tid"], kind="stable").reset_index(drop=True)
 
 
+def switch_partners(off_cpu: pd.DataFrame, sched_switch: pd.DataFrame) -> pd.DataFrame:
+    """`off_cpu` plus who was on the other side of its two switches.
+
+    out_next_tid out_next_comm out_next_prio: the task the CPU went to when the thread left it (for a
+    preempted thread: the one that took its CPU). in_prev_tid in_prev_comm in_prev_prio: the task that
+    gave the CPU back at the switch-in (for a thread woken and kept waiting: the one that ran meanwhile).
+    Both come from the same sched_switch rows the interval was built from (matched on time, CPU, thread).
+    """
+    out = off_cpu.copy()
+    names = {
+        "out": ("prev_tid", "next_tid", "next_comm", "next_prio", "start_ns", "cpu_out"),
+        "in": ("next_tid", "prev_tid", "prev_comm", "prev_prio", "end_ns", "cpu_in"),
+    }
+    for side, (me, other_tid, other_comm, other_prio, at, cpu) in names.items():
+        prefix = "out_next" if side == "out" else "in_prev"
+        columns = [f"{prefix}_tid", f"{prefix}_comm", f"{prefix}_prio"]
+        if off_cpu.empty or sched_switch.empty:
+            for column in columns:
+                out[column] = pd.Series(dtype=object)
+            continue
+        rows = pd.DataFrame(
+            {
+                "tid": sched_switch[me].to_numpy(np.int64),
+                at: sched_switch["t_ns"].to_numpy(np.int64),
+                cpu: sched_switch["cpu"].to_numpy(np.int64),
+                columns[0]: sched_switch[other_tid].to_numpy(np.int64),
+                columns[1]: sched_switch[other_comm].astype(str).to_numpy(),
+                columns[2]: sched_switch[other_prio].to_numpy(np.int64),
+            }
+        ).drop_duplicates(["tid", at, cpu])
+        keys = pd.DataFrame(
+            {
+                "tid": out["tid"].to_numpy(np.int64),
+                at: out[at].to_numpy(np.int64),
+                cpu: out[cpu].to_numpy(np.int64),
+            }
+        )
+        found = keys.merge(rows, on=["tid", at, cpu], how="left")
+        out[columns[0]] = pd.array(found[columns[0]], dtype="Int64")
+        out[columns[1]] = found[columns[1]].astype(object).to_numpy()
+        out[columns[2]] = pd.array(found[columns[2]], dtype="Int64")
+    return out
+
+
 def timeline_gaps(sched_switch: pd.DataFrame, target_pids: Iterable[int] | None = None) -> pd.DataFrame:
     """Spans where a target thread's state is unknown because a switch edge is missing: two switch-outs
     (or two switch-ins) of the same thread in a row. Columns: tid pid start_ns end_ns missing ("in"/"out").

@@ -150,3 +150,13 @@ def capture_origin_ns(cap: Capture) -> int | None:
         if len(chunk):
             return int(chunk["t_ns"].min())
     return None
+
+
+EXACT_TABLES = ("sched_switch", "sched_wakeup", "page_faults", "block_rq", "ebpf_lost", "taskstats")
+
+
+def proc_only(cap: Capture) -> Capture:
+    """`cap` as a recording with the /proc sources alone would be: no eBPF tables, no taskstats, delay
+    accounting (stat field 42) off. To compare, on one recording, what the exact sources change."""
+    sources = dict(cap.meta.get("sources") or {}, ebpf=False, taskstats="none", delayacct=False)
+    return cap.without(EXACT_TABLES, meta={"sources": sources})

@@ -51,6 +51,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyses import exact_stalls
+from analyses.exact_stalls import ExactData, load_exact
 from analyses.source import STATE_ALPHABET, STATE_D, STATE_S, capture_interval_ns, iter_samples
 from analyses.threads import policy_label, select_threads, thread_names, thread_profiles
 from analyses.windows import _group_starts, thread_windows, window_deltas
@@ -75,14 +77,21 @@ class StallRules:
     max_gap_ns: int = 1_000_000_000  # a longer silence is a pause (transport stopped), not a stall
 
 
-def _sources_present(cap: Capture, windows: pd.DataFrame) -> dict[str, bool]:
+SOURCE_FLAGS = ("delayacct", "sched", "schedstats", "taskstats", "ts_blkio", "ebpf", "ebpf_faults", "ebpf_block")
+
+
+def _sources_present(cap: Capture, windows: pd.DataFrame, data: ExactData | None) -> dict[str, bool]:
     sources = cap.meta.get("sources") or {}
     return {
         "delayacct": bool(sources.get("delayacct")) and "blkio_ns" in windows,
         "sched": "vol_switches" in windows,
         "schedstats": "iowait_ns" in windows or "block_ns" in windows,
         "taskstats": any(c in windows for c in RECLAIM_COLUMNS),
-        "ebpf": bool(sources.get("ebpf")),
+        # Block-IO delay known for a watched thread (delay accounting on when it was created).
+        "ts_blkio": "ts_blkio_ns" in windows and bool(windows["ts_blkio_ns"].notna().any()),
+        "ebpf": data is not None,
+        "ebpf_faults": data is not None and data.has_faults,
+        "ebpf_block": data is not None and data.has_block,
     }
 
 
@@ -129,6 +138,13 @@ def classify_windows(windows: pd.DataFrame, threads: pd.DataFrame, interval_ns: 
     hot &= settled
     d_state &= settled
     missed &= settled
+    # Delay accounting read through taskstats: block-IO delay accounted in this window (the kernel adds
+    # each wait when it ends, so short waits land in the window they were lived in). Half the window
+    # spent waiting for block IO is an io window even when no read caught the D letter.
+    if "ts_blkio_ns" in windows:
+        blkio = windows["ts_blkio_ns"].astype("Float64").to_numpy(dtype=np.float64, na_value=0.0)
+        io_delay = (blkio >= rules.busy_fraction * wall) & (off > 0) & settled
+        d_state = d_state | io_delay
     anomalous = hot | d_state | missed
     out = pd.DataFrame(
         {
@@ -144,6 +160,7 @@ def classify_windows(windows: pd.DataFrame, threads: pd.DataFrame, interval_ns: 
             "c_d": np.where(d_state, off, 0),
             "c_lock": np.where(missed & ~d_state & (state == STATE_S), off, 0),
             "c_unknown": np.where(missed & ~d_state & (state != STATE_S), off, 0),
+            "settled": settled,
         },
         index=windows.index,
     )
@@ -187,12 +204,18 @@ def find_stalls(
     profiles: pd.DataFrame | None = None,
     with_suspects: bool = True,
     max_samples: int = 3_000_000,
+    use_exact: bool = True,
 ) -> pd.DataFrame:
-    """Stall episodes of the threads of interest (module docstring), one row each, worst first in time order.
+    """Stall episodes of the threads of interest (module docstring), one row each, in time order.
 
     Columns: tid pid comm start_ns end_ns duration_ns verdict stall_ns excess_ns share components
     (dict ns per cause) run_ns runqueue_ns io_ns fault_ns lock_ns reclaim_ns unknown_ns idle_ns minflt
-    majflt cpus core_types policy period_ns windows evidence sources undecided why.
+    majflt cpus core_types policy period_ns windows ... basis ("ebpf": exact, analyses.exact_stalls;
+    "proc": sampled) waker_tid waker priority_inversion ran_instead_tid ran_instead block_requests
+    evidence sources (the deciding ones first) undecided why.
+
+    With eBPF switch records in the capture (and `use_exact`), a watched thread's episodes come from
+    its exact timeline; /proc episodes are kept only where that timeline has holes (see _merge_exact).
 
     Threads are analysed in groups of about `max_samples` samples (one pass over the capture per
     group), so that `--all` on a long capture of many threads stays in bounded memory.
@@ -203,32 +226,52 @@ def find_stalls(
     chosen = select_threads(profiles, pattern=pattern, everything=everything)
     if chosen.empty:
         return empty_stalls()
-    parts, sources = [], dict.fromkeys(("delayacct", "sched", "schedstats", "taskstats", "ebpf"), False)
+    data = load_exact(cap) if use_exact else None
+    parts, sources = [], dict.fromkeys(SOURCE_FLAGS, False)
     for group in _thread_groups(chosen, max_samples):
-        found, group_sources = _episodes_of(cap, group, profiles, interval, rules, t_range)
+        found, group_sources = _episodes_of(cap, group, profiles, interval, rules, t_range, data)
         sources = {k: v or group_sources[k] for k, v in sources.items()}
         if len(found):
             parts.append(found)
+    undecided = _undecided(sources, data, chosen, t_range)
     if not parts:
-        return empty_stalls()
+        return empty_stalls(undecided)
     episodes = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-    # Rule 4: report what exceeds the thread's normal busy share over the span by min_stall.
+    episodes = _excess_filter(episodes, interval, rules)
+    if episodes.empty:
+        return empty_stalls(undecided)
+    for column in [*STALL_COLUMNS, "not_block_ns"]:
+        if column not in episodes:
+            episodes[column] = None
+    proc = (episodes["basis"] == "proc").to_numpy()
+    if with_suspects and proc.any():
+        episodes = _add_suspects(cap, episodes, interval, only=proc)
+    else:
+        episodes["suspect"] = ""
+    evidence, used = episodes["evidence"].astype(object).tolist(), episodes["sources"].astype(object).tolist()
+    where = np.flatnonzero(proc)
+    in_hole = episodes["in_hole"].fillna(False).to_numpy(dtype=bool) if "in_hole" in episodes else proc & False
+    for i, text, names in zip(
+        where, _evidence(episodes[proc], sources), _source_lists(episodes[proc], sources), strict=True
+    ):
+        prefix = "from the /proc windows (no eBPF switch record of this thread here); " if in_hole[i] else ""
+        evidence[i], used[i] = prefix + text, names
+    episodes["evidence"], episodes["sources"] = evidence, used
+    episodes["undecided"] = [undecided] * len(episodes)
+    out = episodes[STALL_COLUMNS].sort_values(["start_ns", "tid"]).reset_index(drop=True)
+    out.attrs["undecided"] = undecided  # also on an empty result: what this capture could not decide
+    return out
+
+
+def _excess_filter(episodes: pd.DataFrame, interval: int, rules: StallRules) -> pd.DataFrame:
+    """Rule 4: keep what exceeds the thread's normal busy share over the span by min_stall."""
     period = episodes["period_ns"].to_numpy(dtype=np.float64)
     default_min = np.where(np.isnan(period), 2.0 * interval, np.maximum(period / 2.0, 0.0))
     min_stall = default_min if rules.min_stall_ns is None else np.full(len(episodes), float(rules.min_stall_ns))
-    expected = episodes["utilization"].to_numpy() * episodes["duration_ns"].to_numpy()
-    episodes["excess_ns"] = np.maximum(episodes["stall_ns"].to_numpy() - expected, 0).astype(np.int64)
-    episodes = episodes[episodes["excess_ns"].to_numpy() >= min_stall].reset_index(drop=True)
-    if episodes.empty:
-        return empty_stalls()
-    if with_suspects:
-        episodes = _add_suspects(cap, episodes, interval)
-    else:
-        episodes["suspect"] = ""
-    episodes["evidence"] = _evidence(episodes, sources)
-    episodes["sources"] = _source_lists(episodes, sources)
-    episodes["undecided"] = [_undecided(sources)] * len(episodes)
-    return episodes[STALL_COLUMNS].sort_values(["start_ns", "tid"]).reset_index(drop=True)
+    expected = episodes["utilization"].to_numpy(dtype=np.float64) * episodes["duration_ns"].to_numpy()
+    excess = np.maximum(episodes["stall_ns"].to_numpy(dtype=np.float64) - expected, 0).astype(np.int64)
+    episodes = episodes.assign(excess_ns=excess)
+    return episodes[excess >= min_stall].reset_index(drop=True)
 
 
 def _thread_groups(chosen: pd.DataFrame, max_samples: int) -> list[pd.DataFrame]:
@@ -245,15 +288,16 @@ def _episodes_of(
     interval: int,
     rules: StallRules,
     t_range: tuple[int | None, int | None] | None,
+    data: ExactData | None = None,
 ) -> tuple[pd.DataFrame, dict[str, bool]]:
     """Episodes (rules 1-3, before the min-stall filter) of some threads, and the sources they had."""
     windows = thread_windows(cap, tids=chosen["tid"].tolist(), t_range=t_range)
-    sources = _sources_present(cap, windows)
+    sources = _sources_present(cap, windows, data)
     if windows.empty:
         return pd.DataFrame(), sources
     flags = classify_windows(windows, chosen, interval, rules)
     w = pd.concat([windows, flags], axis=1)
-    del windows, flags
+    del flags
     tid = w["tid"].to_numpy()
     anomalous = w["anomalous"].to_numpy()
     # Delays accounted at their end land in the window after the episode: give them to its last window.
@@ -265,27 +309,103 @@ def _episodes_of(
             w[name] = values.where(~next_quiet, values.fillna(0) + following.fillna(0)).where(
                 ~(values.isna() & following.isna())
             )
+    # Where a periodic thread's rhythm begins (its start-up before that is not a stalled callback).
+    onset = w.loc[w["settled"].to_numpy(), ["tid", "start_ns"]].groupby("tid")["start_ns"].min()
     starts = anomalous & (np.r_[True, ~anomalous[:-1]] | _group_starts(tid))
     episode = np.cumsum(starts) - 1
     w = w[anomalous].assign(episode=episode[anomalous])
-    if w.empty:
-        return pd.DataFrame(), sources
-    episodes = _aggregate(w)
-    episodes = _attach_threads(episodes, chosen, profiles)
-    return _finish_components(episodes, sources), sources
+    proc = pd.DataFrame()
+    if len(w):
+        proc = _finish_components(_attach_threads(_aggregate(w), chosen, profiles), sources)
+        proc["basis"] = "proc"
+    if data is None:
+        return proc, sources
+    exact = _exact_episodes(cap, data, chosen, profiles, windows, onset, interval, rules, t_range)
+    return _merge_exact(exact, proc, data, interval, rules), sources
+
+
+def _exact_episodes(
+    cap: Capture,
+    data: ExactData,
+    chosen: pd.DataFrame,
+    profiles: pd.DataFrame,
+    windows: pd.DataFrame,
+    onset: pd.Series,
+    interval: int,
+    rules: StallRules,
+    t_range: tuple[int | None, int | None] | None,
+) -> pd.DataFrame:
+    """Episodes of these threads from their exact timelines (analyses.exact_stalls), before rule 4."""
+    threads = _thread_info(chosen, profiles).merge(chosen[["tid", "pid"]], on="tid", how="left")
+    threads["onset_ns"] = onset.reindex(threads["tid"]).to_numpy(dtype=float)
+    period = threads["period_ns"].to_numpy(dtype=float)
+    default_min = np.where(np.isnan(period), 2.0 * interval, period / 2.0)
+    long_run = default_min if rules.min_stall_ns is None else np.full(len(threads), float(rules.min_stall_ns))
+    segments = exact_stalls.thread_segments(data, threads, rules)
+    if t_range is not None and len(segments):
+        lo = -np.inf if t_range[0] is None else t_range[0]
+        hi = np.inf if t_range[1] is None else t_range[1]
+        keep = (segments["end_ns"].to_numpy() > lo) & (segments["start_ns"].to_numpy() < hi)
+        segments = segments[keep].reset_index(drop=True)
+        segments["start_ns"] = np.maximum(segments["start_ns"].to_numpy(dtype=float), lo).astype(np.int64)
+        segments["end_ns"] = np.minimum(segments["end_ns"].to_numpy(dtype=float), hi).astype(np.int64)
+    raw, seg = exact_stalls.episodes_from_segments(segments, pd.Series(long_run, index=threads["tid"].to_numpy()))
+    if raw.empty:
+        return pd.DataFrame()
+    return exact_stalls.finish_episodes(
+        raw, seg, data, cap=cap, threads=threads, windows=windows, fault_rate_per_ms=rules.fault_rate_per_ms
+    )
+
+
+def _merge_exact(
+    exact: pd.DataFrame, proc: pd.DataFrame, data: ExactData, interval: int, rules: StallRules
+) -> pd.DataFrame:
+    """Exact where the thread's switch record covers the time, /proc where it does not.
+
+    A /proc episode is kept only when it overlaps no reported exact episode of its thread and covers
+    some time the switch record does not: before the thread's first or after its last switch (eBPF
+    started late, or the thread is not a target of the probes), or a hole (exact.timeline_gaps). Where
+    the record covers a /proc episode and the exact rules found no stall, the exact timeline wins: it
+    saw every switch that the 2 ms reads could only infer.
+    """
+    reported = _excess_filter(exact, interval, rules) if len(exact) else exact
+    if proc.empty:
+        return exact
+    span = data.span.set_index("tid")
+    first = span["first_ns"].reindex(proc["tid"]).to_numpy(dtype=float)
+    last = span["last_ns"].reindex(proc["tid"]).to_numpy(dtype=float)
+    start = proc["start_ns"].to_numpy(dtype=float)
+    end = proc["end_ns"].to_numpy(dtype=float)
+    outside = np.where(np.isnan(first), end - start, np.clip(first - start, 0, None) + np.clip(end - last, 0, None))
+    keep = np.zeros(len(proc), dtype=bool)
+    gaps = data.gaps
+    for i, (tid, s, e) in enumerate(zip(proc["tid"].to_numpy(), start, end, strict=True)):  # per episode
+        mine = gaps[gaps["tid"] == tid]
+        in_gaps = (np.minimum(mine["end_ns"].to_numpy(), e) - np.maximum(mine["start_ns"].to_numpy(), s)).clip(0).sum()
+        same = reported[reported["tid"] == tid] if len(reported) else reported
+        clash = len(same) and bool(((same["start_ns"] < e) & (same["end_ns"] > s)).any())
+        keep[i] = (outside[i] + in_gaps) > 0 and not clash
+    kept = proc[keep].assign(in_hole=True)
+    if exact.empty:
+        return kept.reset_index(drop=True)
+    return pd.concat([exact, kept], ignore_index=True) if len(kept) else exact
 
 
 STALL_COLUMNS = [
     "tid", "pid", "comm", "start_ns", "end_ns", "duration_ns", "verdict", "stall_ns", "excess_ns", "share",
     "components", "run_ns", "runqueue_ns", "io_ns", "fault_ns", "lock_ns", "reclaim_ns", "unknown_ns",
     "idle_ns", "minflt", "majflt", "d_reads", "s_reads", "reads", "cpus", "core_types", "policy",
-    "period_ns", "windows", "blkio_ns", "iowait_ns", "ts_blkio_ns", "invol_switches", "suspect", "evidence", "sources",
+    "period_ns", "windows", "blkio_ns", "iowait_ns", "ts_blkio_ns", "invol_switches", "basis", "waker_tid", "waker",
+    "priority_inversion", "ran_instead_tid", "ran_instead", "block_requests", "suspect", "evidence", "sources",
     "undecided", "why",
 ]  # fmt: skip
+EXACT_ONLY = ("waker_tid", "waker", "priority_inversion", "ran_instead_tid", "ran_instead", "block_requests")
 
 
-def empty_stalls() -> pd.DataFrame:
-    return pd.DataFrame({c: pd.Series(dtype=object) for c in STALL_COLUMNS})
+def empty_stalls(undecided: list[str] | None = None) -> pd.DataFrame:
+    out = pd.DataFrame({c: pd.Series(dtype=object) for c in STALL_COLUMNS})
+    out.attrs["undecided"] = list(undecided or [])
+    return out
 
 
 def _aggregate(w: pd.DataFrame) -> pd.DataFrame:
@@ -331,12 +451,17 @@ def _aggregate(w: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
-def _attach_threads(episodes: pd.DataFrame, chosen: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
+def _thread_info(chosen: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
+    """tid comm period_ns why utilization (share of wall time busy: on CPU or runnable) of each thread."""
     info = chosen[["tid", "comm", "period_ns", "why"]].copy()
     util = profiles.set_index("tid")
     busy = (util["on_cpu_ns"] + util["runqueue_ns"]) / util["wall_ns"].where(util["wall_ns"] > 0)
     info["utilization"] = busy.reindex(info["tid"]).fillna(0.0).to_numpy()
-    out = episodes.merge(info, on="tid", how="left")
+    return info
+
+
+def _attach_threads(episodes: pd.DataFrame, chosen: pd.DataFrame, profiles: pd.DataFrame) -> pd.DataFrame:
+    out = episodes.merge(_thread_info(chosen, profiles), on="tid", how="left")
     out["duration_ns"] = out["end_ns"] - out["start_ns"]
     out["policy"] = [
         policy_label(p, r) for p, r in zip(out["policy_code"].tolist(), out["rtprio"].tolist(), strict=True)
@@ -346,14 +471,32 @@ def _attach_threads(episodes: pd.DataFrame, chosen: pd.DataFrame, profiles: pd.D
 
 def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.DataFrame:
     major = episodes["majflt"].to_numpy() > 0
-    d_time = episodes["c_d"].to_numpy()
+    d_time = episodes["c_d"].to_numpy().astype(np.int64)
+    lock = episodes["c_lock"].to_numpy().astype(np.int64)
+    unknown = episodes["c_unknown"].to_numpy().astype(np.int64)
     # A D-state wait while major faults rose is the kernel reading pages in: the fault's, not an io's.
     episodes["run_ns"] = episodes["c_run"].astype(np.int64)
     episodes["runqueue_ns"] = episodes["c_runqueue"].astype(np.int64)
-    episodes["io_ns"] = np.where(major, 0, d_time).astype(np.int64)
     episodes["fault_ns"] = (episodes["c_fault_cpu"].to_numpy() + np.where(major, d_time, 0)).astype(np.int64)
-    episodes["lock_ns"] = episodes["c_lock"].astype(np.int64)
-    episodes["unknown_ns"] = episodes["c_unknown"].astype(np.int64)
+    # With block-IO delay from taskstats (delay accounting), io is the wait time the kernel accounted as
+    # block IO, whatever letters the reads caught: it is taken from the D time first, then from waits
+    # read in other states (a missed wake-up read in S, others). D time it did not account is not block
+    # IO (a kernel lock, a journal commit: DESIGN.md) and becomes unknown. Without it, the letters decide.
+    # The D windows' off time is known to a window only: when the blkio delay covers at least half of it,
+    # all of it counts as block IO.
+    blkio = episodes["ts_blkio_ns"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
+    known = ~np.isnan(blkio) & ~major
+    covered = np.where(np.nan_to_num(blkio) >= 0.5 * d_time, np.maximum(np.nan_to_num(blkio), d_time), blkio)
+    io = np.where(major, 0, np.where(known, np.minimum(np.nan_to_num(covered), d_time + unknown + lock), d_time))
+    io = io.astype(np.int64)
+    from_d = np.minimum(io, d_time)
+    from_unknown = np.minimum(io - from_d, unknown)
+    from_lock = np.minimum(io - from_d - from_unknown, lock)
+    not_block = np.where(known, d_time - from_d, 0)
+    episodes["io_ns"] = io
+    episodes["lock_ns"] = np.where(known, lock - from_lock, lock).astype(np.int64)
+    episodes["unknown_ns"] = (np.where(known, unknown - from_unknown, unknown) + not_block).astype(np.int64)
+    episodes["not_block_ns"] = not_block.astype(np.int64)
     # Reclaim (taskstats: direct reclaim, thrashing, compaction delays). The kernel gets into reclaim
     # from an allocation, usually inside a page fault, so its time is taken out of fault first, then
     # of run (on CPU), then of io (thrashing waits on pages being read back).
@@ -377,7 +520,7 @@ def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.D
         out=np.zeros(len(top)),
         where=episodes["stall_ns"].to_numpy() > 0,
     ).round(3)
-    explained = episodes["io_ns"] + episodes["lock_ns"] + episodes["unknown_ns"] + np.where(major, d_time, 0)
+    explained = d_time + lock + unknown
     episodes["idle_ns"] = np.maximum(episodes["off"] - explained, 0).astype(np.int64)
     episodes["reads"] = episodes["windows"]
     # Without taskstats reclaim is unknown, not zero (DESIGN.md: never a silent zero).
@@ -392,37 +535,82 @@ def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.D
     return episodes
 
 
-def _undecided(sources: dict[str, bool]) -> list[str]:
-    """Causes this capture has no source for (said as unknown, never as a silent zero)."""
+def _undecided(
+    sources: dict[str, bool],
+    data: ExactData | None,
+    chosen: pd.DataFrame,
+    t_range: tuple[int | None, int | None] | None,
+) -> list[str]:
+    """What this capture had no source for (said as unknown, never as a silent zero)."""
     missing = []
     if not sources["taskstats"]:
         missing.append("reclaim (needs taskstats: freepages/thrashing/compaction delays)")
-    if not (sources["delayacct"] or sources["schedstats"] or sources["ebpf"]):
+    if data is None:
+        if not (sources["delayacct"] or sources["schedstats"]):
+            missing.append(
+                "io and lock waits shorter than one sampling interval (needs delay accounting, schedstats or eBPF)"
+            )
+        missing.append("lock waits shorter than the period, and who woke a waiting thread (needs eBPF)")
+        return missing
+    if not sources["ts_blkio"]:
         missing.append(
-            "io and lock waits shorter than one sampling interval (needs delay accounting, schedstats or eBPF)"
+            "whether uninterruptible (D) waits were block IO or another kernel wait (needs delay accounting: "
+            "--delayacct with --taskstats)"
         )
-    if not sources["ebpf"]:
-        missing.append("lock waits shorter than the period (needs eBPF sched_switch/wakeup)")
+    if not sources["ebpf_faults"]:
+        missing.append("exact fault-storm times (eBPF page faults were off): /proc fault counts decide")
+    if not chosen["periodic"].all():
+        missing.append("lock waits of watched threads that are not periodic (a worker waiting for work looks alike)")
+    tids = chosen["tid"].to_numpy()
+    gaps = data.gaps[data.gaps["tid"].isin(tids)]
+    if t_range is not None and len(gaps):
+        lo = -np.inf if t_range[0] is None else t_range[0]
+        hi = np.inf if t_range[1] is None else t_range[1]
+        gaps = gaps[(gaps["end_ns"] > lo) & (gaps["start_ns"] < hi)]
+    if len(gaps):
+        missing.append(
+            f"the watched threads' state for {(gaps['end_ns'] - gaps['start_ns']).sum() / 1e6:.1f} ms in "
+            f"{len(gaps)} holes of the switch record (no switch recorded: the kernel emitted none, events were "
+            "lost, or the process was not yet a target of the probes): /proc decides there"
+        )
+    if data.sched_lost:
+        missing.append(
+            f"{data.sched_lost} scheduler events lost (the eBPF ring buffer was full) or skipped by the kernel (a "
+            "probe already running on that CPU): intervals across them may be wrong"
+        )
     return missing
 
 
 def _source_lists(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[list[str]]:
+    """Sources of /proc-based episodes, the deciding ones first: "proc:..." for what the 2 ms reads gave
+    (schedstat times, the state letter, fault counts, stat field 42, the sched file), "taskstats:..."
+    for delay accounting read through netlink."""
     out = []
     for row in episodes.itertuples(index=False):
-        used = ["schedstat"]
+        used = []
+        ts_blkio = sources["ts_blkio"] and not pd.isna(row.ts_blkio_ns)
+        if row.verdict in ("io", "unknown") and ts_blkio:
+            used.append("taskstats:blkio")
+        if row.verdict == "reclaim":
+            used.append("taskstats:reclaim")
+        if row.verdict == "fault":
+            used.append("proc:faults")
+        used.append("proc:schedstat")
         if row.d_reads or row.lock_ns or row.unknown_ns or row.verdict in ("io", "lock"):
-            used.append("stat:state")
+            used.append("proc:state")
         if row.minflt or row.majflt or row.verdict == "fault":
-            used.append("stat:faults")
+            used.append("proc:faults")
         if sources["delayacct"] and not pd.isna(row.blkio_ns):
-            used.append("delayacct")
+            used.append("proc:blkio_ticks")
         if sources["schedstats"] and not pd.isna(row.iowait_ns):
-            used.append("schedstats")
+            used.append("proc:schedstats")
         if sources["sched"] and not pd.isna(row.invol_switches):
-            used.append("sched")
-        if sources["taskstats"] and not (pd.isna(row.ts_blkio_ns) and pd.isna(row.ts_freepages_ns)):
-            used.append("taskstats")
-        out.append(used)
+            used.append("proc:sched")
+        if ts_blkio:
+            used.append("taskstats:blkio")
+        if sources["taskstats"] and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
+            used.append("taskstats:reclaim")
+        out.append(list(dict.fromkeys(used)))
     return out
 
 
@@ -461,6 +649,11 @@ def _evidence(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[str]:
             parts.append(f"iowait {_ms(row.iowait_ns)} (schedstats)")
         if not pd.isna(row.ts_blkio_ns):
             parts.append(f"block-IO delay {_ms(row.ts_blkio_ns)} (taskstats)")
+        if row.not_block_ns:
+            parts.append(
+                f"uninterruptible {_ms(row.not_block_ns)} not accounted as block IO (a kernel lock, a journal "
+                "commit, NFS or FUSE)"
+            )
         if row.reclaim_ns is not pd.NA and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
             parts.append(f"reclaim/compaction/thrashing delay {_ms(row.reclaim_ns)} (taskstats)")
         if isinstance(row.suspect, str) and row.suspect:
@@ -475,7 +668,7 @@ def _evidence(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[str]:
     return lines
 
 
-def _add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int) -> pd.DataFrame:
+def _add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.ndarray | None = None) -> pd.DataFrame:
     """For lock and runqueue verdicts: which recorded thread ran meanwhile (the likely holder or hog).
 
     runqueue: the thread with the most CPU time on the victim's CPU(s) during the episode; lock: the
@@ -483,7 +676,9 @@ def _add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int) -> pd.Dat
     live in another process). Only threads in the capture are candidates, and "ran meanwhile" is a
     suspicion, not proof: eBPF's waker is.
     """
-    wanted = episodes["verdict"].isin(["lock", "runqueue"]).to_numpy()
+    wanted = episodes["verdict"].isin(["lock", "runqueue"]).to_numpy().copy()
+    if only is not None:
+        wanted &= only
     suspects = np.array([""] * len(episodes), dtype=object)
     if not wanted.any():
         return episodes.assign(suspect=suspects)

@@ -134,3 +134,59 @@ def confusion(
         )
     matrix = table.reset_index().rename(columns={"index": "truth", "cause": "truth"}) if len(table) else table
     return matrix, pd.DataFrame(scores)
+
+
+def edge_errors(stalls: pd.DataFrame, truth: pd.DataFrame, cycles: pd.DataFrame | None = None) -> pd.DataFrame:
+    """How far each truth episode's edges are from the stall episode that found it (the one of the same
+    thread overlapping it most), comparing what the sources can see:
+
+    - io, lock, runqueue: the wait itself (the lab starts its clock, then waits; the exact episode runs
+      from the switch-out to the switch-in or the wake-up);
+    - fault: the storm (first to last page fault);
+    - run: the start of the burn, and the end of the callback that holds it (`cycles`): the burn and the
+      callback's own work after it are one stretch on the CPU, which no scheduler event divides.
+
+    Columns: cause tid start_ns end_ns verdict stall_start_ns stall_end_ns start_error_ns end_error_ns
+    end_reference ("episode" or "callback") basis waker_tid (and holder_tid when the truth has it).
+    Errors are stall minus truth, in ns (null when no stall episode overlaps it).
+    """
+    out = truth.copy()
+    out["cause"] = out["cause"].map(lambda c: CAUSE_ALIASES.get(str(c), str(c)))
+    end_ref = out["end_ns"].astype("int64").to_numpy().copy()
+    reference = np.array(["episode"] * len(out), dtype=object)
+    if cycles is not None and len(cycles):
+        ordered = cycles.sort_values("start_ns")
+        for i, row in enumerate(out.itertuples(index=False)):  # one loop per truth episode
+            if row.cause != "run":
+                continue
+            same = ordered[(ordered["tid"] == row.tid) & (ordered["start_ns"] <= row.start_ns)]
+            if len(same):
+                end_ref[i] = int(same["end_ns"].iloc[-1])
+                reference[i] = "callback"
+    columns = ["verdict", "stall_start_ns", "stall_end_ns", "basis", "waker_tid"]
+    found: dict[str, list] = {c: [] for c in columns}
+    for row in out.itertuples(index=False):
+        group = stalls[stalls["tid"] == row.tid] if len(stalls) else stalls
+        overlap = (
+            np.minimum(group["end_ns"].to_numpy(np.int64), row.end_ns)
+            - np.maximum(group["start_ns"].to_numpy(np.int64), row.start_ns)
+            if len(group)
+            else np.zeros(0)
+        )
+        if len(group) == 0 or (overlap <= 0).all():
+            for c in columns:
+                found[c].append(None)
+            continue
+        best = group.iloc[int(np.argmax(overlap))]
+        found["verdict"].append(str(best["verdict"]))
+        found["stall_start_ns"].append(int(best["start_ns"]))
+        found["stall_end_ns"].append(int(best["end_ns"]))
+        found["basis"].append(best.get("basis"))
+        waker = best.get("waker_tid")
+        found["waker_tid"].append(None if waker is None or pd.isna(waker) else int(waker))
+    for c in columns:
+        out[c] = pd.array(found[c], dtype="Int64") if c.endswith("_ns") or c == "waker_tid" else found[c]
+    out["start_error_ns"] = out["stall_start_ns"] - out["start_ns"].astype("Int64")
+    out["end_error_ns"] = out["stall_end_ns"] - pd.array(end_ref, dtype="Int64")
+    out["end_reference"] = reference
+    return out.reset_index(drop=True)

@@ -274,6 +274,9 @@ def _delta_windows(cap: Capture, table: str, deltas: dict[str, str], tids: np.nd
     tid = frame["tid"].to_numpy()
     first = _group_starts(tid)
     out: dict[str, Any] = {"tid": tid[~first], "tick": frame["tick"].to_numpy().astype(np.int64)[~first]}
+    age_ns = None
+    if "age_us" in frame:  # taskstats ac_etime: the thread's age at the query
+        age_ns = frame["age_us"].astype("Float64").to_numpy(dtype="float64", na_value=np.nan)[~first] * 1000.0
     for source, name in deltas.items():
         if source not in frame:
             continue
@@ -283,6 +286,10 @@ def _delta_windows(cap: Capture, table: str, deltas: dict[str, str], tids: np.nd
         values = col.astype("Int64").to_numpy(dtype="float64", na_value=np.nan)
         delta = (values - np.r_[np.nan, values[:-1]])[~first]
         delta = np.where(delta < 0, np.nan, delta)  # a reset (tid reused) is not a negative delay
+        if age_ns is not None and source.endswith("_delay_ns"):
+            # A thread cannot have waited longer than it has existed: one kernel here jumps blkio by about
+            # the uptime in one step (exact.taskstats_deltas, the same rule). Unknown, never 1366 s of IO.
+            delta = np.where(delta > age_ns, np.nan, delta)
         out[name] = pd.array(delta, dtype="Float64").astype("Int64")
     result = pd.DataFrame(out)
     return result if len(result.columns) > 2 else None

@@ -10,6 +10,13 @@
    engine): CPU of /proc sampling alone (2 ms preads), + taskstats per tick, + the eBPF collector
    (user space: poll and decode; kernel: the probes' run time from bpf_prog_info with
    kernel.bpf_stats_enabled=1, restored after).
+5. The same through catch-load on the lab (`--sections lab`): `catch-load --lab` with the same seed and
+   episodes in four modes, interleaved, `--repeats` times: /proc alone (--taskstats none), + taskstats
+   for every thread (--taskstats all --delayacct), + eBPF (--ebpf), and all of them. Per second of
+   recording: the recorder's and the writer's CPU (trailer), the target's own CPU (the lab's threads'
+   schedstat run time, which includes probe time charged to them), the probes' kernel CPU machine-wide
+   (trailer ebpf.probe_run_time_ns, kernel.bpf_stats_enabled=1 for the bench), events per second and
+   every lost or missed event.
 
 Results go to stdout and bench/out/exact.json. Keep runs short: the machine is shared.
 """
@@ -318,6 +325,76 @@ def _recording_cost_once(seconds: float) -> list[dict[str, Any]]:
     return results
 
 
+LAB_MODES = {
+    "proc": ["--taskstats", "none"],
+    "proc+taskstats": ["--taskstats", "all", "--delayacct"],
+    "proc+ebpf": ["--taskstats", "none", "--ebpf"],
+    "all": ["--taskstats", "all", "--delayacct", "--ebpf"],
+}
+LAB_ARGS = ["--episodes", "run:4,runqueue:4,io:4,fault:4,lock:4", "--spacing", "500ms", "--episode-ms", "12"]
+
+
+def _lab_once(mode: str, out: Path) -> dict[str, Any]:
+    import forensics
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    argv = [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), *LAB_MODES[mode], "--lab"]
+    subprocess.run([*argv, *LAB_ARGS], check=True, cwd=REPO, capture_output=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cap = forensics.load(out)
+    trailer = cap.trailer or {}
+    seconds = trailer["duration_ns"] / 1e9
+    samples = cap.table("samples", columns=["tid", "run_ns"])
+    target_ns = int((samples.groupby("tid")["run_ns"].max() - samples.groupby("tid")["run_ns"].min()).sum())
+    ebpf = trailer.get("ebpf") or {}
+    events = sum((ebpf.get("events") or {}).values())
+    pct = 100.0 / (seconds * 1e9)  # ns of CPU -> % of one core
+    tree_ns = int(((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)) * 1e9)
+    return {
+        "mode": mode,
+        "seconds": round(seconds, 2),
+        "recorder_pct": round(trailer["sampler_cpu_ns"] * pct, 2),
+        "writer_pct": round(trailer.get("writer_cpu_ns", 0) * pct, 2),
+        "recorder_plus_writer_pct": round((trailer["sampler_cpu_ns"] + trailer.get("writer_cpu_ns", 0)) * pct, 2),
+        "target_pct": round(target_ns * pct, 2),
+        "probe_kernel_pct": round(ebpf.get("probe_run_time_ns", 0) * pct, 3),
+        "process_tree_pct": round(tree_ns * pct, 2),
+        "events_per_s": round(events / seconds),
+        "lost": sum((ebpf.get("lost") or {}).values()),
+        "missed": sum((ebpf.get("missed") or {}).values()),
+        "lost_by_kind": {k: v for k, v in (ebpf.get("lost") or {}).items() if v},
+        "missed_by_probe": {k: v for k, v in (ebpf.get("missed") or {}).items() if v},
+        "missed_ticks": trailer.get("missed_ticks"),
+        "taskstats_rows": len(cap.table("taskstats", columns=["tid"])) if "taskstats" in cap.table_names else 0,
+    }
+
+
+def bench_lab_cost(repeats: int) -> dict[str, Any]:
+    """catch-load --lab in each mode, interleaved; medians per mode and the extra over /proc alone."""
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in LAB_MODES}
+    with (
+        tempfile.TemporaryDirectory(prefix="ssf-bench-lab-") as tmp,
+        SysctlGuard({"kernel.bpf_stats_enabled": "1"}, state_dir=Path(tmp)),
+    ):
+        for k in range(repeats):
+            for mode in LAB_MODES:
+                runs[mode].append(_lab_once(mode, Path(tmp) / f"{mode}-{k}.ssf"))
+    summary: dict[str, Any] = {}
+    for mode, entries in runs.items():
+        keys = [key for key, value in entries[0].items() if isinstance(value, int | float) and key != "seconds"]
+        summary[mode] = {key: round(float(np.median([e[key] for e in entries])), 3) for key in keys}
+        summary[mode]["lost_total"] = sum(e["lost"] for e in entries)
+        summary[mode]["missed_total"] = sum(e["missed"] for e in entries)
+    base = summary["proc"]
+    for mode in LAB_MODES:
+        summary[mode]["extra_over_proc_pct"] = {
+            key: round(summary[mode][key] - base[key], 3)
+            for key in ("recorder_plus_writer_pct", "target_pct", "probe_kernel_pct", "process_tree_pct")
+        }
+    summary["runs"] = runs
+    return summary
+
+
 def main() -> None:
     if os.geteuid() != 0:
         sys.exit("bench_exact needs root (taskstats, eBPF)")
@@ -325,15 +402,29 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="length of each loaded run (default 2)")
     parser.add_argument("--rounds", type=int, default=500, help="taskstats/pread rounds over 21 threads (default 500)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved runs of each recording mode (default 3)")
+    parser.add_argument(
+        "--sections",
+        default="taskstats,bcc,ringbuf,recording,lab",
+        help="comma-separated: taskstats, bcc, ringbuf, recording, lab (default: all)",
+    )
+    parser.add_argument(
+        "--rates", default="2000,10000,30000,60000,0", help="ring buffer: paced exchanges/s (0: unpaced)"
+    )
     args = parser.parse_args()
-    report = {
-        "kernel": os.uname().release,
-        "cpus": os.cpu_count(),
-        "taskstats": bench_taskstats(args.rounds),
-        "bcc": bench_compile(),
-        "ringbuf": bench_ringbuf(args.seconds, [2000, 10000, 30000, 0], pages=1024, poll_ms=50),
-        "recording_cost": bench_recording_cost(args.seconds, args.repeats),
-    }
+    sections = set(args.sections.split(","))
+    report: dict[str, Any] = {"kernel": os.uname().release, "cpus": os.cpu_count()}
+    if "taskstats" in sections:
+        report["taskstats"] = bench_taskstats(args.rounds)
+    if "bcc" in sections:
+        report["bcc"] = bench_compile()
+    if "ringbuf" in sections:
+        rates = [int(r) for r in args.rates.split(",")]
+        report["ringbuf"] = bench_ringbuf(args.seconds, rates, pages=1024, poll_ms=50)
+        report["ringbuf_small"] = bench_ringbuf(args.seconds, rates, pages=16, poll_ms=50)
+    if "recording" in sections:
+        report["recording_cost"] = bench_recording_cost(args.seconds, args.repeats)
+    if "lab" in sections:
+        report["lab_recording_cost"] = bench_lab_cost(args.repeats)
     text = json.dumps(report, indent=2)
     print(text)
     out = REPO / "bench" / "out"

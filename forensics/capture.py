@@ -541,6 +541,19 @@ class Capture:
         """An in-memory capture, for tests and for analyses that derive one capture from another."""
         return cls(None, dict(meta or {}), dict(trailer) if trailer is not None else {}, {}, tables)
 
+    def without(self, tables: Iterable[str], meta: Mapping[str, Any] | None = None) -> Capture:
+        """The same capture as if it had been recorded without `tables` (and with `meta` keys updated):
+        the file's other chunks are shared, nothing is copied. For comparing what each source adds."""
+        dropped = set(tables)
+        return Capture(
+            self.path,
+            {**self.meta, **(meta or {})},
+            self.trailer,
+            {name: spans for name, spans in self._chunks.items() if name not in dropped},
+            {name: frame for name, frame in self._tables.items() if name not in dropped | {"threads_summary"}},
+            self.warnings,
+        )
+
     @property
     def table_names(self) -> list[str]:
         return sorted(set(self._chunks) | set(self._tables))

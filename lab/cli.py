@@ -97,7 +97,7 @@ def _exec_clean(argv: list[str]) -> None:
     metavar="read|write|fsync",
     default="read",
     show_default=True,
-    help="io episodes: read (O_DIRECT 256 KiB reads), write (O_DIRECT writes) or fsync (4 KiB write + fdatasync).",
+    help="io episodes: read (O_DIRECT reads of --io-kib), write (O_DIRECT writes) or fsync (4 KiB write + fdatasync).",
 )
 @click.option(
     "--io-dir",
@@ -105,6 +105,15 @@ def _exec_clean(argv: list[str]) -> None:
     default="/var/tmp",
     show_default=True,
     help="Directory on a disk for the io and major-fault scratch files (deleted at once; not tmpfs).",
+)
+@click.option(
+    "--io-kib",
+    type=int,
+    metavar="KIB",
+    default=256,
+    show_default=True,
+    help="Size of each O_DIRECT read or write of the io episodes (read and write modes): larger requests "
+    "keep the callback waiting in D a larger share of the episode.",
 )
 @click.option(
     "--fault-kind",
@@ -144,6 +153,7 @@ def lab_command(
     cpu: int | None,
     io_mode: str,
     io_dir: str,
+    io_kib: int,
     fault_kind: str,
     fault_pages: int,
     truth: str | None,

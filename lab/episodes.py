@@ -37,7 +37,6 @@ from lab.shared import SharedArea
 
 PAGE = mmap.PAGESIZE
 IO_FILE_BYTES = 16 << 20
-IO_CHUNK_BYTES = 256 << 10  # O_DIRECT read/write size: about 0.1-0.2 ms on a virtio disk, so D is hit closely
 FSYNC_CHUNK_BYTES = 4096
 FAULT_ARENA_BYTES = 1 << 30  # virtual only: pages become memory when touched, and are given back after
 FAULT_CHUNK_PAGES = 64  # pages touched between two looks at the clock (~80 us of minor faults)
@@ -88,7 +87,7 @@ class IoEpisode:
     def __init__(self, settings: LabSettings) -> None:
         self.mode = settings.io_mode
         fd, self.fs_type = _scratch_file(settings.io_dir, IO_FILE_BYTES, "io")
-        self.chunk = FSYNC_CHUNK_BYTES if self.mode == "fsync" else IO_CHUNK_BYTES
+        self.chunk = FSYNC_CHUNK_BYTES if self.mode == "fsync" else settings.io_kib * 1024
         self._buffer = mmap.mmap(-1, self.chunk)  # page-aligned, as O_DIRECT wants
         self._buffer.write(os.urandom(self.chunk))
         if self.mode == "fsync":

@@ -399,3 +399,132 @@ def audio_capture(
     )
     rows = [(cause, audio.tid, s, e) for cause, s, e in truth]
     return capture([audio, *extra], t0=T0, duration_ns=duration, interval_ns=interval_ns, truth=rows)
+
+
+# --------------------------------------------------------------------------------------------------
+# eBPF event tables for the same timelines (what catch-load --ebpf would have recorded)
+
+
+@dataclass
+class Waker:
+    """Who ends the sleeps (S or D) that end within [start_ns, end_ns]: a task, or an interrupt."""
+
+    start_ns: int
+    end_ns: int
+    tid: int
+    comm: str
+    context: str = "task"  # task, hardirq, softirq, hrtimer
+
+
+@dataclass
+class Partner:
+    """The task on the other side of the thread's switches within [start_ns, end_ns]."""
+
+    start_ns: int
+    end_ns: int
+    tid: int
+    comm: str
+    prio: int
+
+
+def kernel_prio(tl: Timeline) -> int:
+    """include/linux/sched/prio.h: 99 - rtprio for FIFO/RR, 120 + nice otherwise."""
+    return 99 - tl.rtprio if tl.policy in (1, 2) else 120 + tl.nice
+
+
+def ebpf_tables(
+    timelines: Sequence[Timeline],
+    *,
+    wakers: Sequence[Waker] = (),
+    partners: Sequence[Partner] = (),
+    faults: bool = True,
+) -> dict[str, pd.DataFrame]:
+    """sched_switch, sched_wakeup and page_faults rows for these timelines (all treated as targets).
+
+    Each on-CPU stretch (adjacent USER/SYS segments) starts with a switch-in and ends with a switch-out
+    whose prev_state is the letter of what follows: S (sleep), D (blocked), R (runnable: preempted). A
+    sleep followed by a runnable segment is woken at that segment's start (waking, then wakeup 1 us
+    later, but never past the switch-in); one followed directly by a stretch, at the switch-in. Sleeps
+    are ended by an hrtimer (S) or a softirq (D) unless `wakers` says otherwise; the other side of each
+    switch is the idle task unless `partners` says otherwise. SYS segments with minflt get that many
+    page_fault_user events spread evenly.
+    """
+    switch_rows: list[dict] = []
+    wake_rows: list[dict] = []
+    fault_rows: list[dict] = []
+
+    def partner_at(t: int) -> tuple[int, str, int]:
+        for p in partners:
+            if p.start_ns <= t <= p.end_ns:
+                return p.tid, p.comm, p.prio
+        return 0, "swapper/0", 120
+
+    def waker_at(t: int, letter: str) -> tuple[int, str, str]:
+        for w in wakers:
+            if w.start_ns <= t <= w.end_ns:
+                return w.tid, w.comm, w.context
+        return (0, "swapper/0", "hrtimer") if letter == "S" else (0, "swapper/0", "softirq")
+
+    for tl in timelines:
+        starts, ends, kinds, minflt, _ = tl.arrays()
+        prio = kernel_prio(tl)
+        on = np.isin(kinds, ON_CPU)
+        n = len(kinds)
+        for i in range(n):
+            if on[i] and (i == 0 or not on[i - 1] or ends[i - 1] != starts[i]):  # a stretch begins
+                other_tid, other_comm, other_prio = partner_at(int(starts[i]))
+                switch_rows.append(
+                    {"t_ns": int(starts[i]), "cpu": tl.cpu, "prev_tid": other_tid, "prev_pid": None,
+                     "prev_comm": other_comm, "prev_prio": other_prio, "prev_state": 0, "prev_state_char": "R",
+                     "next_tid": tl.tid, "next_pid": tl.pid, "next_comm": tl.comm, "next_prio": prio}
+                )  # fmt: skip
+            if on[i] and (i == n - 1 or not on[i + 1] or starts[i + 1] != ends[i]):  # a stretch ends
+                following = kinds[i + 1] if i + 1 < n and starts[i + 1] == ends[i] else SLEEP
+                letter = STATE_LETTER[int(following)] if following in (SLEEP, BLOCKED, RUNNABLE) else "S"
+                other_tid, other_comm, other_prio = partner_at(int(ends[i]))
+                switch_rows.append(
+                    {"t_ns": int(ends[i]), "cpu": tl.cpu, "prev_tid": tl.tid, "prev_pid": tl.pid,
+                     "prev_comm": tl.comm, "prev_prio": prio, "prev_state": 0, "prev_state_char": letter,
+                     "next_tid": other_tid, "next_pid": None, "next_comm": other_comm, "next_prio": other_prio}
+                )  # fmt: skip
+            if kinds[i] in (SLEEP, BLOCKED) and i + 1 < n and starts[i + 1] == ends[i]:
+                t = int(ends[i])
+                letter = STATE_LETTER[int(kinds[i])]
+                waker_tid, waker_comm, context = waker_at(t, letter)
+                switch_in = int(ends[i + 1]) if kinds[i + 1] == RUNNABLE else t
+                for kind, at in (("waking", t), ("wakeup", min(t + 1_000, switch_in))):
+                    wake_rows.append(
+                        {"t_ns": at, "cpu": tl.cpu, "kind": kind, "tid": tl.tid, "pid": tl.pid, "comm": tl.comm,
+                         "prio": prio, "target_cpu": tl.cpu,
+                         "waker_tid": waker_tid if kind == "waking" else None,
+                         "waker_pid": (0 if waker_tid == 0 else waker_tid) if kind == "waking" else None,
+                         "waker_comm": waker_comm if kind == "waking" else None,
+                         "waker_context": context if kind == "waking" else None, "waker_function": None}
+                    )  # fmt: skip
+            if faults and kinds[i] == SYS and minflt[i] > 0:
+                times = np.linspace(starts[i], ends[i], int(minflt[i]) + 2)[1:-1].astype(np.int64)
+                for t in times:
+                    fault_rows.append(
+                        {"t_ns": int(t), "cpu": tl.cpu, "tid": tl.tid, "pid": tl.pid, "address": 0, "ip": 0,
+                         "error_code": 6}
+                    )  # fmt: skip
+    sw = pd.DataFrame(switch_rows).sort_values("t_ns", kind="stable").reset_index(drop=True)
+    wk = pd.DataFrame(wake_rows).sort_values("t_ns", kind="stable").reset_index(drop=True)
+    sw["next_pid"] = pd.array(sw["next_pid"], dtype="Int64")
+    sw["prev_pid"] = pd.array(sw["prev_pid"], dtype="Int64")
+    wk["waker_tid"] = pd.array(wk["waker_tid"], dtype="Int64")
+    wk["waker_pid"] = pd.array(wk["waker_pid"], dtype="Int64")
+    out = {"sched_switch": sw, "sched_wakeup": wk}
+    if faults:
+        columns = ["t_ns", "cpu", "tid", "pid", "address", "ip", "error_code"]
+        out["page_faults"] = pd.DataFrame(fault_rows, columns=columns).sort_values("t_ns").reset_index(drop=True)
+    return out
+
+
+def with_ebpf(cap: Capture, tables: dict[str, pd.DataFrame], *, faults: bool = True, block: bool = False) -> Capture:
+    """The capture plus eBPF tables, its meta saying the probes were on."""
+    meta = dict(cap.meta, sources=dict(cap.meta["sources"], ebpf=True))
+    meta["ebpf"] = {"families": {"WITH_SCHED": True, "WITH_FAULTS": faults, "WITH_BLOCK": block}}
+    frames = {name: cap.table(name) for name in cap.table_names}
+    frames.update(tables)
+    return Capture.from_frames(meta=meta, trailer=cap.trailer, **frames)

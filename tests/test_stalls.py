@@ -143,7 +143,7 @@ def test_suspects_name_the_lock_holder_and_the_cpu_hog():
 def test_sources_and_unknowns_are_stated():
     stalls, _ = _one("io", 10)
     episode = stalls.iloc[0]
-    assert "stat:state" in episode.sources and "schedstat" in episode.sources
+    assert "proc:state" in episode.sources and "proc:schedstat" in episode.sources
     assert episode.components["reclaim"] is None  # no taskstats: unknown, not zero
     assert pd.isna(episode.reclaim_ns)
     assert any("reclaim" in u for u in episode.undecided)
@@ -161,7 +161,7 @@ def test_delay_accounting_confirms_io_in_the_evidence():
     cap2 = synth.Capture.from_frames(meta=meta, samples=samples, threads=cap.table("threads"))
     episode = find_stalls(cap2).iloc[0]
     assert episode.verdict == "io"
-    assert "delayacct" in episode.sources
+    assert "proc:blkio_ticks" in episode.sources
     assert "blkio delay" in episode.evidence
 
 
@@ -216,7 +216,8 @@ def test_taskstats_reclaim_delay_makes_a_reclaim_verdict():
     assert "reclaim" in stalls.index and "io" in stalls.index
     assert abs(stalls.loc["reclaim", "reclaim_ns"] - 10 * MS) < 1 * MS
     assert stalls.loc["reclaim", "components"]["reclaim"] == stalls.loc["reclaim", "reclaim_ns"]
-    assert "taskstats" in stalls.loc["reclaim", "sources"]
+    assert stalls.loc["reclaim", "sources"][0] == "taskstats:reclaim"  # the deciding source comes first
+    assert stalls.loc["io", "sources"][0] == "taskstats:blkio"
     assert "block-IO delay 12.0 ms (taskstats)" in stalls.loc["io", "evidence"]
     # Without the table the same capture says fault, and reclaim is unknown (not zero).
     plain = find_stalls(cap).set_index("verdict")

@@ -231,14 +231,19 @@ def unknowns(cap: Capture, figures: pd.DataFrame, stall_notes: list[str], *, has
         rows.append((
             "per-thread wait, sleep, block and iowait sums (sched file)",
             why,
-            "io is told from lock by the state letter read each tick (D or S): waits shorter than one interval "
-            "may be missed",
+            "none for io and lock: eBPF's switch states decide them"
+            if sources.get("ebpf")
+            else "io is told from lock by the state letter read each tick (D or S): waits shorter than one "
+            "interval may be missed",
         ))  # fmt: skip
     if not sources.get("delayacct"):
         rows.append((
             "block-IO delay per thread (delay accounting, stat field 42)",
             "kernel.task_delayacct was off" if sources.get("delayacct_compiled") else "delay accounting unavailable",
-            "io verdicts rest on the state letter alone, not on the kernel's own IO-wait time",
+            "io rests on the D state (eBPF switch states), not on the kernel's own block-IO wait time: other "
+            "uninterruptible waits read as io"
+            if sources.get("ebpf")
+            else "io verdicts rest on the state letter alone, not on the kernel's own IO-wait time",
         ))  # fmt: skip
     if not sources.get("taskstats"):
         rows.append((

@@ -61,6 +61,12 @@ THREAD_COLUMNS = {
     help="Faults per ms on CPU from which a window's CPU time counts as a fault storm.",
 )
 @click.option("--truth", "with_truth", is_flag=True, help="Also score the verdicts against the lab's ground truth.")
+@click.option(
+    "--proc-only",
+    is_flag=True,
+    help="Ignore the exact sources the capture holds (eBPF events, taskstats, delay accounting): verdicts "
+    "from the /proc reads alone, to see what the exact sources change.",
+)
 @output_options
 def stalls(
     capture: str,
@@ -71,6 +77,7 @@ def stalls(
     busy_fraction: float,
     fault_rate: float,
     with_truth: bool,
+    proc_only: bool,
     fmt: str | None,
     as_json: bool,
     output: str | None,
@@ -83,31 +90,48 @@ def stalls(
     get a real-time policy is still watched. --thread REGEX or --all choose others.
 
     \b
-    Each 2 ms window of a watched thread is split into on-CPU, runnable (waiting for a CPU) and off-CPU
-    time (schedstat; time the kernel accounts late is moved back to where it was lived). Adjacent
-    anomalous windows make an episode; its verdict is its largest component:
+    Each episode's verdict is its largest component:
       run       on CPU: the thread's own work took long
       runqueue  runnable but not running: scheduler delay, another thread on its CPU
-      fault     on CPU taking page faults (20+ per ms on CPU), or D-state waits while major faults rose
-      io        off CPU in state D (uninterruptible: block IO)
-      lock      off CPU in state S while the thread missed its periodic wake-up (futex, pipe, condition)
+      fault     on CPU taking page faults (20+ per ms), or D-state waits while major faults rose
+      io        off CPU in state D (uninterruptible) waiting for block IO
+      lock      off CPU in state S waiting for another thread (futex, pipe, condition)
       reclaim   memory reclaim/compaction/thrashing delays (only with taskstats)
-      unknown   off CPU in another state, or a cause the capture has no source for
+      unknown   off CPU in another state, D time that was not block IO, or a cause no source decides
+    Each episode says which sources decided it (`sources`, the deciding ones first).
 
     \b
-    How io is told from lock without delay accounting, schedstats or eBPF: by the state letter read
-    every tick (stat field 3): D is an uninterruptible wait (disk), S an interruptible one (futex,
-    pipe, poll). Limits: the letter is a snapshot, so a wait shorter than one sampling interval may
-    never be seen; a thread in S looks the same as one asleep between callbacks, so a lock wait shows
-    only when it makes a periodic thread miss a wake-up (always when it lasts a period plus two
-    intervals, 9.3 ms at 5.333 ms / 2 ms; never below one period); kernel mutexes and NFS or FUSE
-    waits also show D and read as io. Delay accounting (stat field 42) and schedstats, where the
-    capture has them, are shown as evidence; what no source could decide is listed as unknown.
+    With eBPF events in the capture (catch-load --ebpf), episodes are exact: the thread's switches
+    give when it left the CPU, in which state (S, D, or preempted), when it was woken and by whom.
+    An episode runs from its first to its last significant segment (a run of half a period or more,
+    or any wait of 0.1 ms or more); lock = an S sleep of a periodic thread ended by a task other than
+    its usual waker (its timer, its engine), or by that waker after more than 1.25 periods; its
+    waker is named, and a lower-priority waker of a real-time thread is called a priority inversion;
+    runqueue names who ran instead; fault storms come from the page-fault events. With delay
+    accounting (--delayacct --taskstats), io is the D time the kernel accounted as block IO, and the
+    rest of the D time is unknown (a kernel lock, a journal commit, NFS, FUSE). Where the switch record
+    has a hole (the kernel emitted no switch), the /proc rules below decide.
+
+    \b
+    Without eBPF, each 2 ms window of a watched thread is split into on-CPU, runnable and off-CPU time
+    (schedstat; time the kernel accounts late is moved back to where it was lived), and adjacent
+    anomalous windows make an episode. io is told from lock by the state letter read every tick
+    (stat field 3): D is an uninterruptible wait (disk), S an interruptible one (futex, pipe, poll).
+    Limits: the letter is a snapshot, so a wait shorter than one sampling interval may never be seen;
+    a thread in S looks the same as one asleep between callbacks, so a lock wait shows only when it
+    makes a periodic thread miss a wake-up (always when it lasts a period plus two intervals, 9.3 ms at
+    5.333 ms / 2 ms; never below one period); kernel mutexes and NFS or FUSE waits also show D. With
+    taskstats block-IO delay (delay accounting), io rests on that delay instead. What no source in the
+    capture could decide is listed as unknown.
     """
     from analyses.span import resolve_span
     from analyses.stalls import StallRules
 
     cap = load(capture)
+    if proc_only:
+        from analyses.source import proc_only as without_exact_sources
+
+        cap = without_exact_sources(cap)
     t_range = resolve_span(cap, span)
     rules = StallRules(busy_fraction=busy_fraction, fault_rate_per_ms=fault_rate, min_stall_ns=min_stall)
     report = stalls_report(
@@ -157,13 +181,21 @@ def stalls_report(
             empty="(no real-time or periodic thread: try --thread REGEX or --all)",
         )
     )
-    report.sections.append(
-        Section("stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence")
+    exact = int((episodes["basis"] == "ebpf").sum()) if len(episodes) else 0
+    how = (
+        f"{exact} of {len(episodes)} episodes have exact edges from eBPF switch events; the others come from "
+        "the 2 ms /proc windows."
+        if exact
+        else ""
     )
-    if len(episodes):
-        undecided = episodes["undecided"].iloc[0]
-        if undecided:
-            report.notes.append("Unknown for lack of a source in this capture: " + "; ".join(undecided) + ".")
+    report.sections.append(
+        Section(
+            "stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence", note=how
+        )
+    )
+    undecided = episodes.attrs.get("undecided") or []
+    if undecided:
+        report.notes.append("Unknown for lack of a source in this capture: " + "; ".join(undecided) + ".")
     if with_truth:
         _add_truth(report, cap, episodes, interval)
     return report

@@ -121,6 +121,7 @@ class EbpfCollector:
         self._last_counters_read = 0.0
         self._stats = EbpfStats()
         self._last_misses: dict[str, int] = {}
+        self._last_programs: dict[str, dict[str, int]] = {}
         self.reader = ""
         self.headers = ""
         self.attached: list[str] = []
@@ -396,7 +397,12 @@ class EbpfCollector:
             self._read_counters()
             self.program_misses()
         missed = dict(self._last_misses)
+        programs = self.program_stats() if self._bpf is not None else dict(self._last_programs)
         return {
+            # CPU the probes took in the kernel, machine-wide, charged to whatever task hit the tracepoint:
+            # 0 unless kernel.bpf_stats_enabled=1 during the recording (bench/bench_exact.py sets it).
+            "probe_run_time_ns": sum(p["run_time_ns"] for p in programs.values()),
+            "probe_runs": sum(p["run_cnt"] for p in programs.values()),
             "events": dict(self._stats.events),
             "lost": dict(self._stats.lost),
             "missed": missed,
@@ -418,6 +424,7 @@ class EbpfCollector:
         out = self.poll(0)
         self._read_counters()
         self.program_misses()
+        self._last_programs = self.program_stats()
         lost = {k: v for k, v in self._stats.lost.items() if v}
         if lost:
             out["ebpf_lost"] = T.lost_table(time.monotonic_ns(), lost)

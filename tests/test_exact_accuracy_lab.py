@@ -1,0 +1,227 @@
+"""Issue 5's checks on real recordings: the lab recorded with eBPF (and delay accounting), end to end.
+
+`catch-load --ebpf --delayacct --lab ...` records the lab (lab-audio, SCHED_FIFO 70, 5.333 ms) with the
+ground truth in the capture; `find_stalls` then builds its episodes from the exact switch record.
+
+Which edges are comparable (analyses.truth.edge_errors): the lab starts its clock and then waits or
+works, so for io, lock and runqueue the truth is the wait itself and the exact episode runs from the
+switch-out to the wake-up or switch-in; for fault, the storm (first to last page fault). For run, the
+burn and the callback's own DSP work after it are one stretch on the CPU that no scheduler event
+divides: the start is the burn's, the end is the end of the callback that holds it (the lab's cycle log).
+An episode within 1 ms of a hole in its thread's switch record (the kernel here now and then emits no
+sched_switch for a whole wake-up: analyses.exact.timeline_gaps) is unknown there by design and is left
+out of the edge check; at most one in ten may be.
+
+The blkio check records io episodes of 4 MiB O_DIRECT reads (--io-kib 4096): at the lab's default
+256 KiB the Python loop and the request set-up keep the thread on CPU for 13-19 % of an io episode
+(blkio / length 0.79-0.87, measured), so "blkio >= 0.8 of the length" would test the lab's overhead,
+not the accounting; with 4 MiB the thread is in D ~90-95 % of the episode. (The edge check keeps the
+default: a 4 MiB request spends ~0.35 ms on CPU setting itself up before the first D wait, which the
+episode, starting at that wait, does not include.)
+
+Recording takes about 60 s in all: slow. Needs root and BCC (CI has both: .ci/run).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import forensics
+from analyses.exact_stalls import load_exact
+from analyses.source import proc_only
+from analyses.stalls import find_stalls
+from analyses.truth import confusion, edge_errors, late_cycles
+from samplers.ebpf.bcc_import import BccUnavailable, import_bcc
+from tests.conftest import REPO, _env
+
+HALF_MS = 500_000
+CAUSES = ("run", "runqueue", "io", "fault", "lock")
+
+
+def _missing_facility() -> str | None:
+    if os.geteuid() != 0:
+        return "eBPF and delay accounting need root (CI runs as root)"
+    try:
+        import_bcc()
+    except BccUnavailable as err:
+        return f"BCC is not installed ({err}); .ci/run installs python3-bpfcc"
+    return None
+
+
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing_facility() is not None, reason=str(_missing_facility()))]
+
+
+def record(tmp_path_factory: pytest.TempPathFactory, name: str, *args: str) -> forensics.Capture:
+    """`catch-load -q -o FILE ARGS` (catch-load's options, then --lab and the lab's)."""
+    out = tmp_path_factory.mktemp(name) / f"{name}.ssf"
+    result = subprocess.run(
+        [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=_env(),
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return forensics.load(out)
+
+
+@pytest.fixture(scope="module")
+def twelve(tmp_path_factory: pytest.TempPathFactory) -> forensics.Capture:
+    episodes = ",".join(f"{c}:10" for c in CAUSES)
+    return record(
+        tmp_path_factory,
+        "exact12",
+        "--ebpf",
+        "--delayacct",
+        "--lab",
+        "--episodes",
+        episodes,
+        "--episode-ms",
+        "12",
+        "--spacing",
+        "300ms",
+    )
+
+
+@pytest.fixture(scope="module")
+def io_heavy(tmp_path_factory: pytest.TempPathFactory) -> forensics.Capture:
+    args = ["--episodes", "io:10,lock:10", "--episode-ms", "12", "--spacing", "300ms", "--io-kib", "4096"]
+    return record(tmp_path_factory, "exactio", "--ebpf", "--delayacct", "--lab", *args)
+
+
+def _near_gap(cap: forensics.Capture, truth: pd.DataFrame, margin_ns: int = 1_000_000) -> np.ndarray:
+    data = load_exact(cap)
+    assert data is not None
+    near = []
+    for row in truth.itertuples(index=False):
+        gaps = data.gaps[data.gaps["tid"] == row.tid]
+        overlap = (gaps["start_ns"] < row.end_ns + margin_ns) & (gaps["end_ns"] > row.start_ns - margin_ns)
+        near.append(bool(overlap.any()))
+    return np.asarray(near, dtype=bool)
+
+
+@pytest.fixture(scope="module")
+def checked(twelve: forensics.Capture) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the stall episodes, the truth episodes with their edge errors and whether a hole is near)."""
+    stalls = find_stalls(twelve)
+    errors = edge_errors(stalls, twelve.truth, twelve.cycles)
+    errors["near_gap"] = _near_gap(twelve, twelve.truth)
+    shown = errors.assign(
+        start_us=errors["start_error_ns"].astype("Float64") / 1e3, end_us=errors["end_error_ns"].astype("Float64") / 1e3
+    )
+    print(shown[["cause", "verdict", "basis", "start_us", "end_us", "end_reference", "near_gap"]].to_string())
+    return stalls, errors
+
+
+def test_sources_were_live_and_no_scheduler_event_was_lost(twelve: forensics.Capture) -> None:
+    sources = twelve.meta["sources"]
+    assert sources["ebpf"] is True and sources["delayacct"] is True
+    assert len(twelve.truth) == 50
+    lost = twelve.trailer["ebpf"]["lost"]
+    print(f"events lost by the ring buffer: {lost}; skipped by the kernel: {twelve.trailer['ebpf']['missed']}")
+    # A lost switch or wake-up would make intervals wrong; at the lab's rate none may be. (A page fault
+    # or two lost in a 560-per-ms storm changes nothing: the storm's edges come from the others.)
+    assert sum(v for k, v in lost.items() if k.startswith("sched_")) == 0, lost
+
+
+def test_every_episode_edge_is_within_half_a_millisecond(checked) -> None:
+    _, errors = checked
+    usable = errors[~errors["near_gap"]]
+    assert len(usable) >= 45, f"{int(errors['near_gap'].sum())} of 50 episodes next to a hole of the switch record"
+    for row in usable.itertuples(index=False):
+        what = f"{row.cause} at {row.start_ns}: verdict {row.verdict} ({row.basis})"
+        assert row.verdict == row.cause and row.basis == "ebpf", what
+        assert abs(row.start_error_ns) <= HALF_MS, f"{what}: start off by {row.start_error_ns} ns"
+        assert abs(row.end_error_ns) <= HALF_MS, f"{what}: end off by {row.end_error_ns} ns ({row.end_reference})"
+    for cause, group in usable.groupby("cause"):
+        worst = max(group["start_error_ns"].abs().max(), group["end_error_ns"].abs().max())
+        print(f"{cause}: {len(group)} episodes, worst edge error {worst / 1e3:.0f} us")
+
+
+def test_the_lock_holder_is_named_as_the_waker_of_every_lock_episode(checked) -> None:
+    stalls, errors = checked
+    locks = errors[(errors["cause"] == "lock") & ~errors["near_gap"]]
+    assert len(locks) >= 9
+    assert (locks["waker_tid"].astype("Int64") == locks["holder_tid"].astype("Int64")).all(), locks
+    holder = stalls[stalls["waker_tid"].astype("Int64").isin(locks["holder_tid"].astype("Int64"))]
+    assert holder["waker"].str.startswith("lab-holder (").all()
+    assert holder["waker"].str.contains("SCHED_OTHER").all()
+    assert holder["priority_inversion"].astype(bool).all()  # a FIFO 70 thread woken by a SCHED_OTHER one
+
+
+def _blkio_of(stalls: pd.DataFrame, errors: pd.DataFrame) -> pd.DataFrame:
+    """The stall episodes that found the io and lock truth episodes, with the truth's cause."""
+    found = errors[~errors["near_gap"] & errors["verdict"].isin(["io", "lock"])]
+    episodes = stalls.set_index("start_ns").loc[found["stall_start_ns"].astype(np.int64)]
+    return episodes.assign(cause=found["cause"].to_numpy(), ratio=episodes["ts_blkio_ns"] / episodes["duration_ns"])
+
+
+def test_lock_episodes_carry_no_blkio_delay(checked) -> None:
+    stalls, errors = checked
+    found = _blkio_of(stalls, errors)
+    locks = found[found["cause"] == "lock"]
+    assert len(locks) >= 9
+    assert locks["ts_blkio_ns"].notna().all(), "delay accounting was on: blkio must be known, not null"
+    assert (locks["ts_blkio_ns"] == 0).all()
+    io = found[found["cause"] == "io"]  # the lab's default 256 KiB reads: reported, not judged
+    print(f"io episodes at 256 KiB: blkio / length min {io['ratio'].min():.3f}, median {io['ratio'].median():.3f}")
+
+
+def test_with_delay_accounting_io_carries_blkio_and_lock_none(io_heavy: forensics.Capture) -> None:
+    stalls = find_stalls(io_heavy)
+    errors = edge_errors(stalls, io_heavy.truth, io_heavy.cycles)
+    errors["near_gap"] = _near_gap(io_heavy, io_heavy.truth)
+    found = _blkio_of(stalls, errors)
+    assert found["ts_blkio_ns"].notna().all(), "delay accounting was on: blkio must be known, not null"
+    io, locks = found[found["cause"] == "io"], found[found["cause"] == "lock"]
+    print(f"io episodes at 4 MiB: blkio / length min {io['ratio'].min():.3f}, median {io['ratio'].median():.3f}")
+    assert len(io) >= 9 and len(locks) >= 9
+    assert (io["verdict"] == "io").all() and (io["ratio"] >= 0.8).all(), io[["ratio", "duration_ns"]]
+    assert all(sources[0] == "taskstats:blkio" for sources in io["sources"])
+    assert (locks["ts_blkio_ns"] == 0).all()
+
+
+def test_confusion_matrix_with_the_exact_sources_and_with_proc_alone(twelve: forensics.Capture, checked) -> None:
+    stalls, _ = checked
+    for name, view in (("exact", stalls), ("/proc only", find_stalls(proc_only(twelve)))):
+        matrix, scores = confusion(view, twelve.truth, cycles=twelve.cycles)
+        print(f"{name}\n{matrix.to_string(index=False)}\n{scores.to_string(index=False)}")
+        if name == "exact":
+            scores = scores.set_index("cause")
+            for cause in CAUSES:
+                assert scores.loc[cause, "recall"] >= 0.9 and scores.loc[cause, "precision"] >= 0.9, cause
+
+
+def test_short_lock_waits_are_found_with_ebpf_and_missed_by_proc(tmp_path_factory: pytest.TempPathFactory) -> None:
+    # 4 ms episodes: shorter than the 5.333 ms period. /proc cannot tell a 4 ms futex wait from the
+    # sleep between callbacks; the waker in the switch record can.
+    episodes = ",".join(f"{c}:10" for c in CAUSES)
+    cap = record(
+        tmp_path_factory, "exact4", "--ebpf", "--lab", "--episodes", episodes, "--episode-ms", "4", "--spacing", "150ms"
+    )
+    exact_scores = confusion(find_stalls(cap), cap.truth, cycles=cap.cycles, min_ns=3_000_000)[1].set_index("cause")
+    proc_scores = confusion(find_stalls(proc_only(cap)), cap.truth, cycles=cap.cycles, min_ns=3_000_000)[1]
+    print(exact_scores.to_string(), proc_scores.to_string(index=False), sep="\n")
+    for cause in CAUSES:
+        assert exact_scores.loc[cause, "recall"] >= 0.9, cause
+        assert exact_scores.loc[cause, "precision"] >= 0.9, cause
+    assert proc_scores.set_index("cause").loc["lock", "recall"] <= 0.2
+
+
+def test_clean_run_has_no_exact_verdict(tmp_path_factory: pytest.TempPathFactory) -> None:
+    cap = record(tmp_path_factory, "exactclean", "--ebpf", "--lab", "--episodes", "none", "--duration", "15s")
+    audio = cap.cycles["tid"].iloc[0]
+    stalls = find_stalls(cap)
+    stalls = stalls[stalls["tid"] == audio]
+    late = late_cycles(cap.cycles)
+    for episode in stalls.itertuples(index=False):  # every verdict must sit on a callback that was late
+        near = (late["start_ns"] < episode.end_ns + 6_000_000) & (late["end_ns"] > episode.start_ns - 2_000_000)
+        assert near.any(), f"verdict {episode.verdict} at {episode.start_ns} on a callback logged on time"
+    assert len(stalls) <= max(1, len(late))

@@ -1,0 +1,259 @@
+"""Stall verdicts from the exact sources (analyses.exact_stalls through find_stalls) on canned captures.
+
+The /proc samples and the eBPF tables come from the same synthetic timelines (tests/synth.py), so the
+ground truth is known to the ns. The real recordings are checked in test_exact_accuracy_lab.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analyses import exact, exact_stalls
+from analyses.stalls import find_stalls
+from analyses.windows import thread_windows
+from tests import synth
+from tests.synth import MS, T0, US, Episode, Partner, Timeline, Waker
+
+AUDIO, HOLDER, HOG = 1001, 2001, 2002
+CAUSES = ["run", "runqueue", "io", "fault", "lock"]
+
+
+def lab_like(
+    episodes: list[Episode], *, seconds: float = 2.0, holder_wakes_locks: bool = True, faults: bool = True
+) -> tuple[synth.Capture, synth.Capture]:
+    """(the /proc-only capture, the same with eBPF tables): lab-audio (FIFO 70) with these episodes, a
+    SCHED_OTHER lab-holder that ends every lock wait, and a FIFO 71 lab-hog that takes the CPU in every
+    runqueue episode."""
+    base = synth.audio_capture(episodes, seconds=seconds)
+    truth = base.truth
+    audio = Timeline(tid=AUDIO, comm="lab-audio", policy=1, rtprio=70, cpu=1)
+    synth.periodic(audio, t0=T0, duration_ns=int(seconds * 1e9), period_ns=5_333_333, episodes=episodes)
+    holder = Timeline(tid=HOLDER, comm="lab-holder", pid=2000, cpu=0)
+    hog = Timeline(tid=HOG, comm="lab-hog", pid=2100, policy=1, rtprio=71, cpu=1)
+    t_holder = t_hog = T0
+    wakers, partners = [], []
+    for row in truth.sort_values("start_ns").itertuples(index=False):
+        if row.cause == "lock" and holder_wakes_locks:
+            t_holder = holder.add(t_holder, row.start_ns - 2 * MS, synth.SLEEP)
+            t_holder = holder.add(t_holder, row.end_ns, synth.USER)  # busy while holding the lock
+            wakers.append(Waker(row.end_ns - 1, row.end_ns + 1, HOLDER, "lab-holder"))
+        if row.cause == "runqueue":
+            t_hog = hog.add(t_hog, row.start_ns, synth.SLEEP)
+            t_hog = hog.add(t_hog, row.end_ns, synth.USER)
+            partners.append(Partner(row.start_ns, row.start_ns, HOG, "lab-hog", synth.kernel_prio(hog)))
+    holder.add(t_holder, t_holder + 10 * MS, synth.SLEEP)
+    hog.add(t_hog, t_hog + 10 * MS, synth.SLEEP)
+    plain = synth.capture(
+        [audio, holder, hog],
+        t0=T0,
+        duration_ns=int(seconds * 1e9),
+        truth=[(c, AUDIO, s, e) for c, s, e in truth[["cause", "start_ns", "end_ns"]].itertuples(index=False)],
+    )
+    tables = synth.ebpf_tables([audio, holder, hog], wakers=wakers, partners=partners, faults=faults)
+    return plain, synth.with_ebpf(plain, tables, faults=faults)
+
+
+@pytest.fixture(scope="module")
+def five() -> tuple[synth.Capture, synth.Capture]:
+    return lab_like([Episode(cause, 40 + 50 * i, 12) for i, cause in enumerate(CAUSES)])
+
+
+def _audio(stalls: pd.DataFrame) -> pd.DataFrame:
+    return stalls[stalls["tid"] == AUDIO].reset_index(drop=True)
+
+
+def test_exact_episodes_have_exact_edges_and_verdicts(five) -> None:
+    plain, rich = five
+    stalls = _audio(find_stalls(rich))
+    truth = rich.truth.sort_values("start_ns").reset_index(drop=True)
+    assert stalls["verdict"].tolist() == truth["cause"].tolist()
+    assert (stalls["basis"] == "ebpf").all()
+    by = stalls.set_index("verdict")
+    t = truth.set_index("cause")
+    for cause in ("io", "lock", "runqueue"):  # the wait itself: switch-out to switch-in (or wake-up)
+        assert abs(by.loc[cause, "start_ns"] - t.loc[cause, "start_ns"]) <= 1 * US, cause
+        assert abs(by.loc[cause, "end_ns"] - t.loc[cause, "end_ns"]) <= 1 * US, cause
+    # A fault storm: from its first fault to its last (12 ms with 480 faults per ms: one every ~2 us).
+    assert abs(by.loc["fault", "start_ns"] - t.loc["fault", "start_ns"]) <= 5 * US
+    assert abs(by.loc["fault", "end_ns"] - t.loc["fault", "end_ns"]) <= 5 * US
+    # A long run: the whole on-CPU stretch, i.e. the callback's own work (~0.3 ms) around the burn too,
+    # and here the next callback's (an overrun callback's loop starts the next one without sleeping).
+    assert 0 <= t.loc["run", "start_ns"] - by.loc["run", "start_ns"] <= 200 * US
+    assert 0 <= by.loc["run", "end_ns"] - t.loc["run", "end_ns"] <= 1 * MS
+    # The same capture without eBPF: 2 ms windows, edges off by up to a window.
+    coarse = _audio(find_stalls(plain)).set_index("verdict")
+    assert (coarse["basis"] == "proc").all()
+    assert abs(coarse.loc["lock", "start_ns"] - t.loc["lock", "start_ns"]) > 50 * US
+
+
+def test_lock_waker_and_priority_inversion(five) -> None:
+    _, rich = five
+    lock = _audio(find_stalls(rich)).set_index("verdict").loc["lock"]
+    assert lock.waker_tid == HOLDER
+    assert lock.waker == "lab-holder (2001, SCHED_OTHER, nice 0)"
+    assert lock.priority_inversion is True or lock.priority_inversion == np.True_
+    assert lock.evidence.startswith("lab-audio waited 12.0 ms asleep (S); woken by lab-holder (2001, SCHED_OTHER")
+    assert "priority inversion" in lock.evidence
+    assert lock.sources[:2] == ["ebpf:sched_switch", "ebpf:sched_wakeup"]
+
+
+def test_runqueue_names_who_ran_instead(five) -> None:
+    _, rich = five
+    rq = _audio(find_stalls(rich)).set_index("verdict").loc["runqueue"]
+    assert rq.ran_instead_tid == HOG
+    assert rq.ran_instead == "lab-hog (2002, SCHED_FIFO 71) on CPU 1"
+    assert rq.runqueue_ns == pytest.approx(12 * MS, abs=1 * US)
+    assert rq.sources[0] == "ebpf:sched_switch"
+
+
+def test_fault_storm_from_page_fault_events_and_from_proc_without_them(five) -> None:
+    _, rich = five
+    fault = _audio(find_stalls(rich)).set_index("verdict").loc["fault"]
+    assert fault.sources[0] == "ebpf:page_faults"
+    assert fault.fault_ns == pytest.approx(12 * MS, rel=0.01)
+    # The fault probe off: the /proc counts (20 per ms on CPU) decide, over the whole on-CPU stretch.
+    _, no_faults = lab_like([Episode("fault", 40, 12)], seconds=2.0, faults=False)
+    stalls = _audio(find_stalls(no_faults))
+    assert stalls["verdict"].tolist() == ["fault"]
+    assert stalls.iloc[0].sources[0] == "proc:faults"
+    assert any("fault-storm times" in u for u in stalls.iloc[0].undecided)
+
+
+def test_lock_shorter_than_the_period_is_found_only_with_ebpf() -> None:
+    plain, rich = lab_like([Episode("lock", 60, 4)], seconds=2.0)
+    stalls = _audio(find_stalls(rich))
+    assert stalls["verdict"].tolist() == ["lock"]
+    assert stalls.iloc[0].waker_tid == HOLDER
+    assert _audio(find_stalls(plain)).empty  # /proc: a 4 ms S sleep looks like the sleep between callbacks
+    assert _audio(find_stalls(rich, use_exact=False)).empty
+
+
+def test_a_sleep_ended_by_a_timer_is_not_a_lock() -> None:
+    # The same 12 ms S sleep, ended by an hrtimer (the thread's usual waker): the thread slept by itself.
+    _, rich = lab_like([Episode("lock", 60, 12)], seconds=2.0, holder_wakes_locks=False)
+    assert _audio(find_stalls(rich)).empty
+    # /proc sees a missed wake-up in S and can only guess a lock.
+    assert _audio(find_stalls(rich, use_exact=False))["verdict"].tolist() == ["lock"]
+
+
+def _drop_switch_in(cap: synth.Capture, at_ns: int) -> synth.Capture:
+    sw = cap.table("sched_switch")
+    keep = ~((sw["next_tid"] == AUDIO) & (sw["t_ns"] == at_ns))
+    return synth.Capture.from_frames(
+        meta=cap.meta, trailer=cap.trailer, **{**{n: cap.table(n) for n in cap.table_names}, "sched_switch": sw[keep]}
+    )
+
+
+def test_a_hole_in_the_switch_record_is_unknown_and_proc_decides_there() -> None:
+    _, rich = lab_like([Episode("lock", 60, 12), Episode("lock", 120, 12)], seconds=2.0)
+    second = rich.truth.sort_values("start_ns").iloc[1]
+    holed = _drop_switch_in(rich, int(second.end_ns))  # the kernel emitted no sched_switch there
+    gaps = exact.timeline_gaps(holed.table("sched_switch"))
+    assert ((gaps["tid"] == AUDIO) & (gaps["start_ns"] <= second.start_ns)).any()
+    stalls = _audio(find_stalls(holed))
+    assert stalls["basis"].tolist() == ["ebpf", "proc"]  # exact where known, /proc across the hole
+    assert stalls["verdict"].tolist() == ["lock", "lock"]
+    assert stalls.iloc[1].start_ns < second.start_ns + 2 * MS
+    assert any("holes of the switch record" in u for u in stalls.iloc[0].undecided)
+
+
+def _with_blkio(cap: synth.Capture, blkio_by_end: list[tuple[int, int]]) -> synth.Capture:
+    """Add a taskstats table for lab-audio: blkio delay totals growing by ns at each end time."""
+    samples = cap.samples[cap.samples["tid"] == AUDIO]
+    t = samples["t_ns"].to_numpy()
+    total = np.zeros(len(t), dtype=np.int64)
+    for end, ns in blkio_by_end:
+        total += np.where(t >= end, ns, 0)
+    table = pd.DataFrame(
+        {
+            "tick": samples["tick"].to_numpy(),
+            "t_ns": t + 5 * US,
+            "tid": AUDIO,
+            "age_us": (t - T0) // 1000 + 10_000,
+            "blkio_delay_ns": total,
+            "blkio_count": np.cumsum(np.r_[0, np.diff(total) > 0]),
+            "cpu_delay_ns": 0,
+            "cpu_count": np.arange(len(t)),
+        }
+    )
+    meta = dict(cap.meta, sources=dict(cap.meta["sources"], taskstats="rt", delayacct=True))
+    frames = {n: cap.table(n) for n in cap.table_names}
+    return synth.Capture.from_frames(meta=meta, trailer=cap.trailer, **{**frames, "taskstats": table})
+
+
+def test_delay_accounting_decides_whether_a_d_wait_was_block_io() -> None:
+    _, rich = lab_like([Episode("io", 60, 12), Episode("io", 120, 12)], seconds=2.0)
+    first, _ = rich.truth.sort_values("start_ns").itertuples(index=False)
+    # The first wait was all block IO; the second was D without block IO (a journal commit, a mutex).
+    cap = _with_blkio(rich, [(first.end_ns, first.end_ns - first.start_ns)])
+    stalls = _audio(find_stalls(cap))
+    assert stalls["verdict"].tolist() == ["io", "unknown"]
+    io, other = stalls.iloc[0], stalls.iloc[1]
+    assert io.sources[0] == "taskstats:blkio" and io.ts_blkio_ns == first.end_ns - first.start_ns
+    # (20 us per wait are allowed for the offset between the delay accounting and the tracepoints)
+    assert other.ts_blkio_ns == 0 and other.unknown_ns == pytest.approx(12 * MS, abs=25 * US)
+    assert "without block-IO delay" in other.evidence
+    assert other.sources[:2] == ["ebpf:sched_switch", "taskstats:blkio"]
+    assert not any("were block IO" in u for u in io.undecided)  # this capture could tell
+    # Without delay accounting the D letter decides: both io, and the capture says what it could not tell.
+    plain = _audio(find_stalls(rich))
+    assert plain["verdict"].tolist() == ["io", "io"]
+    assert any("uninterruptible (D) waits were block IO" in u for u in plain.iloc[0].undecided)
+
+
+def test_what_could_not_be_decided_is_said_even_without_episodes() -> None:
+    plain, rich = lab_like([], seconds=2.0)
+    quiet = find_stalls(rich)
+    assert quiet.empty
+    assert any("were block IO" in u for u in quiet.attrs["undecided"])
+    assert not any("needs eBPF" in u for u in quiet.attrs["undecided"])
+    assert any("needs eBPF" in u for u in find_stalls(plain).attrs["undecided"])
+
+
+def test_the_uptime_jump_of_blkio_is_never_an_io_wait() -> None:
+    _, rich = lab_like([Episode("lock", 60, 12)], seconds=2.0)
+    lock = rich.truth.iloc[0]
+    # One kernel here jumps blkio_delay_total by about the uptime in one step (exact.taskstats_deltas).
+    cap = _with_blkio(rich, [(lock.start_ns + 3 * MS, 1_366_000_000_000)])
+    stalls = _audio(find_stalls(cap))
+    assert stalls["verdict"].tolist() == ["lock"]
+    assert pd.isna(stalls.iloc[0].ts_blkio_ns)  # unknown across the glitch, not 1366 s
+    windows = thread_windows(cap, tids=[AUDIO])
+    assert windows["ts_blkio_ns"].max() < 1_000 * MS  # the /proc windows drop it too
+    assert find_stalls(cap, use_exact=False)["verdict"].tolist() == ["lock"]
+
+
+def test_proc_path_takes_io_from_blkio_delay_without_ebpf() -> None:
+    plain, _ = lab_like([Episode("io", 60, 12), Episode("io", 120, 12)], seconds=2.0)
+    first, _ = plain.truth.sort_values("start_ns").itertuples(index=False)
+    cap = _with_blkio(plain, [(first.end_ns, first.end_ns - first.start_ns)])
+    stalls = _audio(find_stalls(cap))
+    assert stalls["basis"].tolist() == ["proc", "proc"]
+    assert stalls["verdict"].tolist() == ["io", "unknown"]
+    assert stalls.iloc[0].sources[0] == "taskstats:blkio"
+    assert "not accounted as block IO" in stalls.iloc[1].evidence
+
+
+def test_segments_tile_the_timeline(five) -> None:
+    _, rich = five
+    data = exact_stalls.load_exact(rich)
+    assert data is not None
+    threads = pd.DataFrame({"tid": [AUDIO], "period_ns": [5_333_333.0], "onset_ns": [np.nan]})
+    seg = exact_stalls.thread_segments(data, threads, type("R", (), {"fault_rate_per_ms": 20.0})())
+    start, end = seg["start_ns"].to_numpy(), seg["end_ns"].to_numpy()
+    assert (end > start).all()
+    assert (start[1:] == end[:-1]).all()  # no overlap, no hole: every ns of the thread has one cause
+    assert set(seg["cause"]) == {"run", "runqueue", "idle", "io", "fault", "lock"}
+
+
+def test_switch_partners() -> None:
+    _, rich = lab_like([Episode("runqueue", 60, 12)], seconds=2.0)
+    sw, wk = rich.table("sched_switch"), rich.table("sched_wakeup")
+    off = exact.switch_partners(exact.off_cpu_intervals(sw, wk), sw)
+    preempted = off[(off["tid"] == AUDIO) & (off["state"] == "R")]
+    assert preempted["out_next_tid"].tolist() == [HOG] and preempted["out_next_comm"].tolist() == ["lab-hog"]
+    assert preempted["out_next_prio"].tolist() == [28]
+    woken = off[(off["tid"] == AUDIO) & (off["state"] == "S")]
+    assert (woken["in_prev_tid"] == 0).all()  # the idle task had the CPU when it came back
