@@ -44,3 +44,17 @@ def record_workload(
     )
     assert result.returncode == 0, result.stderr
     return forensics.load(out), json.loads(report.read_text()), result
+
+
+def record_capture(out: Path, *args: str, timeout: float = 300) -> forensics.Capture:
+    """`catch-load -q -o OUT ARGS` to its end (ARGS: catch-load's options, then e.g. --lab and the lab's)."""
+    result = subprocess.run(
+        catch_load_argv("-q", "-o", str(out), *args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(),
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return forensics.load(out)

@@ -21,8 +21,6 @@ anything there is counted apart (analyses/truth.py). These tests record for abou
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +29,7 @@ import forensics
 from analyses.resample import resample
 from analyses.stalls import find_stalls
 from analyses.truth import confusion, late_cycles
-from tests.conftest import REPO, _env
+from tests.recording import record_capture
 
 pytestmark = [
     pytest.mark.slow,
@@ -43,17 +41,7 @@ pytestmark = [
 
 
 def record_lab(tmp_path: Path, name: str, *lab_args: str) -> forensics.Capture:
-    out = tmp_path / f"{name}.ssf"
-    result = subprocess.run(
-        [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), "--lab", *lab_args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_env(),
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return forensics.load(out)
+    return record_capture(tmp_path / f"{name}.ssf", "--lab", *lab_args)
 
 
 def scores_of(cap: forensics.Capture):

@@ -25,8 +25,6 @@ Recording takes about 60 s in all: slow. Needs root and BCC (CI has both: .ci/ru
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -38,7 +36,7 @@ from analyses.source import proc_only
 from analyses.stalls import find_stalls
 from analyses.truth import confusion, edge_errors, late_cycles
 from samplers.ebpf.bcc_import import BccUnavailable, import_bcc
-from tests.conftest import REPO, _env
+from tests.recording import record_capture
 
 HALF_MS = 500_000
 CAUSES = ("run", "runqueue", "io", "fault", "lock")
@@ -58,18 +56,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing_facility() is not No
 
 
 def record(tmp_path_factory: pytest.TempPathFactory, name: str, *args: str) -> forensics.Capture:
-    """`catch-load -q -o FILE ARGS` (catch-load's options, then --lab and the lab's)."""
-    out = tmp_path_factory.mktemp(name) / f"{name}.ssf"
-    result = subprocess.run(
-        [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=_env(),
-        cwd=REPO,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return forensics.load(out)
+    return record_capture(tmp_path_factory.mktemp(name) / f"{name}.ssf", *args)
 
 
 @pytest.fixture(scope="module")
