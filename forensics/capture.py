@@ -411,6 +411,8 @@ class CaptureWriter:
         encoded_name = name.encode()
         self._record(TAG_TABLE, struct.pack("<H", len(encoded_name)) + encoded_name + _encode_chunk(table))
         self.rows_written[name] = self.rows_written.get(name, 0) + table.num_rows
+        if name == "samples":  # the index of thread lifetimes that keeps readers from scanning samples
+            self.append("thread_seen", thread_seen(table))
 
     def close(self, trailer: Mapping[str, Any] | None = None) -> None:
         """Finish the file. `trailer=None` leaves it as a killed recorder would (for tests)."""
@@ -427,6 +429,22 @@ class CaptureWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close(None if exc[0] is not None else {})
+
+
+def thread_seen(samples: pa.Table) -> pa.Table:
+    """One row per thread of a samples chunk: first and last read time, and its row count there."""
+    grouped = (
+        samples.select(["tid", "t_ns"]).group_by("tid").aggregate([("t_ns", "min"), ("t_ns", "max"), ("t_ns", "count")])
+    )
+    return pa.table(
+        {
+            "tid": grouped["tid"],
+            "first_ns": grouped["t_ns_min"],
+            "last_ns": grouped["t_ns_max"],
+            "rows": grouped["t_ns_count"].cast(pa.int64()),
+        },
+        schema=THREAD_SEEN_SCHEMA,
+    )
 
 
 def _json_default(value: Any) -> Any:
@@ -653,8 +671,14 @@ class Capture:
             if "policy" in rows.columns:  # as first seen (older captures lack the columns)
                 summary = summary.join(ordered[["policy", "rtprio"]].first())
             seen = self.table("thread_seen")
-            if seen.empty and "samples" in self._chunks | self._tables:  # written before thread_seen existed
-                seen = self.table("samples", columns=["tid", "t_ns"]).rename(columns={"t_ns": "last_ns"})
+            if seen.empty:  # a capture written without the index: one pass over the samples, chunk by chunk
+                seen = pd.concat(
+                    [
+                        c.groupby("tid")["t_ns"].max().rename("last_ns").reset_index()
+                        for c in self.iter_chunks("samples", ["tid", "t_ns"])
+                    ]
+                    or [pd.DataFrame({"tid": [], "last_ns": []})]
+                )
             summary = summary.join(seen.groupby("tid")["last_ns"].max().astype("Int64"))
             events = self.events
             exits = events[events["kind"] == "thread_exited"].groupby("tid")["t_ns"].min().rename("exit_ns")

@@ -278,7 +278,6 @@ class CaptureSink:
         columns["blkio_ticks"] = pa.array(blkio, mask=blkio < 0)  # -1: kernel too old to have field 42
         self._derive_thread_changes(stat_blob, lengths, columns)
         self.writer.append("samples", columns)
-        self.writer.append("thread_seen", _thread_seen(tid_col, columns["t_ns"]))
         if sched_rows:
             self._write_sched(sched_rows)
 
@@ -353,18 +352,6 @@ class CaptureSink:
         self.flush()
         if self.writer is not None:
             self.writer.close(None)
-
-
-def _thread_seen(tids: np.ndarray, t_ns: np.ndarray) -> dict[str, np.ndarray]:
-    order = np.argsort(tids, kind="stable")
-    unique, starts, counts = np.unique(tids[order], return_index=True, return_counts=True)
-    times = t_ns[order]
-    return {
-        "tid": unique,
-        "first_ns": np.minimum.reduceat(times, starts),
-        "last_ns": np.maximum.reduceat(times, starts),
-        "rows": counts,
-    }
 
 
 def _array(payload: bytes, dtype: str, count: int, offset: int) -> np.ndarray:

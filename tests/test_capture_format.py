@@ -56,7 +56,10 @@ def test_round_trip_keeps_every_value_and_type(tmp_path: Path) -> None:
     assert cap.meta["note"] == "test" and cap.meta["added"] == "later"
     assert cap.meta["format_version"] == FORMAT_VERSION
     assert cap.trailer is not None and cap.trailer["ticks"] == 300
-    assert cap.trailer["rows"] == {"samples": 900, "events": 3}
+    # thread_seen: the writer's own index of thread lifetimes, one row per thread per samples chunk.
+    assert cap.trailer["rows"] == {"samples": 900, "events": 3, "thread_seen": 9}
+    seen = cap.table("thread_seen").groupby("tid").agg(first=("first_ns", "min"), last=("last_ns", "max"))
+    assert seen.loc[12].tolist() == [12, 299 * 2_000_000 + 12]
     expected = pd.concat(
         [pd.DataFrame(_samples(100, [11, 12, 13], start=100 * c)) for c in range(3)], ignore_index=True
     )
