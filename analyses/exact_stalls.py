@@ -56,7 +56,7 @@ timeline, with exact starts and ends; /proc decides only where the timeline has 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +110,16 @@ class ExactData:
     @property
     def sched_lost(self) -> int:
         return int(sum(v for k, v in self.lost.items() if k in SCHED_KINDS))
+
+
+def decide(components: np.ndarray, causes: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per episode (a row of ns per cause): the total stall, the verdict (the cause with the most ns), and
+    that cause's share of the total (0 for an empty episode). The /proc and the exact rules both end here.
+    """
+    stall = components.sum(axis=1)
+    top = components.argmax(axis=1)
+    share = np.divide(components[np.arange(len(top)), top], stall, out=np.zeros(len(top)), where=stall > 0)
+    return stall, np.array(causes)[top], share.round(3)
 
 
 def _families(cap: Capture) -> Mapping[str, Any]:
@@ -700,15 +710,7 @@ def finish_episodes(
         [ep["run_ns"], ep["runqueue_ns"], ep["io_ns"], ep["fault_ns"], ep["lock_ns"], reclaim, ep["unknown_ns"]],
         axis=1,
     ).astype(np.int64)
-    ep["stall_ns"] = components.sum(axis=1)
-    top = components.argmax(axis=1)
-    ep["verdict"] = np.array(EXACT_CAUSES)[top]
-    ep["share"] = np.divide(
-        components[np.arange(len(top)), top],
-        ep["stall_ns"].to_numpy(),
-        out=np.zeros(len(top)),
-        where=ep["stall_ns"].to_numpy() > 0,
-    ).round(3)
+    ep["stall_ns"], ep["verdict"], ep["share"] = decide(components, EXACT_CAUSES)
     ep["components"] = [
         {c: (int(v) if c != "reclaim" or known else None) for c, v in zip(EXACT_CAUSES, row, strict=True)}
         for row, known in zip(components.tolist(), reclaim_known.tolist(), strict=True)

@@ -511,15 +511,7 @@ def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.D
         remaining -= take
     episodes["reclaim_ns"] = reclaim - remaining
     components = episodes[[f"{c}_ns" for c in CAUSES]].to_numpy(dtype=np.int64)
-    episodes["stall_ns"] = components.sum(axis=1)
-    top = components.argmax(axis=1)
-    episodes["verdict"] = np.array(CAUSES)[top]
-    episodes["share"] = np.divide(
-        components[np.arange(len(top)), top],
-        episodes["stall_ns"].to_numpy(),
-        out=np.zeros(len(top)),
-        where=episodes["stall_ns"].to_numpy() > 0,
-    ).round(3)
+    episodes["stall_ns"], episodes["verdict"], episodes["share"] = exact_stalls.decide(components, CAUSES)
     explained = d_time + lock + unknown
     episodes["idle_ns"] = np.maximum(episodes["off"] - explained, 0).astype(np.int64)
     episodes["reads"] = episodes["windows"]
