@@ -133,3 +133,10 @@ def test_live_probes_as_root() -> None:
         assert by_name["eBPF (BCC)"].rating == "bad"  # and it says why
         return
     assert by_name["eBPF (BCC)"].rating == "good", by_name["eBPF (BCC)"]
+
+
+def test_the_report_fits_100_columns(run_module) -> None:
+    result = run_module("forensics", "doctor", "--no-live")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) > 10 and max(len(line) for line in lines) <= 100

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 import click
 
 from samplers.capabilities import Roots, build_report
 
 _MARK = {"good": "ok  ", "bad": "BAD ", "warn": "warn", "unknown": "??  ", "info": "    "}
+
+
+WIDTH = 100  # the terminal output of every command fits 100 columns
 
 
 @click.command()
@@ -35,8 +39,9 @@ def doctor(as_json: bool, no_live: bool, proc_root: str, sys_root: str, dev_root
         click.echo(json.dumps([c.to_json() for c in checks], indent=2))
         return
     name_width = max(len(c.name) for c in checks)
-    value_width = min(max(len(c.value) for c in checks), 48)
     for c in checks:
-        click.echo(
-            f"{_MARK.get(c.rating, c.rating)}  {c.aspect:<9}  {c.name:<{name_width}}  {c.value:<{value_width}}  {c.why}"
-        )
+        # Two lines an item, both within 100 columns: the verdict and value, then why (wrapped).
+        head = f"{_MARK.get(c.rating, c.rating):<4}  {c.aspect:<9}  {c.name:<{name_width}}  "
+        click.echo(head + textwrap.shorten(c.value, width=max(20, WIDTH - len(head)), placeholder="..."))
+        for line in textwrap.wrap(c.why, width=WIDTH - 8, break_on_hyphens=False):
+            click.echo(" " * 8 + line)
