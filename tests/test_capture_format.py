@@ -147,3 +147,10 @@ def test_a_usage_error_is_one_line_too(run_module) -> None:
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "Usage:" not in result.stderr
     assert "'xml' is not one of" in result.stderr and "forensics stalls --help" in result.stderr
+
+
+def test_info_fits_100_columns_even_with_a_long_command_line(run_module) -> None:
+    result = run_module("forensics", "info", "captures/lab-ebpf.ssf")
+    assert result.returncode == 0, result.stderr
+    assert max(len(line) for line in result.stdout.splitlines()) <= 100
+    assert "--episodes" in result.stdout  # wrapped, not cut

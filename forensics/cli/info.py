@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 
 import click
 
@@ -30,4 +31,8 @@ def info(capture: str, as_json: bool) -> None:
         click.echo(section)
         width = max((len(k) for k in rows), default=0)
         for key, value in rows.items():
-            click.echo(f"  {key:<{width}}  {value}")
+            # Long values (a command line, a warning) wrap under themselves: the output fits 100 columns.
+            lines = textwrap.wrap(str(value), width=100 - width - 4, break_on_hyphens=False) or [""]
+            click.echo(f"  {key:<{width}}  {lines[0]}")
+            for line in lines[1:]:
+                click.echo(" " * (width + 4) + line)
