@@ -192,24 +192,35 @@ def test_fsync_waits_in_d_with_block_io(observed: Observation, intervals: tuple[
         assert len(completed) >= len(issued)
         assert (issued["rwbs"].astype(str).str.startswith("W")).all()
     # Delay accounting on: blkio delay counts io_schedule() sleeps (kernel/sched/core.c), which are D
-    # sleeps, so it never exceeds the thread's D time (plus a few us per wait: io_schedule_prepare/finish
-    # run just before the switch-out and just after the switch-in). It is not all of it: fsync on ext4
-    # also sleeps in D without block IO (journal commit waits, timed waits). Measured here: blkio / D
-    # time from 0.2 to 0.93 across runs, so "D" alone does not prove IO; blkio does.
+    # sleeps: every fsync adds at least one to blkio_count. It is not all of the D time: fsync on ext4
+    # also sleeps in D without block IO (journal commit waits, timed waits); measured here: blkio / D
+    # time from 0.47 to 0.98 over 20 local runs, so "D" alone does not prove IO; blkio does. Nor is it
+    # bounded by the D time on this 6.18 kernel: one CI run counted 2.38 ms of blkio against 1.38 ms of
+    # D in the whole run (no switch edge missing), the kernel subtracting a stale blkio start (see
+    # exact.taskstats_deltas). So no upper bound is asserted here; the verdicts clip io to the D time
+    # (test_exact_stalls.py::test_blkio_over_count_is_clipped_to_d_time).
     deltas = exact.taskstats_deltas(observed.taskstats)
     mine = deltas[deltas["tid"] == tid]
     blkio = int(mine["blkio_delay_ns"].sum())  # glitches (null) left out
-    d_all = off[(off["tid"] == tid) & (off["state"] == "D")]
     before, after = observed.taskstats_before[tid], observed.taskstats_after[tid]
-    context = (before.get("blkio_count"), after.get("blkio_count"), len(mine), observed.meta.get("delayacct"))
+    context = (before.get("blkio_count"), after.get("blkio_count"), len(mine), observed.meta.get("delayacct"), d_total)
     assert int(mine["blkio_count"].sum()) >= len(observed.truth["fsyncs"]), context
     if mine["glitch"].any():
         # The kernel's uptime-sized jump (see exact.taskstats_deltas) hit this thread: that increment is
         # unknown (null), never counted as a multi-minute wait.
         assert mine.loc[mine["glitch"], "blkio_delay_ns"].isna().all()
     else:
-        assert blkio > 0
-    assert blkio <= d_all["duration_ns"].sum() + 50_000 * len(d_all), (blkio, d_total)
+        assert blkio > 0, context
+    # Every increment of blkio_count comes with a D sleep that ended (was woken) in that poll interval:
+    # the count is incremented at the wake-up (delayacct_blkio_end from try_to_wake_up), never otherwise.
+    # 1 ms either side: a poll's timestamp is taken just before its netlink query.
+    d_sleeps = off[(off["tid"] == tid) & (off["state"] == "D")]
+    woken = np.sort(d_sleeps["ready_ns"].fillna(d_sleeps["end_ns"]).astype(np.int64).to_numpy())
+    for row in mine[mine["blkio_count"].fillna(0) > 0].itertuples():
+        lo, hi = row.prev_t_ns - 1_000_000, row.t_ns + 1_000_000
+        if not _overlaps_a_gap(gaps, tid, lo, hi):
+            ended = np.searchsorted(woken, hi, side="right") - np.searchsorted(woken, lo, side="left")
+            assert ended >= 1, (row, context)
 
 
 def test_pipe_waits_carry_no_blkio(observed: Observation) -> None:
