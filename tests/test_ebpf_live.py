@@ -276,8 +276,10 @@ def test_tracefs_mounted_when_missing() -> None:
     code = (
         "import subprocess\n"
         "from samplers.ebpf.tracefs import ensure_tracefs, find_tracefs, release_tracefs\n"
-        "subprocess.run(['umount', '/sys/kernel/tracing'], capture_output=True)\n"
-        "assert find_tracefs(['/sys/kernel/tracing']) is None, 'still mounted'\n"
+        # debugfs, where mounted, auto-mounts tracefs at debug/tracing on access (the helper would use it)
+        "for where in ('/sys/kernel/debug/tracing', '/sys/kernel/debug', '/sys/kernel/tracing'):\n"
+        "    subprocess.run(['umount', where], capture_output=True)\n"
+        "assert find_tracefs() is None, 'still mounted'\n"
         "status = ensure_tracefs()\n"
         "print(status.mounted_by_us, status.message)\n"
         "release_tracefs(status)\n"
