@@ -475,9 +475,9 @@ def taskstats_deltas(taskstats: pd.DataFrame) -> pd.DataFrame:
     jump in stat field 42). A thread cannot have waited longer than it has existed. An increment may
     legitimately exceed the time between two queries: a delay is added when it ends.
 
-    Smaller over-counts pass through: the same kernel once added 2.38 ms of blkio delay for 1.38 ms of
-    D sleep seen by sched_switch (a start left from an earlier wait, plausible as the same stale start).
-    Consumers clip io to the D time (exact_stalls) rather than trust blkio as a duration.
+    Smaller over-counts would pass through (a stale start from an earlier wait: one CI run counted
+    2.38 ms of blkio for 1.38 ms of D sleep seen by sched_switch). Consumers clip io to the D time
+    (exact_stalls) rather than trust blkio as a duration.
     """
     columns = ["tid", "t_ns", "prev_t_ns", "glitch"]
     kinds = [k for k in TASKSTATS_DELAY_PAIRS if f"{k}_delay_ns" in taskstats.columns]

@@ -194,10 +194,10 @@ def test_fsync_waits_in_d_with_block_io(observed: Observation, intervals: tuple[
     # Delay accounting on: blkio delay counts io_schedule() sleeps (kernel/sched/core.c), which are D
     # sleeps: every fsync adds at least one to blkio_count. It is not all of the D time: fsync on ext4
     # also sleeps in D without block IO (journal commit waits, timed waits); measured here: blkio / D
-    # time from 0.47 to 0.98 over 20 local runs, so "D" alone does not prove IO; blkio does. Nor is it
-    # bounded by the D time on this 6.18 kernel: one CI run counted 2.38 ms of blkio against 1.38 ms of
-    # D in the whole run (no switch edge missing), the kernel subtracting a stale blkio start (see
-    # exact.taskstats_deltas). So no upper bound is asserted here; the verdicts clip io to the D time
+    # time from 0.47 to 0.98 over 20 local runs, so "D" alone does not prove IO; blkio does. No upper
+    # bound is asserted: one CI run counted 2.38 ms of blkio against 1.38 ms of D seen in the whole run
+    # (a stale blkio start in the kernel, as in the uptime jump of exact.taskstats_deltas, or a D sleep
+    # hidden by a missing switch edge: that run did not say which). The verdicts clip io to the D time
     # (test_exact_stalls.py::test_blkio_over_count_is_clipped_to_d_time).
     deltas = exact.taskstats_deltas(observed.taskstats)
     mine = deltas[deltas["tid"] == tid]
