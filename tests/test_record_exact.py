@@ -7,7 +7,7 @@ import os
 import pytest
 
 import forensics
-from analyses.exact import cpu_intervals
+from analyses.exact import cpu_intervals, timeline_gaps
 from samplers.sysctl_guard import read_sysctl
 from tests.recording import record_workload
 
@@ -63,8 +63,20 @@ def test_ebpf_switches_cover_the_spin(exact) -> None:
     mine = switches[(switches["prev_tid"] == spinner) | (switches["next_tid"] == spinner)]
     assert not mine.empty
     t0, t1 = report["times"]["spin_start"], report["times"]["spin_end"]
-    # The spinner ran for ~1 s of CPU between its marks: the exact switch-ins and -outs say so.
+    # The spinner burned exactly 1 s of its own CPU time (time.thread_time, i.e. se.sum_exec_runtime)
+    # between its marks, however long the machine made it wait: the exact on-CPU intervals add up to it.
+    # Where the kernel emitted no switch edge (exact.timeline_gaps, rare on this VM), that span is
+    # unknown: counted apart, never bridged.
     on = cpu_intervals(switches, target_pids=[report["pid"]])
     on = on[on["tid"] == spinner]
-    overlap = (on["end_ns"].clip(upper=t1) - on["start_ns"].clip(lower=t0)).clip(lower=0)
-    assert overlap.sum() >= 0.9e9, (overlap.sum() / 1e9, cap.trailer["ebpf"]["lost_total"], len(on))
+    gaps = timeline_gaps(switches, [report["pid"]])
+    gaps = gaps[gaps["tid"] == spinner]
+
+    def inside(frame):
+        return (frame["end_ns"].clip(upper=t1) - frame["start_ns"].clip(lower=t0)).clip(lower=0).sum()
+
+    ran, unknown = inside(on), inside(gaps)
+    context = (ran / 1e9, unknown / 1e9, (t1 - t0) / 1e9, cap.trailer["ebpf"]["lost_total"], len(on))
+    assert ran + unknown >= 0.98e9, context
+    assert ran <= t1 - t0, context
+    assert ran >= 0.5e9, context  # a gap that hides half the spin would be news: look at it
