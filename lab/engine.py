@@ -441,6 +441,9 @@ class LabEngine:
 
     def _run_episode(self, plan: PlannedEpisode, period: int) -> None:
         handler = self.handlers[plan.cause]
+        prepare = getattr(handler, "prepare", None)
+        if prepare is not None:  # set-up that is not the episode: before its clock starts
+            prepare()
         start = time.monotonic_ns()
         extra = handler.run(start + self.settings.episode_ns)
         end = time.monotonic_ns()
