@@ -10,7 +10,12 @@ burn and the callback's own DSP work after it are one stretch on the CPU that no
 divides: the start is the burn's, the end is the end of the callback that holds it (the lab's cycle log).
 An episode within 1 ms of a hole in its thread's switch record (the kernel here now and then emits no
 sched_switch for a whole wake-up: analyses.exact.timeline_gaps) is unknown there by design and is left
-out of the edge check; at most one in ten may be.
+out of the edge check. So is a run episode whose end is late only by time the scheduler did not count
+as the thread's own: one CI-like run had lab-audio switched out 0.85 ms after its callback ended, on the
+CPU throughout by the switch record, in S by /proc/<tid>/stat, its schedstat run time frozen (the rq's
+task clock leaves out interrupt and hypervisor-steal time): the thread had entered its sleep and the
+machine took the CPU before the switch. Neither the lab nor the switch record can place that time; the
+capture shows it (_uncounted_tail_ns). At most one episode in ten may be left out.
 
 The blkio check records io episodes of 4 MiB O_DIRECT reads (--io-kib 4096): at the lab's default
 256 KiB the Python loop and the request set-up keep the thread on CPU for 13-19 % of an io episode
@@ -94,16 +99,45 @@ def _near_gap(cap: forensics.Capture, truth: pd.DataFrame, margin_ns: int = 1_00
     return np.asarray(near, dtype=bool)
 
 
+def _uncounted_tail_ns(cap: forensics.Capture, errors: pd.DataFrame) -> np.ndarray:
+    """For run episodes compared with their callback's end: how much of the on-CPU time between the last
+    /proc sample at or before the callback end and the first at or after the stall's end the thread's
+    schedstat run time did not grow by. sum_exec_runtime lags a running thread by up to a tick, which
+    only makes this smaller: it never credits the thread's own work as uncounted."""
+    data = load_exact(cap)
+    assert data is not None
+    samples = cap.samples[["tid", "t_ns", "run_ns"]].sort_values("t_ns")
+    out = np.zeros(len(errors), dtype=np.int64)
+    for i, row in enumerate(errors.itertuples(index=False)):
+        if row.end_reference != "callback" or pd.isna(row.end_error_ns):
+            continue
+        callback_end = int(row.stall_end_ns) - int(row.end_error_ns)
+        mine = samples[samples["tid"] == row.tid]
+        before = mine[mine["t_ns"] <= callback_end].tail(1)
+        after = mine[mine["t_ns"] >= int(row.stall_end_ns)].head(1)
+        if before.empty or after.empty:
+            continue
+        a, b = int(before["t_ns"].iloc[0]), int(after["t_ns"].iloc[0])
+        on = data.on_cpu[data.on_cpu["tid"] == row.tid]
+        on_cpu = int((on["end_ns"].clip(upper=b) - on["start_ns"].clip(lower=a)).clip(lower=0).sum())
+        counted = int(after["run_ns"].iloc[0]) - int(before["run_ns"].iloc[0])
+        out[i] = max(0, on_cpu - counted)
+    return out
+
+
 @pytest.fixture(scope="module")
 def checked(twelve: forensics.Capture) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the stall episodes, the truth episodes with their edge errors and whether a hole is near)."""
     stalls = find_stalls(twelve)
     errors = edge_errors(stalls, twelve.truth, twelve.cycles)
     errors["near_gap"] = _near_gap(twelve, twelve.truth)
+    errors["uncounted_ns"] = _uncounted_tail_ns(twelve, errors)
     shown = errors.assign(
         start_us=errors["start_error_ns"].astype("Float64") / 1e3, end_us=errors["end_error_ns"].astype("Float64") / 1e3
     )
-    print(shown[["cause", "verdict", "basis", "start_us", "end_us", "end_reference", "near_gap"]].to_string())
+    shown = shown.assign(uncounted_us=errors["uncounted_ns"] / 1e3)
+    columns = ["cause", "verdict", "basis", "start_us", "end_us", "end_reference", "uncounted_us", "near_gap"]
+    print(shown[columns].to_string())
     return stalls, errors
 
 
@@ -120,13 +154,20 @@ def test_sources_were_live_and_no_scheduler_event_was_lost(twelve: forensics.Cap
 
 def test_every_episode_edge_is_within_half_a_millisecond(checked) -> None:
     _, errors = checked
-    usable = errors[~errors["near_gap"]]
-    assert len(usable) >= 45, f"{int(errors['near_gap'].sum())} of 50 episodes next to a hole of the switch record"
+    # Late only by time that was not the thread's own (see the module docstring): left out, and said.
+    stolen = (errors["end_error_ns"].astype("Float64") - errors["uncounted_ns"]).abs().fillna(np.inf) <= HALF_MS
+    stolen &= errors["end_error_ns"].astype("Float64").abs().fillna(0) > HALF_MS
+    for row in errors[stolen].itertuples(index=False):
+        print(f"{row.cause} at {row.start_ns}: end {row.end_error_ns} ns late, {row.uncounted_ns} ns of it not run")
+    usable = errors[~errors["near_gap"] & ~stolen]
+    left_out = f"{int(errors['near_gap'].sum())} next to a hole, {int(stolen.sum())} late by others' time"
+    assert len(usable) >= 45, left_out
     for row in usable.itertuples(index=False):
         what = f"{row.cause} at {row.start_ns}: verdict {row.verdict} ({row.basis})"
         assert row.verdict == row.cause and row.basis == "ebpf", what
         assert abs(row.start_error_ns) <= HALF_MS, f"{what}: start off by {row.start_error_ns} ns"
-        assert abs(row.end_error_ns) <= HALF_MS, f"{what}: end off by {row.end_error_ns} ns ({row.end_reference})"
+        end = f"{what}: end off by {row.end_error_ns} ns ({row.end_reference}; {row.uncounted_ns} ns not run)"
+        assert abs(row.end_error_ns) <= HALF_MS, end
     for cause, group in usable.groupby("cause"):
         worst = max(group["start_error_ns"].abs().max(), group["end_error_ns"].abs().max())
         print(f"{cause}: {len(group)} episodes, worst edge error {worst / 1e3:.0f} us")
