@@ -249,3 +249,56 @@ def test_start_up_and_stop_of_a_periodic_thread_are_not_stalls():
     late = Timeline(tid=1001, comm="lab-audio", policy=1, rtprio=70, cpu=1)
     synth.periodic(late, t0=T0, duration_ns=1_900 * MS, period_ns=5_333_333, episodes=[Episode("lock", 150, 17)])
     assert find_stalls(synth.capture([late], t0=T0, duration_ns=1_900 * MS))["verdict"].tolist() == ["lock"]
+
+
+def _io_read_as_running(psi_io_ms_per_50ms: float | None) -> tuple[synth.Capture, pd.Series]:
+    """lab-audio with one 8 ms io episode of back-to-back requests: ~290 us in D, ~35 us on CPU between
+    them, and on CPU at every read, as one real 6 ms episode was read (R at all four reads). The system
+    samples carry PSI io "some" growing by `psi_io_ms_per_50ms` (None: no system table)."""
+    audio = Timeline(tid=1001, comm="lab-audio", policy=1, rtprio=70, cpu=1)
+    truth = synth.periodic(audio, t0=T0, duration_ns=int(1.5e9), period_ns=5_333_333, episodes=[Episode("io", 100, 8)])
+    reads = T0 + np.arange(0, 800) * 2 * MS  # sample() reads thread 0 at each tick
+    starts, ends, kinds = [], [], []
+    for s, e, k in zip(audio.starts, audio.ends, audio.kinds, strict=True):
+        if k != synth.BLOCKED:
+            starts.append(s), ends.append(e), kinds.append(k)
+            continue
+        t = s
+        while t < e:  # requests of ~290 us, each followed by ~35 us on CPU; on CPU around every read
+            nxt = min(t + 290 * synth.US, e)
+            read = reads[(reads >= t) & (reads < nxt + 40 * synth.US)]
+            if len(read):
+                nxt = max(int(read[0]) - 20 * synth.US, t + synth.US)
+            starts.append(t), ends.append(nxt), kinds.append(synth.BLOCKED)
+            run_end = min(nxt + (40 if len(read) else 35) * synth.US, e)
+            if run_end > nxt:
+                starts.append(nxt), ends.append(run_end), kinds.append(synth.USER)
+            t = run_end
+    audio.starts, audio.ends, audio.kinds = starts, ends, kinds
+    audio.minflt, audio.majflt = [0] * len(starts), [0] * len(starts)
+    tables = {}
+    if psi_io_ms_per_50ms is not None:
+        t = T0 - 10 * MS + np.arange(0, 32) * 50 * MS
+        psi = np.cumsum(np.where((t > truth[0][1]) & (t - 50 * MS < truth[0][2]), psi_io_ms_per_50ms * 1000, 0))
+        tables["system"] = pd.DataFrame({"t_ns": t, "cpu": -1, "psi_io_some_us": psi.astype(np.int64)})
+    rows = [(cause, audio.tid, s, e) for cause, s, e in truth]
+    cap = synth.capture([audio], t0=T0, duration_ns=int(1.5e9), truth=rows, **tables)
+    return cap, cap.truth.iloc[0]
+
+
+def test_io_read_as_running_is_io_when_the_machine_was_waiting_for_io() -> None:
+    cap, truth = _io_read_as_running(psi_io_ms_per_50ms=None)
+    reads = cap.samples[cap.samples["t_ns"].between(truth.start_ns, truth.end_ns)]
+    assert len(reads) >= 3 and (reads["state"] == "R").all()  # no read caught the D letter
+    assert find_stalls(cap).empty  # no letter, no pressure: nothing to say
+
+    cap, truth = _io_read_as_running(psi_io_ms_per_50ms=7.5)
+    stalls = find_stalls(cap)
+    assert len(stalls) == 1 and _overlaps(stalls.iloc[0], truth)
+    found = stalls.iloc[0]
+    assert found.verdict == "io" and found.io_ns >= 5 * MS
+    assert found.sources[0] == "proc:pressure/io"
+    assert "PSI io some" in found.evidence and "machine-wide" in found.evidence
+
+    cap, _ = _io_read_as_running(psi_io_ms_per_50ms=0.5)  # the machine was not waiting for IO that long
+    assert find_stalls(cap).empty
