@@ -243,7 +243,8 @@ def unknowns(cap: Capture, figures: pd.DataFrame, stall_notes: list[str], *, has
             "io rests on the D state (eBPF switch states), not on the kernel's own block-IO wait time: other "
             "uninterruptible waits read as io"
             if sources.get("ebpf")
-            else "io verdicts rest on the state letter alone, not on the kernel's own IO-wait time",
+            else "io verdicts rest on the state letter (and machine-wide IO pressure), not on the kernel's "
+            "own per-thread IO-wait time",
         ))  # fmt: skip
     if not sources.get("taskstats"):
         rows.append((

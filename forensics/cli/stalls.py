@@ -120,7 +120,10 @@ def stalls(
     Limits: the letter is a snapshot, so a wait shorter than one sampling interval may never be seen;
     a thread in S looks the same as one asleep between callbacks, so a lock wait shows only when it
     makes a periodic thread miss a wake-up (always when it lasts a period plus two intervals, 9.3 ms at
-    5.333 ms / 2 ms; never below one period); kernel mutexes and NFS or FUSE waits also show D. With
+    5.333 ms / 2 ms; never below one period); kernel mutexes and NFS or FUSE waits also show D. A
+    thread doing back-to-back IO may be read on CPU every time: a window in which it blocked and was
+    woken twice or more, with no D or S read, is io when the machine's IO pressure (/proc/pressure/io)
+    grew by at least its off-CPU time (machine-wide: corroboration, said in the evidence). With
     taskstats block-IO delay (delay accounting), io rests on that delay instead. What no source in the
     capture could decide is listed as unknown.
     """
