@@ -302,3 +302,17 @@ def test_io_read_as_running_is_io_when_the_machine_was_waiting_for_io() -> None:
 
     cap, _ = _io_read_as_running(psi_io_ms_per_50ms=0.5)  # the machine was not waiting for IO that long
     assert find_stalls(cap).empty
+
+
+def test_a_callback_that_overslept_its_period_counts_as_late() -> None:
+    from analyses.truth import late_cycles
+
+    period = 5_333_333
+    starts = T0 + np.arange(20) * period + 40_000  # on time: 40 us after each period began
+    starts[10] += 1_550_000  # woken 1.55 ms late (under the 2 ms "delayed" bar): slept 6.6 ms
+    cycles = pd.DataFrame(
+        {"tid": 1001, "start_ns": starts, "end_ns": starts + 215_000, "deadline_ns": T0 + (np.arange(20) + 1) * period}
+    )
+    late = late_cycles(cycles)
+    assert late["start_ns"].tolist() == [int(starts[10])]
+    assert late_cycles(cycles, overslept_ns=2_000_000).empty  # the old bar missed it
