@@ -36,7 +36,7 @@ import pandas as pd
 import pytest
 
 import forensics
-from analyses.exact_stalls import load_exact
+from analyses.exact_stalls import ExactData, load_exact
 from analyses.source import proc_only
 from analyses.stalls import find_stalls
 from analyses.truth import confusion, edge_errors, late_cycles
@@ -88,8 +88,7 @@ def io_heavy(tmp_path_factory: pytest.TempPathFactory) -> forensics.Capture:
     return record(tmp_path_factory, "exactio", "--ebpf", "--delayacct", "--lab", *args)
 
 
-def _near_gap(cap: forensics.Capture, truth: pd.DataFrame, margin_ns: int = 1_000_000) -> np.ndarray:
-    data = load_exact(cap)
+def _near_gap(data: ExactData | None, truth: pd.DataFrame, margin_ns: int = 1_000_000) -> np.ndarray:
     assert data is not None
     near = []
     for row in truth.itertuples(index=False):
@@ -99,12 +98,11 @@ def _near_gap(cap: forensics.Capture, truth: pd.DataFrame, margin_ns: int = 1_00
     return np.asarray(near, dtype=bool)
 
 
-def _uncounted_tail_ns(cap: forensics.Capture, errors: pd.DataFrame) -> np.ndarray:
+def _uncounted_tail_ns(cap: forensics.Capture, data: ExactData | None, errors: pd.DataFrame) -> np.ndarray:
     """For run episodes compared with their callback's end: how much of the on-CPU time between the last
     /proc sample at or before the callback end and the first at or after the stall's end the thread's
     schedstat run time did not grow by. sum_exec_runtime lags a running thread by up to a tick, which
     only makes this smaller: it never credits the thread's own work as uncounted."""
-    data = load_exact(cap)
     assert data is not None
     samples = cap.samples[["tid", "t_ns", "run_ns"]].sort_values("t_ns")
     out = np.zeros(len(errors), dtype=np.int64)
@@ -130,8 +128,9 @@ def checked(twelve: forensics.Capture) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the stall episodes, the truth episodes with their edge errors and whether a hole is near)."""
     stalls = find_stalls(twelve)
     errors = edge_errors(stalls, twelve.truth, twelve.cycles)
-    errors["near_gap"] = _near_gap(twelve, twelve.truth)
-    errors["uncounted_ns"] = _uncounted_tail_ns(twelve, errors)
+    data = load_exact(twelve)  # the switch record's intervals and holes, built once for both checks
+    errors["near_gap"] = _near_gap(data, twelve.truth)
+    errors["uncounted_ns"] = _uncounted_tail_ns(twelve, data, errors)
     shown = errors.assign(
         start_us=errors["start_error_ns"].astype("Float64") / 1e3, end_us=errors["end_error_ns"].astype("Float64") / 1e3
     )
@@ -205,7 +204,7 @@ def test_lock_episodes_carry_no_blkio_delay(checked) -> None:
 def test_with_delay_accounting_io_carries_blkio_and_lock_none(io_heavy: forensics.Capture) -> None:
     stalls = find_stalls(io_heavy)
     errors = edge_errors(stalls, io_heavy.truth, io_heavy.cycles)
-    errors["near_gap"] = _near_gap(io_heavy, io_heavy.truth)
+    errors["near_gap"] = _near_gap(load_exact(io_heavy), io_heavy.truth)
     found = _blkio_of(stalls, errors)
     assert found["ts_blkio_ns"].notna().all(), "delay accounting was on: blkio must be known, not null"
     io, locks = found[found["cause"] == "io"], found[found["cause"] == "lock"]
