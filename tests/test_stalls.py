@@ -255,13 +255,14 @@ def _io_read_as_running(psi_io_ms_per_50ms: float | None) -> tuple[synth.Capture
     """lab-audio with one 8 ms io episode of back-to-back requests: ~290 us in D, ~35 us on CPU between
     them, and on CPU at every read, as one real 6 ms episode was read (R at all four reads). The system
     samples carry PSI io "some" growing by `psi_io_ms_per_50ms` (None: no system table)."""
-    audio = Timeline(tid=1001, comm="lab-audio", policy=1, rtprio=70, cpu=1)
-    truth = synth.periodic(audio, t0=T0, duration_ns=int(1.5e9), period_ns=5_333_333, episodes=[Episode("io", 100, 8)])
+    planned = Timeline(tid=1001, comm="lab-audio", policy=1, rtprio=70, cpu=1)
+    episode = [Episode("io", 100, 8)]
+    truth = synth.periodic(planned, t0=T0, duration_ns=int(1.5e9), period_ns=5_333_333, episodes=episode)
     reads = T0 + np.arange(0, 800) * 2 * MS  # sample() reads thread 0 at each tick
-    starts, ends, kinds = [], [], []
-    for s, e, k in zip(audio.starts, audio.ends, audio.kinds, strict=True):
+    audio = Timeline(tid=1001, comm="lab-audio", policy=1, rtprio=70, cpu=1)
+    for s, e, k in zip(planned.starts, planned.ends, planned.kinds, strict=True):
         if k != synth.BLOCKED:
-            starts.append(s), ends.append(e), kinds.append(k)
+            audio.add(s, e, k)
             continue
         t = s
         while t < e:  # requests of ~290 us, each followed by ~35 us on CPU; on CPU around every read
@@ -269,13 +270,8 @@ def _io_read_as_running(psi_io_ms_per_50ms: float | None) -> tuple[synth.Capture
             read = reads[(reads >= t) & (reads < nxt + 40 * synth.US)]
             if len(read):
                 nxt = max(int(read[0]) - 20 * synth.US, t + synth.US)
-            starts.append(t), ends.append(nxt), kinds.append(synth.BLOCKED)
-            run_end = min(nxt + (40 if len(read) else 35) * synth.US, e)
-            if run_end > nxt:
-                starts.append(nxt), ends.append(run_end), kinds.append(synth.USER)
-            t = run_end
-    audio.starts, audio.ends, audio.kinds = starts, ends, kinds
-    audio.minflt, audio.majflt = [0] * len(starts), [0] * len(starts)
+            audio.add(t, nxt, synth.BLOCKED)
+            t = audio.add(nxt, min(nxt + (40 if len(read) else 35) * synth.US, e), synth.USER)
     tables = {}
     if psi_io_ms_per_50ms is not None:
         t = T0 - 10 * MS + np.arange(0, 32) * 50 * MS
