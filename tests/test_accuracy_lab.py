@@ -28,8 +28,8 @@ import pytest
 import forensics
 from analyses.resample import resample
 from analyses.stalls import find_stalls
-from analyses.truth import confusion, late_cycles
-from tests.recording import record_capture
+from analyses.truth import confusion
+from tests.recording import assert_verdicts_only_on_late_callbacks, record_capture
 
 pytestmark = [
     pytest.mark.slow,
@@ -70,14 +70,7 @@ def test_recall_and_precision_per_cause(tmp_path, episode_ms, causes):
 def test_clean_run_has_no_verdict(tmp_path):
     cap = record_lab(tmp_path, "clean", "--episodes", "none", "--duration", "30s")
     assert cap.truth.empty
-    audio = cap.cycles["tid"].iloc[0]
-    stalls = find_stalls(cap)
-    stalls = stalls[stalls["tid"] == audio]
-    late = late_cycles(cap.cycles)
-    for episode in stalls.itertuples(index=False):  # every verdict must sit on a callback that was late
-        near = (late["start_ns"] < episode.end_ns + 6_000_000) & (late["end_ns"] > episode.start_ns - 2_000_000)
-        assert near.any(), f"verdict {episode.verdict} at {episode.start_ns} on a callback logged on time"
-    assert len(stalls) <= max(1, len(late))
+    assert_verdicts_only_on_late_callbacks(cap)
 
 
 def _overlapping(stalls, episode) -> bool:

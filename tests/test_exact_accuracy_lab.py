@@ -39,9 +39,9 @@ import forensics
 from analyses.exact_stalls import ExactData, load_exact
 from analyses.source import proc_only
 from analyses.stalls import find_stalls
-from analyses.truth import confusion, edge_errors, late_cycles
+from analyses.truth import confusion, edge_errors
 from samplers.ebpf.bcc_import import BccUnavailable, import_bcc
-from tests.recording import record_capture
+from tests.recording import assert_verdicts_only_on_late_callbacks, record_capture
 
 HALF_MS = 500_000
 CAUSES = ("run", "runqueue", "io", "fault", "lock")
@@ -244,11 +244,4 @@ def test_short_lock_waits_are_found_with_ebpf_and_missed_by_proc(tmp_path_factor
 
 def test_clean_run_has_no_exact_verdict(tmp_path_factory: pytest.TempPathFactory) -> None:
     cap = record(tmp_path_factory, "exactclean", "--ebpf", "--lab", "--episodes", "none", "--duration", "15s")
-    audio = cap.cycles["tid"].iloc[0]
-    stalls = find_stalls(cap)
-    stalls = stalls[stalls["tid"] == audio]
-    late = late_cycles(cap.cycles)
-    for episode in stalls.itertuples(index=False):  # every verdict must sit on a callback that was late
-        near = (late["start_ns"] < episode.end_ns + 6_000_000) & (late["end_ns"] > episode.start_ns - 2_000_000)
-        assert near.any(), f"verdict {episode.verdict} at {episode.start_ns} on a callback logged on time"
-    assert len(stalls) <= max(1, len(late))
+    assert_verdicts_only_on_late_callbacks(cap)
