@@ -64,7 +64,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import exact
-from forensics.capture import Capture
+from capture.format import Capture
 
 MINOR_NS = 100_000  # a segment shorter than this at the edge of a busy span is ordinary (wake-up latency)
 FAULT_GAP_NS = 1_000_000  # a pause this long ends a fault storm (at 20 faults/ms the mean gap is 50 us)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from forensics.capture import Capture
+from capture.format import Capture
 
 # The state letter (stat field 3) as a one-byte code; 0 = not known. Letters from fs/proc/array.c
 # task_state_array: R running/runnable, S sleeping (interruptible), D disk sleep (uninterruptible),

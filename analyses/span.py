@@ -13,8 +13,8 @@ import re
 import numpy as np
 
 from analyses.source import capture_origin_ns
-from forensics.capture import Capture
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
+from capture.format import Capture
 
 _TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s|)\s*$", re.IGNORECASE)
 _UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "": 1_000_000_000}

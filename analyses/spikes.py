@@ -23,7 +23,7 @@ import pandas as pd
 from analyses.source import capture_interval_ns
 from analyses.threads import policy_label, select_threads, thread_profiles
 from analyses.windows import _group_starts, thread_windows
-from forensics.capture import Capture
+from capture.format import Capture
 
 SPIKE_COLUMNS = [
     "spike", "tid", "comm", "start_ns", "end_ns", "windows", "on_cpu_ns", "busy_ns", "peak_on_cpu_ns",

@@ -65,7 +65,7 @@ from analyses.exact_stalls import ExactData, load_exact
 from analyses.source import STATE_ALPHABET, STATE_D, STATE_S, capture_interval_ns, iter_samples
 from analyses.threads import policy_label, select_threads, thread_names, thread_profiles
 from analyses.windows import _group_starts, thread_windows, window_deltas
-from forensics.capture import Capture
+from capture.format import Capture
 
 CAUSES = ("run", "runqueue", "io", "fault", "lock", "reclaim", "unknown")
 # Delays accounted when they end: an episode also takes the next window's (windows.TASKSTATS_DELTAS).

@@ -26,7 +26,7 @@ from analyses.source import STATE_R, capture_interval_ns, capture_origin_ns
 from analyses.stalls import StallRules, find_stalls
 from analyses.threads import RT_POLICIES, policy_label, select_threads, thread_profiles
 from analyses.windows import iter_raw_windows
-from forensics.capture import Capture
+from capture.format import Capture
 
 SPARK = " ▁▂▃▄▅▆▇█"
 CPU_GLYPHS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"

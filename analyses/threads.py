@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.source import iter_samples
-from forensics.capture import Capture
+from capture.format import Capture
 
 RT_POLICIES = (1, 2, 6)  # SCHED_FIFO, SCHED_RR, SCHED_DEADLINE (include/uapi/linux/sched.h)
 POLICY_NAMES = {0: "OTHER", 1: "FIFO", 2: "RR", 3: "BATCH", 5: "IDLE", 6: "DEADLINE", 7: "EXT"}

@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.source import COMPACT_DTYPES, STATE_ALPHABET, STATE_R, iter_samples, load_samples
-from forensics.capture import Capture
+from capture.format import Capture
 
 # Columns of the samples table each window column needs.
 BASE_COLUMNS = ["pid", "run_ns", "wait_ns", "slices", "state", "cpu", "policy", "rtprio"]

@@ -34,7 +34,7 @@ REPO = HERE.parent
 OUT = HERE / "out"
 sys.path.insert(0, str(REPO))
 
-from forensics.capture import CaptureWriter  # noqa: E402
+from capture.format import CaptureWriter  # noqa: E402
 from tests import synth  # noqa: E402
 from tests.synth import MS, T0, Episode, SampledThread, Timeline  # noqa: E402
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from forensics.errors import CaptureWarning, ForensicsError
+from capture.errors import CaptureWarning, ForensicsError
 
 if TYPE_CHECKING:
-    from forensics.capture import FORMAT_VERSION, Capture, load
+    from capture.format import FORMAT_VERSION, Capture, load
 
 __version__ = "0.1.0"
 __all__ = ["FORMAT_VERSION", "Capture", "CaptureWarning", "ForensicsError", "__version__", "load"]
@@ -23,7 +23,7 @@ __all__ = ["FORMAT_VERSION", "Capture", "CaptureWarning", "ForensicsError", "__v
 
 def __getattr__(name: str) -> Any:
     if name in ("FORMAT_VERSION", "Capture", "load"):
-        from forensics import capture
+        from capture import format as capture
 
         return getattr(capture, name)
     raise AttributeError(f"module 'forensics' has no attribute {name!r}")

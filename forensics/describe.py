@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from forensics.capture import Capture
+from capture.format import Capture
 
 
 def fmt_ns(ns: float | int | None) -> str:
@@ -101,7 +101,7 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
 
 
 def _first_column(cap: Capture, name: str) -> list[str] | None:
-    from forensics.capture import SCHEMAS
+    from capture.format import SCHEMAS
 
     schema = SCHEMAS.get(name)
     return [schema.names[0]] if schema is not None else None

@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 
 EPISODE_COLUMNS = ["cause", "tid", "start_ns", "end_ns"]
 CYCLE_COLUMNS = ["tid", "start_ns", "end_ns", "deadline_ns"]

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 from samplers import frames
 from samplers.procfs import RT_POLICIES, ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES

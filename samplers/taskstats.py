@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from forensics.capture import TASKSTATS_SCHEMA
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
+from capture.format import TASKSTATS_SCHEMA
 
 # --------------------------------------------------------------------------------------------------
 # Netlink constants (include/uapi/linux/netlink.h, genetlink.h, taskstats.h)

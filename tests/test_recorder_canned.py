@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import forensics
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 from samplers import frames
 from samplers.recorder import Recorder, RecorderOptions
 from samplers.targets import TargetSpec

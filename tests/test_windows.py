@@ -8,7 +8,7 @@ import pytest
 
 from analyses.source import STATE_CODE, load_samples, state_codes
 from analyses.windows import core_type_map, iter_raw_windows, reconcile, thread_windows, window_deltas
-from forensics.capture import Capture, CaptureWriter, load
+from capture.format import Capture, CaptureWriter, load
 from tests import synth
 from tests.synth import MS, T0, Episode, Timeline
 

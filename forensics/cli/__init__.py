@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
+from capture.errors import CaptureWarning, ForensicsError
 from forensics import __version__
-from forensics.errors import CaptureWarning, ForensicsError
 
 # name -> "module:function". The one place commands are registered; imported only when run, so that
 # `forensics --help` stays fast and one command's heavy imports do not slow the others.

@@ -15,12 +15,12 @@ from typing import Any
 
 import click
 
+from capture.errors import ForensicsError
+from capture.format import SUFFIX
 from forensics import __version__
-from forensics.capture import SUFFIX
 from forensics.cli import run_cli
 from forensics.cli.options import DURATION
 from forensics.describe import fmt_ns
-from forensics.errors import ForensicsError
 from samplers.machine import cpu_topology, host_info, sources_available
 from samplers.procfs import ProcPaths
 from samplers.recorder import Recorder, RecorderOptions, Status

@@ -9,11 +9,11 @@ import click
 import numpy as np
 import pandas as pd
 
-from forensics.capture import Capture, load
+from capture.errors import ForensicsError
+from capture.format import Capture, load
 from forensics.cli.artefacts import suffix_of, write_bytes, wrote
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import span_option
-from forensics.errors import ForensicsError
 from forensics.progress import Progress
 
 FORMATS = ("perfetto", "csv", "parquet")

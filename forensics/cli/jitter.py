@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import numpy as np
 
-from forensics.capture import load
+from capture.format import load
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.render import Report, Section

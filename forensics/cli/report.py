@@ -8,7 +8,7 @@ from typing import Any
 import click
 import pandas as pd
 
-from forensics.capture import Capture, load
+from capture.format import Capture, load
 from forensics.cli.artefacts import suffix_of, write_bytes
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import span_option
@@ -125,7 +125,7 @@ def build_report(
     episodes = stalls.section("stalls").frame
 
     step("drawing the timeline")
-    from forensics.errors import ForensicsError
+    from capture.errors import ForensicsError
 
     try:
         from forensics.plots.data import timeline_data

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from forensics.capture import Capture, load
+from capture.format import Capture, load
 from forensics.cli.options import DURATION, capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.render import Report, Section

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 import pandas as pd
 
-from forensics.capture import Capture, load
+from capture.format import Capture, load
 from forensics.cli.options import DURATION, capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.render import Report, Section

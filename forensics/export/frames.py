@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from forensics.capture import Capture
+from capture.format import Capture
 
 GROUP_SAMPLES = 3_000_000  # samples of the threads read at once (about 0.5 GB of windows at most)
 

@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 
 
 class TableWriter:

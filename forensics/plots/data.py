@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from forensics.capture import Capture
+from capture.format import Capture
 
 MAX_POINTS = 5000  # windows per thread drawn as they are (10 s at 2 ms); above, summed into bins
 
@@ -96,7 +96,7 @@ def timeline_data(
     from analyses.system import main_periodic_thread
     from analyses.threads import policy_label, thread_profiles
     from analyses.windows import core_type_map, thread_windows
-    from forensics.errors import ForensicsError
+    from capture.errors import ForensicsError
 
     origin = capture_origin_ns(cap)
     if origin is None:
@@ -241,7 +241,7 @@ def jitter_data(
 ) -> JitterData:
     from analyses.jitter import jitter
     from analyses.source import capture_interval_ns
-    from forensics.errors import ForensicsError
+    from capture.errors import ForensicsError
 
     stats, hist = jitter(cap, pattern=pattern, t_range=t_range)
     if stats.empty or hist.empty:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 
 
 @dataclass

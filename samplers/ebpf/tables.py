@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pyarrow as pa
 
-from forensics.capture import (
+from capture.format import (
     BLOCK_RQ_SCHEMA,
     EBPF_LOST_SCHEMA,
     PAGE_FAULTS_SCHEMA,

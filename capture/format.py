@@ -40,7 +40,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from forensics.errors import CaptureFormatError, CaptureWarning
+from capture.errors import CaptureFormatError, CaptureWarning
 
 MAGIC = b"\x89SSF\r\n\x1a\n"  # PNG-style: a high byte and CR/LF/^Z catch text-mode and 7-bit damage.
 FORMAT_VERSION = 1
