@@ -56,7 +56,7 @@ timeline, with exact starts and ends; /proc decides only where the timeline has 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,19 +64,18 @@ import numpy as np
 import pandas as pd
 
 from analyses import exact
+from analyses import rules as R
+from analyses.rules import (
+    BLKIO_SLACK_PER_WAIT_NS,
+    BRACKET_TOLERANCE_NS,
+    CAUSES,
+    FAULT_GAP_NS,
+    LOCK_OVERSLEEP,
+    MINOR_NS,
+    USUAL_WAKER_SHARE,
+)
 from capture.format import Capture
 
-MINOR_NS = 100_000  # a segment shorter than this at the edge of a busy span is ordinary (wake-up latency)
-FAULT_GAP_NS = 1_000_000  # a pause this long ends a fault storm (at 20 faults/ms the mean gap is 50 us)
-LOCK_OVERSLEEP = 1.25  # a sleep longer than this many periods missed at least one wake-up
-USUAL_WAKER_SHARE = 0.2  # a waker that ends at least 1 in 5 of a thread's sleeps is part of its rhythm
-BRACKET_TOLERANCE_NS = 50_000_000  # a counter read further than this from an episode edge does not bracket it
-# Delay accounting starts a block-IO wait before the sched_switch tracepoint and ends it in
-# try_to_wake_up() before the sched_wakeup tracepoint (kernel/sched/core.c): the two clocks differ by a
-# few us per wait (measured: 5-7 us). D time within this much per wait of the blkio delay is block IO.
-BLKIO_SLACK_PER_WAIT_NS = 20_000
-
-EXACT_CAUSES = ("run", "runqueue", "io", "fault", "lock", "reclaim", "unknown")
 SEGMENT_COLUMNS = [
     "tid", "start_ns", "end_ns", "cause", "state", "cpu", "faults", "off_index",
     "waker_tid", "waker_comm", "waker_context", "other_tid", "other_comm", "other_prio",
@@ -110,16 +109,6 @@ class ExactData:
     @property
     def sched_lost(self) -> int:
         return int(sum(v for k, v in self.lost.items() if k in SCHED_KINDS))
-
-
-def decide(components: np.ndarray, causes: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per episode (a row of ns per cause): the total stall, the verdict (the cause with the most ns), and
-    that cause's share of the total (0 for an empty episode). The /proc and the exact rules both end here.
-    """
-    stall = components.sum(axis=1)
-    top = components.argmax(axis=1)
-    share = np.divide(components[np.arange(len(top)), top], stall, out=np.zeros(len(top)), where=stall > 0)
-    return stall, np.array(causes)[top], share.round(3)
 
 
 def _families(cap: Capture) -> Mapping[str, Any]:
@@ -679,7 +668,7 @@ def finish_episodes(
     proc_storm = np.zeros(len(ep), dtype=bool)
     if not data.has_faults:
         counted = ep["minflt"].fillna(0).to_numpy(np.int64) + ep["majflt"].fillna(0).to_numpy(np.int64)
-        proc_storm = (counted > 0) & (counted * 1_000_000 >= fault_rate_per_ms * run) & (run > 0)
+        proc_storm = R.is_fault_storm(counted, run, fault_rate_per_ms)
         fault = fault + np.where(proc_storm, run, 0)
         run = np.where(proc_storm, 0, run)
     blkio = ep["ts_blkio_ns"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan)
@@ -689,17 +678,11 @@ def finish_episodes(
     io = np.where(major, 0, np.where(blkio_known, np.minimum(d_time, covered), d_time)).astype(np.int64)
     not_block = np.where(major, 0, d_time - io)  # D time the kernel did not account as block IO
     unknown = unknown + not_block
-    reclaim_parts = [ep[c].astype("Int64") for c in ("ts_freepages_ns", "ts_thrashing_ns", "ts_compact_ns")]
+    reclaim_parts = [ep[c].astype("Int64") for c in R.RECLAIM_COLUMNS]
     reclaim_frame = pd.concat(reclaim_parts, axis=1)
     reclaim_known = reclaim_frame.notna().any(axis=1).to_numpy()
     reclaim = reclaim_frame.fillna(0).sum(axis=1).to_numpy(np.int64)
-    remaining = reclaim.copy()
-    parts = {"fault": fault, "run": run, "io": io}
-    for name in ("fault", "run", "io"):  # reclaim happens inside faults, else on CPU, else while waiting
-        take = np.minimum(remaining, parts[name])
-        parts[name] = parts[name] - take
-        remaining = remaining - take
-    reclaim = reclaim - remaining
+    parts, reclaim = R.take_reclaim(reclaim, {"fault": fault, "run": run, "io": io})
     ep["run_ns"] = parts["run"]
     ep["fault_ns"] = parts["fault"]
     ep["io_ns"] = parts["io"]
@@ -710,9 +693,9 @@ def finish_episodes(
         [ep["run_ns"], ep["runqueue_ns"], ep["io_ns"], ep["fault_ns"], ep["lock_ns"], reclaim, ep["unknown_ns"]],
         axis=1,
     ).astype(np.int64)
-    ep["stall_ns"], ep["verdict"], ep["share"] = decide(components, EXACT_CAUSES)
+    ep["stall_ns"], ep["verdict"], ep["share"] = R.decide(components, CAUSES)
     ep["components"] = [
-        {c: (int(v) if c != "reclaim" or known else None) for c, v in zip(EXACT_CAUSES, row, strict=True)}
+        {c: (int(v) if c != "reclaim" or known else None) for c, v in zip(CAUSES, row, strict=True)}
         for row, known in zip(components.tolist(), reclaim_known.tolist(), strict=True)
     ]
     ep["idle_ns"] = 0
@@ -769,7 +752,7 @@ def finish_episodes(
     from analyses.threads import policy_label
     from analyses.windows import core_type_map
 
-    mapping, _ = core_type_map(cap.meta)
+    mapping, _ = core_type_map(cap.cpus)
     ep["cpus"] = [",".join(str(c) for c in (cpus if isinstance(cpus, list) else [])) for cpus in ep["cpu_list"]]
     ep["core_types"] = [
         ",".join(sorted({mapping.get(c, "uniform" if not mapping else "unknown") for c in cpus}))

@@ -130,9 +130,8 @@ def load_samples(
 
 def capture_interval_ns(cap: Capture) -> int:
     """The interval asked for (meta), else the median spacing of ticks seen in the samples."""
-    interval = (cap.meta.get("recording") or {}).get("interval_ns")
-    if interval:
-        return int(interval)
+    if cap.interval_ns:
+        return cap.interval_ns
     trailer = cap.trailer or {}
     if trailer.get("interval_p50_ns"):
         return int(trailer["interval_p50_ns"])
@@ -158,5 +157,5 @@ EXACT_TABLES = ("sched_switch", "sched_wakeup", "page_faults", "block_rq", "ebpf
 def proc_only(cap: Capture) -> Capture:
     """`cap` as a recording with the /proc sources alone would be: no eBPF tables, no taskstats, delay
     accounting (stat field 42) off. To compare, on one recording, what the exact sources change."""
-    sources = dict(cap.meta.get("sources") or {}, ebpf=False, taskstats="none", delayacct=False)
+    sources = dict(cap.sources, ebpf=False, taskstats="none", delayacct=False)
     return cap.without(EXACT_TABLES, meta={"sources": sources})

@@ -54,43 +54,31 @@ field 42) or schedstats sums, they confirm io in the evidence.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from analyses import exact_stalls
+from analyses import rules as R
 from analyses.exact_stalls import ExactData, load_exact
+from analyses.rules import CAUSES, RECLAIM_COLUMNS, StallRules
 from analyses.source import STATE_ALPHABET, STATE_D, STATE_S, capture_interval_ns, iter_samples
 from analyses.threads import policy_label, select_threads, thread_names, thread_profiles
 from analyses.windows import _group_starts, thread_windows, window_deltas
 from capture.format import Capture
 
-CAUSES = ("run", "runqueue", "io", "fault", "lock", "reclaim", "unknown")
 # Delays accounted when they end: an episode also takes the next window's (windows.TASKSTATS_DELTAS).
 LATE_ACCOUNTED = ("blkio_ns", "iowait_ns", "ts_blkio_ns", "ts_swapin_ns", "ts_freepages_ns", "ts_thrashing_ns",
                   "ts_compact_ns")  # fmt: skip
-RECLAIM_COLUMNS = ("ts_freepages_ns", "ts_thrashing_ns", "ts_compact_ns")
 OPTIONAL_SUMS = ("blkio_ns", "iowait_ns", "invol_switches", "ts_blkio_ns", "ts_swapin_ns", *RECLAIM_COLUMNS)
-
-
-@dataclass(frozen=True)
-class StallRules:
-    """Thresholds of the stall rules (module docstring says why each value)."""
-
-    busy_fraction: float = 0.5
-    fault_rate_per_ms: float = 20.0
-    min_stall_ns: int | None = None  # None: half the period (periodic threads), else two intervals
-    wake_margin_intervals: float = 0.25  # a no-switch-in run must exceed period + this many intervals
-    max_gap_ns: int = 1_000_000_000  # a longer silence is a pause (transport stopped), not a stall
 
 
 SOURCE_FLAGS = ("delayacct", "sched", "schedstats", "taskstats", "ts_blkio", "ebpf", "ebpf_faults", "ebpf_block")
 
 
 def _sources_present(cap: Capture, windows: pd.DataFrame, data: ExactData | None) -> dict[str, bool]:
-    sources = cap.meta.get("sources") or {}
+    sources = cap.sources
     return {
         "delayacct": bool(sources.get("delayacct")) and "blkio_ns" in windows,
         "sched": "vol_switches" in windows,
@@ -143,16 +131,16 @@ def classify_windows(
     off = windows["off_cpu_ns"].to_numpy()
     state = windows["state"].to_numpy()
     busy = on + rq
-    hot = busy >= rules.busy_fraction * wall
+    hot = R.is_hot(busy, wall, rules.busy_fraction)
     faults = np.zeros(len(tid), dtype=np.int64)
     for name in ("minflt", "majflt"):
         if name in windows:
             faults = faults + windows[name].to_numpy()
-    fault_win = (faults > 0) & (faults * 1_000_000 >= rules.fault_rate_per_ms * on) & (on > 0)
+    fault_win = R.is_fault_storm(faults, on, rules.fault_rate_per_ms)
     # D at either read: a wait for IO spans the read that starts the window or the one that ends it.
     # (A thread doing back-to-back IO is briefly R between requests; one read may catch that.)
     state_start = windows["state_start"].to_numpy() if "state_start" in windows else state
-    d_state = ((state == STATE_D) | (state_start == STATE_D)) & (off > 0)
+    d_state = R.read_in_d(state, state_start, STATE_D) & (off > 0)
     # Runs of windows without a switch-in, per thread (a window with a switch-in starts a new run).
     switched = windows["switches"].to_numpy() > 0
     first = _group_starts(tid)
@@ -165,7 +153,7 @@ def classify_windows(
     # down, or its engine stopped) has not stalled. So the run must be followed by a switch-in.
     last_of_thread = np.r_[tid[1:] != tid[:-1], True] if len(tid) else np.zeros(0, dtype=bool)
     ended = ~pd.Series(last_of_thread).groupby(key).transform("max").to_numpy().astype(bool)
-    limit = period + rules.wake_margin_intervals * interval_ns
+    limit = R.wake_limit_ns(period, interval_ns, rules)
     missed = (
         quiet & ended & ~np.isnan(period) & (asleep > np.nan_to_num(limit, nan=np.inf)) & (asleep <= rules.max_gap_ns)
     )
@@ -213,7 +201,9 @@ def classify_windows(
     return out
 
 
-def _in_rhythm(windows: pd.DataFrame, period: np.ndarray, interval_ns: int, wakeups: int = 3) -> np.ndarray:
+def _in_rhythm(
+    windows: pd.DataFrame, period: np.ndarray, interval_ns: int, wakeups: int = R.SETTLE_WAKEUPS
+) -> np.ndarray:
     """True from the first wake-up of a periodic thread after which it woke `wakeups` times, each within
     a period plus two sampling intervals of the last; always True for threads without a period."""
     tid = windows["tid"].to_numpy()
@@ -226,7 +216,7 @@ def _in_rhythm(windows: pd.DataFrame, period: np.ndarray, interval_ns: int, wake
     w_tid = tid[idx]
     gap = np.r_[np.diff(end[idx]), np.inf]
     same_next = np.r_[w_tid[1:] == w_tid[:-1], False]
-    regular = same_next & (gap <= np.nan_to_num(period[idx], nan=0) + 2 * interval_ns)
+    regular = same_next & (gap <= np.nan_to_num(period[idx], nan=0) + R.SETTLE_MARGIN_INTERVALS * interval_ns)
     run_ok = regular.copy()
     n = len(idx)
     for k in range(1, wakeups):  # the next `wakeups` gaps all regular, in the same thread
@@ -311,9 +301,7 @@ def find_stalls(
 
 def _excess_filter(episodes: pd.DataFrame, interval: int, rules: StallRules) -> pd.DataFrame:
     """Rule 4: keep what exceeds the thread's normal busy share over the span by min_stall."""
-    period = episodes["period_ns"].to_numpy(dtype=np.float64)
-    default_min = np.where(np.isnan(period), 2.0 * interval, np.maximum(period / 2.0, 0.0))
-    min_stall = default_min if rules.min_stall_ns is None else np.full(len(episodes), float(rules.min_stall_ns))
+    min_stall = R.min_stall_ns(episodes["period_ns"].to_numpy(dtype=np.float64), interval, rules)
     expected = episodes["utilization"].to_numpy(dtype=np.float64) * episodes["duration_ns"].to_numpy()
     excess = np.maximum(episodes["stall_ns"].to_numpy(dtype=np.float64) - expected, 0).astype(np.int64)
     episodes = episodes.assign(excess_ns=excess)
@@ -384,9 +372,7 @@ def _exact_episodes(
     """Episodes of these threads from their exact timelines (analyses.exact_stalls), before rule 4."""
     threads = _thread_info(chosen, profiles).merge(chosen[["tid", "pid"]], on="tid", how="left")
     threads["onset_ns"] = onset.reindex(threads["tid"]).to_numpy(dtype=float)
-    period = threads["period_ns"].to_numpy(dtype=float)
-    default_min = np.where(np.isnan(period), 2.0 * interval, period / 2.0)
-    long_run = default_min if rules.min_stall_ns is None else np.full(len(threads), float(rules.min_stall_ns))
+    long_run = R.min_stall_ns(threads["period_ns"].to_numpy(dtype=float), interval, rules)
     segments = exact_stalls.thread_segments(data, threads, rules)
     if t_range is not None and len(segments):
         lo = -np.inf if t_range[0] is None else t_range[0]
@@ -534,7 +520,9 @@ def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.D
     # all of it counts as block IO.
     blkio = episodes["ts_blkio_ns"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
     known = ~np.isnan(blkio) & ~major
-    covered = np.where(np.nan_to_num(blkio) >= 0.5 * d_time, np.maximum(np.nan_to_num(blkio), d_time), blkio)
+    covered = np.where(
+        np.nan_to_num(blkio) >= R.BLKIO_COVER_SHARE * d_time, np.maximum(np.nan_to_num(blkio), d_time), blkio
+    )
     io = np.where(major, 0, np.where(known, np.minimum(np.nan_to_num(covered), d_time + unknown + lock), d_time))
     io = io.astype(np.int64)
     from_d = np.minimum(io, d_time)
@@ -552,14 +540,13 @@ def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.D
     for name in RECLAIM_COLUMNS:
         if name in episodes:
             reclaim += episodes[name].astype("Int64").fillna(0).to_numpy(dtype=np.int64)
-    remaining = reclaim.copy()
-    for cause in ("fault_ns", "run_ns", "io_ns"):
-        take = np.minimum(remaining, episodes[cause].to_numpy())
-        episodes[cause] = episodes[cause].to_numpy() - take
-        remaining -= take
-    episodes["reclaim_ns"] = reclaim - remaining
+    parts = {cause: episodes[f"{cause}_ns"].to_numpy() for cause in R.RECLAIM_TAKEN_FROM}
+    parts, placed = R.take_reclaim(reclaim, parts)
+    for cause, values in parts.items():
+        episodes[f"{cause}_ns"] = values
+    episodes["reclaim_ns"] = placed
     components = episodes[[f"{c}_ns" for c in CAUSES]].to_numpy(dtype=np.int64)
-    episodes["stall_ns"], episodes["verdict"], episodes["share"] = exact_stalls.decide(components, CAUSES)
+    episodes["stall_ns"], episodes["verdict"], episodes["share"] = R.decide(components, CAUSES)
     explained = d_time + lock + unknown
     episodes["idle_ns"] = np.maximum(episodes["off"] - explained, 0).astype(np.int64)
     episodes["reads"] = episodes["windows"]

@@ -209,14 +209,13 @@ def reconcile(windows: pd.DataFrame) -> pd.DataFrame:
     return windows.assign(on_cpu_ns=on_cpu, runqueue_ns=runqueue, off_cpu_ns=off.astype(np.int64))
 
 
-def core_type_map(meta: Mapping[str, Any]) -> tuple[dict[int, str], set[str]]:
-    """cpu -> core type label from meta["cpus"]["core_types"], and the labels of the slower cores.
+def core_type_map(cpus: Mapping[str, Any]) -> tuple[dict[int, str], set[str]]:
+    """cpu -> core type label from the capture's cpus["core_types"], and the labels of the slower cores.
 
     Hybrid x86 labels the types P-core/E-core (sysfs cpu_core/cpu_atom); ARM big/little from
     cpu_capacity. Where the meta gives capacities or max frequencies, the slower types are those whose
     best CPU is below the fastest type's; otherwise the usual names of efficiency cores.
     """
-    cpus = meta.get("cpus") or {}
     types = cpus.get("core_types") or {}
     mapping: dict[int, str] = {}
     for label, members in types.items():
@@ -237,10 +236,10 @@ def core_type_map(meta: Mapping[str, Any]) -> tuple[dict[int, str], set[str]]:
     return mapping, slow
 
 
-def _add_core_type(windows: pd.DataFrame, meta: Mapping[str, Any]) -> pd.DataFrame:
+def _add_core_type(windows: pd.DataFrame, cpus: Mapping[str, Any]) -> pd.DataFrame:
     if "cpu" not in windows:
         return windows
-    mapping, slow = core_type_map(meta)
+    mapping, slow = core_type_map(cpus)
     cpu = windows["cpu"].to_numpy()
     if mapping:
         size = max(max(mapping) + 1, int(cpu.max()) + 1 if len(cpu) else 1)
@@ -309,12 +308,11 @@ def thread_windows(
     """
     tid_list = None if tids is None else sorted({int(t) for t in tids})
     samples = load_samples(cap, columns, tids=tid_list, t_range=t_range)
-    meta = cap.meta
-    clk_tck = int((meta.get("host") or {}).get("clk_tck") or 100)
-    delayacct = (meta.get("sources") or {}).get("delayacct")
+    clk_tck = cap.clk_tck
+    delayacct = cap.sources.get("delayacct")
     windows = reconcile(window_deltas(samples, clk_tck=clk_tck, delayacct=delayacct))
     del samples
-    windows = _add_core_type(windows, meta)
+    windows = _add_core_type(windows, cap.cpus)
     if with_sched:
         wanted = None if tid_list is None else np.asarray(tid_list, dtype=np.int32)
         for table, deltas in (("sched", SCHED_DELTAS), ("taskstats", TASKSTATS_DELTAS)):
@@ -337,9 +335,8 @@ def iter_raw_windows(
     The last read of each thread in one batch is carried into the next, so a window that spans two
     batches is still produced once. Good for aggregates over bins much longer than a tick.
     """
-    meta = cap.meta
-    clk_tck = int((meta.get("host") or {}).get("clk_tck") or 100)
-    delayacct = (meta.get("sources") or {}).get("delayacct")
+    clk_tck = cap.clk_tck
+    delayacct = cap.sources.get("delayacct")
     carry: pd.DataFrame | None = None
     for batch in iter_samples(cap, columns, tids=tids, t_range=t_range, batch_rows=batch_rows):
         frame = batch if carry is None else pd.concat([carry, batch], ignore_index=True)
@@ -350,7 +347,7 @@ def iter_raw_windows(
         carry = frame[last].reset_index(drop=True)
         windows = window_deltas(frame, clk_tck=clk_tck, delayacct=delayacct)
         if len(windows):
-            yield _add_core_type(windows, meta)
+            yield _add_core_type(windows, cap.cpus)
 
 
 def state_letters(codes: np.ndarray | pd.Series) -> np.ndarray:

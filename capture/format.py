@@ -330,11 +330,6 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 
 
-def register_table(name: str, schema: pa.Schema) -> None:
-    """Declare the schema of a further table (eBPF events, taskstats...) so empty reads have columns."""
-    SCHEMAS[name] = schema
-
-
 # --------------------------------------------------------------------------------------------------
 # Writing
 
@@ -697,6 +692,34 @@ class Capture:
     def complete(self) -> bool:
         """True when the recorder finished cleanly and wrote its trailer."""
         return self.trailer is not None
+
+    # Typed views of `meta` (written by samplers.metadata): what analyses read, in one place.
+
+    @property
+    def interval_ns(self) -> int | None:
+        """The sampling interval asked for, ns (None when the metadata does not say)."""
+        interval = (self.meta.get("recording") or {}).get("interval_ns")
+        return int(interval) if interval else None
+
+    @property
+    def sources(self) -> dict[str, Any]:
+        """Which data sources the recording had: delayacct, schedstats, taskstats, ebpf, psi..."""
+        return dict(self.meta.get("sources") or {})
+
+    @property
+    def cpus(self) -> dict[str, Any]:
+        """The CPUs: online (list), core_types (cpu -> label) and what else the recorder learned."""
+        return dict(self.meta.get("cpus") or {})
+
+    @property
+    def host(self) -> dict[str, Any]:
+        """The machine: kernel, clk_tck, page size..."""
+        return dict(self.meta.get("host") or {})
+
+    @property
+    def clk_tck(self) -> int:
+        """Clock ticks per second of utime/stime/blkio_ticks (USER_HZ; 100 when the metadata lacks it)."""
+        return int(self.host.get("clk_tck") or 100)
 
     def __repr__(self) -> str:
         where = str(self.path) if self.path else "in memory"

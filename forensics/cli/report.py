@@ -211,7 +211,7 @@ def build_report(
 
 def unknowns(cap: Capture, figures: pd.DataFrame, stall_notes: list[str], *, has_truth: bool) -> pd.DataFrame:
     """One row per thing this capture cannot tell, why, and what that means for the verdicts."""
-    sources = cap.meta.get("sources") or {}
+    sources = cap.sources
     rows: list[tuple[str, str, str]] = []
     if cap.trailer is None:
         rows.append((

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from analyses.rules import SPIKE_FACTOR
 from capture.format import Capture, load
 from forensics.cli.options import DURATION, capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
@@ -45,7 +46,11 @@ BURNER_COLUMNS = {
     help="Flag any run of busy windows adding up to this (default: the period of a periodic thread).",
 )
 @click.option(
-    "--factor", type=click.FloatRange(1.0), default=5.0, show_default=True, help="Times the thread's typical CPU."
+    "--factor",
+    type=click.FloatRange(1.0),
+    default=SPIKE_FACTOR,
+    show_default=True,
+    help="Times the thread's typical CPU.",
 )
 @click.option(
     "--min", "min_ns", type=DURATION, default=None, help="Smallest spike (default: a quarter sampling interval)."

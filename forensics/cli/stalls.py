@@ -7,13 +7,14 @@ from typing import TYPE_CHECKING
 import click
 import pandas as pd
 
+from analyses.rules import DEFAULT_RULES
 from capture.format import Capture, load
 from forensics.cli.options import DURATION, capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.render import Report, Section
 
 if TYPE_CHECKING:
-    from analyses.stalls import StallRules
+    from analyses.rules import StallRules
 
 EPISODE_COLUMNS = {
     "start_ns": "at",
@@ -49,14 +50,14 @@ THREAD_COLUMNS = {
 @click.option(
     "--busy-fraction",
     type=click.FloatRange(0.05, 1.0),
-    default=0.5,
+    default=DEFAULT_RULES.busy_fraction,
     show_default=True,
     help="A window is hot when the thread was on CPU or runnable this much of it.",
 )
 @click.option(
     "--fault-rate",
     type=click.FloatRange(1.0),
-    default=20.0,
+    default=DEFAULT_RULES.fault_rate_per_ms,
     show_default=True,
     help="Faults per ms on CPU from which a window's CPU time counts as a fault storm.",
 )
@@ -127,8 +128,8 @@ def stalls(
     taskstats block-IO delay (delay accounting), io rests on that delay instead. What no source in the
     capture could decide is listed as unknown.
     """
+    from analyses.rules import StallRules
     from analyses.span import resolve_span
-    from analyses.stalls import StallRules
 
     cap = load(capture)
     if proc_only:
@@ -211,6 +212,6 @@ def _add_truth(report: Report, cap: object, episodes: object, interval: int) -> 
     if truth.empty:
         report.notes.append("--truth: this capture holds no ground truth (record the lab: catch-load --lab).")
         return
-    matrix, scores = confusion(episodes, truth, cycles=cap.cycles, tolerance_ns=interval)  # type: ignore
+    matrix, scores = confusion(episodes, truth, cycles=cap.cycles, tolerance_ns=interval, interval_ns=interval)  # type: ignore
     report.sections.append(Section("truth_matrix", "Ground truth (rows) against verdicts (columns), >= 5 ms", matrix))
     report.sections.append(Section("truth_scores", "Recall and precision per cause", scores))

@@ -22,6 +22,7 @@ def export_windows(
     """Reconciled windows (analyses.windows) of the given threads, a group of threads at a time, with
     `blocked_ns` (off-CPU time of a window whose read found the thread in D at either end, the test
     analyses.stalls uses for io) and the state letters as text."""
+    from analyses.rules import blocked_ns
     from analyses.source import STATE_D
     from analyses.windows import state_letters, thread_windows
 
@@ -32,9 +33,10 @@ def export_windows(
         w = thread_windows(cap, tids=tids, t_range=t_range)
         if w.empty:
             continue
-        d = (w["state"].to_numpy() == STATE_D) | (w["state_start"].to_numpy() == STATE_D)
         w = w.assign(
-            blocked_ns=np.where(d, w["off_cpu_ns"].to_numpy(), 0),
+            blocked_ns=blocked_ns(
+                w["state"].to_numpy(), w["state_start"].to_numpy(), w["off_cpu_ns"].to_numpy(), STATE_D
+            ),
             state=state_letters(w["state"].to_numpy()),
             state_start=state_letters(w["state_start"].to_numpy()),
             core_type=w["core_type"].astype(str),
