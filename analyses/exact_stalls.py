@@ -554,10 +554,10 @@ def longest_of(seg: pd.DataFrame, cause: str, columns: list[str]) -> pd.DataFram
 
 def prio_label(prio: Any, policy: Any = None, rtprio: Any = None, nice: Any = None) -> str:
     """Scheduling class of a task from the /proc policy when known, else from the kernel prio alone."""
-    from analyses.threads import POLICY_NAMES, RT_POLICIES
+    from capture.vocabulary import RT_POLICIES, policy_name
 
     if policy is not None and not pd.isna(policy):
-        name = POLICY_NAMES.get(int(policy), str(int(policy)))
+        name = policy_name(policy)
         if int(policy) in RT_POLICIES:
             return f"SCHED_{name} {int(rtprio) if rtprio is not None and not pd.isna(rtprio) else '?'}"
         shown_nice = int(nice) if nice is not None and not pd.isna(nice) else None

@@ -14,11 +14,9 @@ import numpy as np
 import pandas as pd
 
 from capture.format import Capture
+from capture.vocabulary import STATE_ALPHABET
 
-# The state letter (stat field 3) as a one-byte code; 0 = not known. Letters from fs/proc/array.c
-# task_state_array: R running/runnable, S sleeping (interruptible), D disk sleep (uninterruptible),
-# T stopped, t tracing stop, X dead, Z zombie, P parked, I idle (kernel threads).
-STATE_ALPHABET = "?RSDTtXZPIWKN"
+# The state letter (stat field 3) as a one-byte code: its index in the shared alphabet; 0 = not known.
 STATE_CODE = {letter: np.int8(i) for i, letter in enumerate(STATE_ALPHABET)}
 STATE_R, STATE_S, STATE_D = STATE_CODE["R"], STATE_CODE["S"], STATE_CODE["D"]
 

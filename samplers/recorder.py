@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capture.errors import ForensicsError
+from capture.vocabulary import RT_POLICIES
 from samplers import frames
-from samplers.procfs import RT_POLICIES, ProcPaths, parse_stat
+from samplers.procfs import ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
 from samplers.ticktimes import TickTimes

@@ -23,8 +23,9 @@ import numpy as np
 import pyarrow as pa
 
 from capture.format import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, CaptureWriter
+from capture.vocabulary import policy_name
 from samplers import frames
-from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat_blob, policy_name
+from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat_blob
 from samplers.system import PRESSURE_FILES, system_rows
 
 # At most this much of the recording sits only in the writer's memory. The writer outlives a killed
