@@ -63,7 +63,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyses import exact
+from analyses import evidence, exact
 from analyses import rules as R
 from analyses.rules import (
     BLKIO_SLACK_PER_WAIT_NS,
@@ -552,27 +552,6 @@ def longest_of(seg: pd.DataFrame, cause: str, columns: list[str]) -> pd.DataFram
     return mine.loc[pick.to_numpy(), ["episode", *columns]].set_index("episode")
 
 
-def prio_label(prio: Any, policy: Any = None, rtprio: Any = None, nice: Any = None) -> str:
-    """Scheduling class of a task from the /proc policy when known, else from the kernel prio alone."""
-    from capture.vocabulary import RT_POLICIES, policy_name
-
-    if policy is not None and not pd.isna(policy):
-        name = policy_name(policy)
-        if int(policy) in RT_POLICIES:
-            return f"SCHED_{name} {int(rtprio) if rtprio is not None and not pd.isna(rtprio) else '?'}"
-        shown_nice = int(nice) if nice is not None and not pd.isna(nice) else None
-        return f"SCHED_{name}" + (f", nice {shown_nice}" if shown_nice is not None else "")
-    if prio is None or pd.isna(prio):
-        return "priority unknown"
-    prio = int(prio)
-    # Kernel prio (include/linux/sched/prio.h): 0-99 real-time (99 - rtprio), 100-139 normal (120 + nice).
-    if prio < 0:
-        return "SCHED_DEADLINE"
-    if prio < 100:
-        return f"real-time priority {99 - prio}"
-    return f"normal priority, nice {prio - 120}"
-
-
 # --------------------------------------------------------------------------------------------------
 # Rule 3, per episode: counters that bracket it, the verdict, who woke it or ran instead, the evidence
 
@@ -620,10 +599,6 @@ def _cumulative_faults(windows: pd.DataFrame) -> pd.DataFrame | None:
     ).sort_values(["tid", "t_ns"], kind="stable")
     frame[["minflt", "majflt"]] = frame.groupby("tid", sort=False)[["minflt", "majflt"]].cumsum()
     return frame
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
 
 
 def finish_episodes(
@@ -722,7 +697,7 @@ def finish_episodes(
         keyed = rows.set_index(["tid", "start_ns"])
         woke = woke.reindex(keyed.index)
         labels = [
-            f"{comm} ({int(tid)}, {prio_label(prio, policy, rtprio, nice)})"
+            f"{comm} ({int(tid)}, {evidence.prio_label(prio, policy, rtprio, nice)})"
             for comm, tid, prio, policy, rtprio, nice in zip(
                 woke["waker_comm"].tolist(), woke["waker_tid"].tolist(), woke["waker_prio"].tolist(),
                 woke["waker_policy"].tolist(), woke["waker_rtprio"].tolist(), woke["waker_nice"].tolist(), strict=True,
@@ -742,7 +717,11 @@ def finish_episodes(
             pol[["policy", "rtprio", "nice"]].itertuples(index=False, name=None),
             strict=True,
         ):  # one row per episode
-            who = "the idle task" if int(tid) == 0 else f"{comm} ({int(tid)}, {prio_label(prio, policy, rtprio, nice)})"
+            who = (
+                "the idle task"
+                if int(tid) == 0
+                else f"{comm} ({int(tid)}, {evidence.prio_label(prio, policy, rtprio, nice)})"
+            )
             texts.append(f"{who} on CPU {'?' if pd.isna(cpu) else int(cpu)}")
         ep.loc[runnable.index, "ran_instead_tid"] = pd.array(runnable["other_tid"].to_numpy(), dtype="Int64")
         ep.loc[runnable.index, "ran_instead"] = texts
@@ -766,110 +745,6 @@ def finish_episodes(
         for p, r, n in zip(last["policy"].tolist(), last["rtprio"].tolist(), last["nice"].tolist(), strict=True)
     ]
     ep["basis"] = "ebpf"
-    ep["evidence"] = _evidence(ep, data)
-    ep["sources"] = _sources(ep, data)
+    ep["evidence"] = evidence.exact_evidence(ep, data.has_block)
+    ep["sources"] = evidence.exact_sources(ep, data.has_block)
     return ep
-
-
-def _headline(row: Any) -> str:
-    """The one sentence that says what happened (the verdict in words)."""
-    comm, verdict = row.comm, row.verdict
-    if verdict == "lock":
-        waits = f" in {int(row.lock_waits)} waits" if row.lock_waits > 1 else ""
-        text = f"{comm} waited {_ms(row.lock_ns)} asleep (S){waits}"
-        if isinstance(row.waker, str):
-            text += f"; woken by {row.waker}"
-            if row.priority_inversion:
-                text += " — priority inversion"
-        return text
-    if verdict == "io":
-        text = f"{comm} waited {_ms(row.io_ns)} for block IO in {int(row.d_waits)} uninterruptible (D) wait"
-        return text + ("s" if row.d_waits != 1 else "")
-    if verdict == "runqueue":
-        text = f"{comm} was runnable {_ms(row.runqueue_ns)} without a CPU"
-        if isinstance(row.ran_instead, str):
-            text += f"; {row.ran_instead} ran instead"
-        return text
-    if verdict == "run":
-        return f"{comm} ran {_ms(row.run_ns)} on CPU"
-    if verdict == "fault":
-        return f"{comm} spent {_ms(row.fault_ns)} taking page faults"
-    if verdict == "reclaim":
-        return f"{comm} spent {_ms(row.reclaim_ns)} in memory reclaim, thrashing or compaction"
-    if row.not_block_ns >= row.unknown_ns / 2 and row.not_block_ns > 0:
-        return (
-            f"{comm} was uninterruptible (D) {_ms(row.not_block_ns)} without block-IO delay: a kernel lock, "
-            "a journal commit, NFS or FUSE"
-        )
-    return f"{comm} was off CPU {_ms(row.unknown_ns)} in an undecided state"
-
-
-def _evidence(ep: pd.DataFrame, data: ExactData) -> list[str]:
-    """One line per episode, headline first. A loop over episodes, not events."""
-    lines = []
-    for row in ep.itertuples(index=False):
-        parts = [_headline(row), f"exact span {_ms(row.duration_ns)}"]
-        small = 0.05 * max(row.stall_ns, 1)
-        if row.run_ns > small and row.verdict != "run":
-            parts.append(f"on CPU {_ms(row.run_ns)}")
-        if row.runqueue_ns > small and row.verdict != "runqueue":
-            parts.append(f"runnable {_ms(row.runqueue_ns)}")
-        if row.preemptions:
-            parts.append(f"{int(row.preemptions)} preemption{'s' if row.preemptions != 1 else ''}")
-        if row.d_ns and row.verdict != "io":
-            parts.append(f"uninterruptible (D) {_ms(row.d_ns)} in {int(row.d_waits)} waits")
-        if row.lock_ns and row.verdict != "lock":
-            parts.append(f"asleep waiting for another task {_ms(row.lock_ns)}")
-        if row.page_faults:
-            rate = row.page_faults / max(row.fault_ns / 1e6, 1e-3)
-            parts.append(f"{int(row.page_faults)} page faults in storms ({rate:.0f}/ms)")
-        elif row.proc_storm:
-            parts.append(f"{int(row.minflt)} minor + {int(row.majflt)} major faults (/proc)")
-        if row.major:
-            parts.append(f"{int(row.majflt)} major faults: D time is paging in")
-        waited = bool(row.d_ns or row.lock_ns or row.verdict in ("io", "lock", "unknown"))
-        if not pd.isna(row.ts_blkio_ns) and waited:
-            parts.append(f"blkio delay {_ms(row.ts_blkio_ns)} (taskstats)")
-        elif row.d_ns:
-            parts.append("blkio delay unknown (no delay accounting for this thread)")
-        if data.has_block and not pd.isna(row.block_requests) and (row.d_ns or row.block_requests):
-            parts.append(f"{int(row.block_requests)} block requests issued by it")
-        if row.reclaim_ns is not pd.NA and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
-            parts.append(f"reclaim/compaction/thrashing delay {_ms(row.reclaim_ns)} (taskstats)")
-        if row.near_gap:
-            parts.append("next to a hole in the switch record: the thread's state there is unknown")
-        parts.append(f"CPU {row.cpus} ({row.core_types}), {row.policy}")
-        lines.append("; ".join(parts))
-    return lines
-
-
-def _sources(ep: pd.DataFrame, data: ExactData) -> list[list[str]]:
-    """Per episode, the sources its verdict rests on: the deciding ones first."""
-    out = []
-    for row in ep.itertuples(index=False):
-        woken = bool(row.lock_ns or row.d_ns or (row.runqueue_ns and row.preemptions == 0))
-        fault_source = "proc:faults" if (row.proc_storm or row.major) else "ebpf:page_faults"
-        waited = bool(row.d_ns or row.lock_ns or row.verdict in ("io", "lock", "unknown"))
-        blkio = ["taskstats:blkio"] if waited and not pd.isna(row.ts_blkio_ns) else []
-        block = ["ebpf:block_rq"] if data.has_block and not pd.isna(row.block_requests) and row.block_requests else []
-        first = {
-            "run": ["ebpf:sched_switch"],
-            "runqueue": ["ebpf:sched_switch"],
-            "io": [*blkio, "ebpf:sched_switch"],
-            "fault": [fault_source, "ebpf:sched_switch"],
-            "lock": ["ebpf:sched_switch", "ebpf:sched_wakeup"],
-            "reclaim": ["taskstats:reclaim"],
-            "unknown": ["ebpf:sched_switch", *blkio],
-        }[row.verdict]
-        more = ["ebpf:sched_switch"]
-        if woken:
-            more.append("ebpf:sched_wakeup")
-        if row.page_faults:
-            more.append("ebpf:page_faults")
-        if row.proc_storm or row.major:
-            more.append("proc:faults")
-        more += blkio + block
-        if row.reclaim_ns is not pd.NA and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
-            more.append("taskstats:reclaim")
-        out.append(list(dict.fromkeys([*first, *more])))
-    return out

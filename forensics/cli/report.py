@@ -210,7 +210,10 @@ def build_report(
 
 
 def unknowns(cap: Capture, figures: pd.DataFrame, stall_notes: list[str], *, has_truth: bool) -> pd.DataFrame:
-    """One row per thing this capture cannot tell, why, and what that means for the verdicts."""
+    """One row per thing this capture cannot tell, why, and what that means for the verdicts (the missing
+    sources' rows from the table of analyses.data_sources)."""
+    from analyses.data_sources import unknown_rows
+
     sources = cap.sources
     rows: list[tuple[str, str, str]] = []
     if cap.trailer is None:
@@ -222,44 +225,7 @@ def unknowns(cap: Capture, figures: pd.DataFrame, stall_notes: list[str], *, has
     for warning in cap.warnings:
         if "trailer" not in warning:
             rows.append(("part of the capture", warning, "only what reads back is analysed"))
-    if not sources.get("schedstats_enabled"):
-        why = (
-            "the kernel has no CONFIG_SCHEDSTATS"
-            if sources.get("schedstats_compiled") is False
-            else "kernel.sched_schedstats was off (or unknown)"
-        )
-        rows.append((
-            "per-thread wait, sleep, block and iowait sums (sched file)",
-            why,
-            "none for io and lock: eBPF's switch states decide them"
-            if sources.get("ebpf")
-            else "io is told from lock by the state letter read each tick (D or S): waits shorter than one "
-            "interval may be missed",
-        ))  # fmt: skip
-    if not sources.get("delayacct"):
-        rows.append((
-            "block-IO delay per thread (delay accounting, stat field 42)",
-            "kernel.task_delayacct was off" if sources.get("delayacct_compiled") else "delay accounting unavailable",
-            "io rests on the D state (eBPF switch states), not on the kernel's own block-IO wait time: other "
-            "uninterruptible waits read as io"
-            if sources.get("ebpf")
-            else "io verdicts rest on the state letter (and machine-wide IO pressure), not on the kernel's "
-            "own per-thread IO-wait time",
-        ))  # fmt: skip
-    if not sources.get("taskstats"):
-        rows.append((
-            "reclaim, compaction and thrashing delays (taskstats)",
-            "taskstats were not read",
-            "the reclaim verdict cannot be given: such time shows as run, fault or io",
-        ))  # fmt: skip
-    if not sources.get("ebpf"):
-        rows.append((
-            "exact switch states and who woke whom (eBPF)",
-            "eBPF was not used",
-            "lock waits shorter than the period are not seen; a lock's holder is a suspicion, not proof",
-        ))  # fmt: skip
-    if not sources.get("psi"):
-        rows.append(("system pressure (PSI)", "/proc/pressure was not read", "no machine-wide stall context"))
+    rows += unknown_rows(sources)
     for row in figures.itertuples(index=False):
         if isinstance(row.source, str) and row.source.startswith("unknown"):
             rows.append(
