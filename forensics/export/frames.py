@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
+from capture.errors import ForensicsError
 from capture.format import Capture
 
 GROUP_SAMPLES = 3_000_000  # samples of the threads read at once (about 0.5 GB of windows at most)
@@ -57,3 +58,22 @@ def flat_verdicts(episodes: pd.DataFrame) -> pd.DataFrame:
         elif out[column].dtype == object:
             out[column] = out[column].astype("string")
     return out
+
+
+def export_threads(cap: Capture, pattern: str | None, t_range: tuple[int | None, int | None] | None) -> pd.DataFrame:
+    from analyses.threads import select_threads, thread_profiles
+
+    profiles = thread_profiles(cap, t_range=t_range)
+    if pattern is not None:
+        profiles = select_threads(profiles, pattern=pattern)
+        if profiles.empty:
+            raise ForensicsError(f"no thread matches --thread {pattern!r}: see `forensics summarize`")
+    return profiles
+
+
+def export_verdicts(
+    cap: Capture, profiles: pd.DataFrame, pattern: str | None, t_range: tuple[int | None, int | None] | None
+) -> pd.DataFrame:
+    from analyses.stalls import find_stalls
+
+    return find_stalls(cap, pattern=pattern, t_range=t_range, profiles=profiles)
