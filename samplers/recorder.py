@@ -123,7 +123,6 @@ class Recorder:
         self.sample_rows = 0
         self.threads_seen = 0
         self.processes_seen = 0
-        self.writer: Any = None
         self._pipe = -1
         self._markers: list[tuple[int, str]] = []
         self._system_fds: dict[str, int] = {}
@@ -472,9 +471,7 @@ class Recorder:
         pread = os.pread
         mono = self.clock
         write = self._send
-        tick_header = frames.TICK_HEADER.pack
-        frame_header = frames.FRAME.pack
-        tick_kind = frames.TICK
+        encode_tick = frames.encode_tick
         sleep = time.sleep
         tick = 0
         due = start
@@ -529,30 +526,9 @@ class Recorder:
                 if self.taskstats_hot:
                     self._read_taskstats(tick)
                 # ---- hand over ----
-                ss_blob = b"".join(ss)
-                st_blob = b"".join(st)
-                payload = b"".join(
-                    (
-                        tick_header(
-                            tick,
-                            self.layout_id,
-                            now,
-                            len(dead) + len(empty),
-                            len(sched_raw),
-                            len(ss_blob),
-                            len(st_blob),
-                        ),
-                        array("q", times).tobytes(),
-                        array("I", dead + empty if empty else dead).tobytes(),
-                        array("I", map(len, st)).tobytes(),
-                        array("I", map(len, sched_raw)).tobytes(),
-                        ss_blob,
-                        st_blob,
-                        *sched_raw,
-                    )
-                )
                 if times:  # no target thread yet (--match still waiting): nothing to store
-                    write(frame_header(tick_kind, len(payload)) + payload)
+                    missing = dead + empty if empty else dead
+                    write(encode_tick(tick, self.layout_id, now, times, missing, ss, st, sched_raw))
                 if now >= next_handover:
                     self._hand_over()
                     next_handover = now + HANDOVER_NS
