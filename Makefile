@@ -1,5 +1,5 @@
 # Tests and benchmarks. Benchmarks are run by hand on an otherwise idle machine; their figures are
-# written to bench/out/ and quoted in the issues' closing notes.
+# written to bench/out/ and quoted in the README (side by side, as ratios).
 PYTHON ?= python3
 
 .PHONY: test lint bench bench-sampler bench-churn bench-analyses bench-exact bench-lab

@@ -16,7 +16,7 @@ A window of thread T ends at a read of T's counters and starts at T's previous r
 Optional, when the capture holds them: vol_switches invol_switches migrations (from the `sched` file), the
 schedstats sums wait_sum_ns sleep_ns block_ns iowait_ns (CONFIG_SCHEDSTATS + kernel.sched_schedstats),
 and the taskstats delays ts_blkio_ns ts_swapin_ns ts_freepages_ns ts_thrashing_ns ts_compact_ns
-ts_cpu_delay_ns (delay accounting, read through taskstats: issue 5).
+ts_cpu_delay_ns (delay accounting, read through taskstats).
 
 Reconciliation. The kernel does not keep these counters live (DESIGN.md, "Kernel facts"): a running
 thread's sum_exec_runtime grows only when update_curr() runs, at the scheduler tick and at a switch
@@ -47,7 +47,7 @@ FAULT_COLUMNS = ["minflt", "majflt"]
 TIME_COLUMNS = ["utime", "stime", "nice", "blkio_ticks"]
 ALL_COLUMNS = BASE_COLUMNS + FAULT_COLUMNS + TIME_COLUMNS
 
-# Delay accounting per thread through taskstats (issue 5's "taskstats" table: cumulative ns per (tid,
+# Delay accounting per thread through taskstats (the capture's "taskstats" table: cumulative ns per (tid,
 # tick)). Like run_delay, each total grows when its delay ends (delayacct_*_end in kernel/delayacct.c).
 TASKSTATS_DELTAS = {
     "blkio_delay_ns": "ts_blkio_ns",

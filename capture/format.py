@@ -183,7 +183,7 @@ CYCLES_SCHEMA = pa.schema(
 )
 
 # --------------------------------------------------------------------------------------------------
-# Exact sources (issue 5): written only when the recording had them; see samplers/taskstats.py and
+# Exact sources (README, "Exact sources"): written only when the recording had them; see samplers/taskstats.py and
 # samplers/ebpf/tables.py for how each column is filled.
 
 # Per-thread taskstats (generic netlink) at the tick, for the threads it was read for. Delay totals

@@ -29,7 +29,7 @@ from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, par
 from samplers.system import PRESSURE_FILES, system_rows
 
 # At most this much of the recording sits only in the writer's memory. The writer outlives a killed
-# recorder and flushes on EOF; this bounds the loss when both are killed at once (issue 2: 1 s).
+# recorder and flushes on EOF; this bounds the loss when both are killed at once to about 1 s.
 FLUSH_EVERY_NS = 1_000_000_000
 FLUSH_ROWS = 200_000
 

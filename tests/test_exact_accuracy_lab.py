@@ -1,4 +1,4 @@
-"""Issue 5's checks on real recordings: the lab recorded with eBPF (and delay accounting), end to end.
+"""The exact sources' checks on real recordings: the lab recorded with eBPF (and delay accounting), end to end.
 
 `catch-load --ebpf --delayacct --lab ...` records the lab (lab-audio, SCHED_FIFO 70, 5.333 ms) with the
 ground truth in the capture; `find_stalls` then builds its episodes from the exact switch record.

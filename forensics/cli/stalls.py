@@ -78,31 +78,13 @@ def stalls(
     Each episode says which sources decided it (`sources`, the deciding ones first).
 
     \b
-    With eBPF events in the capture (catch-load --ebpf), episodes are exact: the thread's switches
-    give when it left the CPU, in which state (S, D, or preempted), when it was woken and by whom.
-    An episode runs from its first to its last significant segment (a run of half a period or more,
-    or any wait of 0.1 ms or more); lock = an S sleep of a periodic thread ended by a task other than
-    its usual waker (its timer, its engine), or by that waker after more than 1.25 periods; its
-    waker is named, and a lower-priority waker of a real-time thread is called a priority inversion;
-    runqueue names who ran instead; fault storms come from the page-fault events. With delay
-    accounting (--delayacct --taskstats), io is the D time the kernel accounted as block IO, and the
-    rest of the D time is unknown (a kernel lock, a journal commit, NFS, FUSE). Where the switch record
-    has a hole (the kernel emitted no switch), the /proc rules below decide.
-
-    \b
-    Without eBPF, each 2 ms window of a watched thread is split into on-CPU, runnable and off-CPU time
-    (schedstat; time the kernel accounts late is moved back to where it was lived), and adjacent
-    anomalous windows make an episode. io is told from lock by the state letter read every tick
-    (stat field 3): D is an uninterruptible wait (disk), S an interruptible one (futex, pipe, poll).
-    Limits: the letter is a snapshot, so a wait shorter than one sampling interval may never be seen;
-    a thread in S looks the same as one asleep between callbacks, so a lock wait shows only when it
-    makes a periodic thread miss a wake-up (always when it lasts a period plus two intervals, 9.3 ms at
-    5.333 ms / 2 ms; never below one period); kernel mutexes and NFS or FUSE waits also show D. A
-    thread doing back-to-back IO may be read on CPU every time: a window in which it blocked and was
-    woken twice or more, with no D or S read, is io when the machine's IO pressure (/proc/pressure/io)
-    grew by at least its off-CPU time (machine-wide: corroboration, said in the evidence). With
-    taskstats block-IO delay (delay accounting), io rests on that delay instead. What no source in the
-    capture could decide is listed as unknown.
+    With eBPF events (catch-load --ebpf) episodes are exact: the switches say when the thread left
+    the CPU, in which state, and who woke it. Without, each 2 ms window is split into on-CPU, runnable
+    and off-CPU time, and io is told from lock by the state letter read every tick (stat field 3):
+    D is an uninterruptible wait (disk), S an interruptible one (futex, pipe, poll). Limits: a wait
+    shorter than one interval may never be read, and a lock wait shows only when a periodic thread
+    misses a wake-up. What no source in the capture could decide is listed as unknown.
+    The rules, their thresholds and their limits: README, "Explaining a spike"; DESIGN.md, "The rules".
     """
     from analyses.rules import StallRules
     from analyses.span import resolve_span

@@ -30,6 +30,7 @@ import pandas as pd
 
 from capture.errors import ForensicsError
 from capture.format import Capture
+from forensics.colors import VERDICT_COLORS
 from forensics.progress import Progress
 
 SYNTHETIC = 1 << 22  # PID_MAX_LIMIT on 64-bit Linux (include/linux/threads.h): no real pid or tid reaches it
@@ -162,6 +163,7 @@ def verdict_events(episodes: pd.DataFrame, origin: int) -> list[dict[str, Any]]:
             "components_ms": components,
             "evidence": row.evidence,
             "sources": list(row.sources),
+            "color": VERDICT_COLORS.get(row.verdict, VERDICT_COLORS["unknown"]),  # as in the plots and the report
         }
         name = f"stall: {row.verdict} {row.stall_ns / 1e6:.1f} ms"
         ts = float(_us(row.start_ns, origin))
