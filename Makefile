@@ -6,8 +6,8 @@ PYTHON ?= python3
 test:
 	$(PYTHON) -m pytest
 
-lint:
-	ruff check . && ruff format --check .
+lint:  # what .ci/run checks before the tests: the layering contracts, types, style
+	lint-imports && mypy && ruff check . && ruff format --check .
 
 bench: bench-sampler bench-churn bench-analyses bench-exact bench-lab
 

@@ -76,6 +76,9 @@ from analyses.rules import (
 )
 from capture.format import Capture
 
+# np.where(cond, x, NONE_OBJECT): an object array with None where not cond (numpy's stubs refuse a bare None).
+NONE_OBJECT = np.array(None, dtype=object)
+
 SEGMENT_COLUMNS = [
     "tid", "start_ns", "end_ns", "cause", "state", "cpu", "faults", "off_index",
     "waker_tid", "waker_comm", "waker_context", "other_tid", "other_comm", "other_prio",
@@ -246,7 +249,7 @@ def bracket(
             bad = after[bad_col].to_numpy(dtype=float) - before[bad_col].to_numpy(dtype=float)
             grew = np.where(bad > 0, np.nan, grew)
         grew = np.where(grew < 0, np.nan, grew)
-        out[name] = pd.array(np.where(np.isnan(grew), None, np.rint(grew)), dtype="Int64")
+        out[name] = pd.array(np.where(np.isnan(grew), NONE_OBJECT, np.rint(grew)), dtype="Int64")
     return out
 
 
@@ -663,7 +666,7 @@ def finish_episodes(
     ep["io_ns"] = parts["io"]
     ep["unknown_ns"] = unknown
     ep["not_block_ns"] = not_block
-    ep["reclaim_ns"] = pd.array(np.where(reclaim_known, reclaim, None), dtype="Int64")
+    ep["reclaim_ns"] = pd.array(np.where(reclaim_known, reclaim, NONE_OBJECT), dtype="Int64")
     components = np.stack(
         [ep["run_ns"], ep["runqueue_ns"], ep["io_ns"], ep["fault_ns"], ep["lock_ns"], reclaim, ep["unknown_ns"]],
         axis=1,

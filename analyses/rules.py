@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -78,13 +79,15 @@ def is_fault_storm(
     return (faults > 0) & (faults * 1_000_000 >= rate_per_ms * on_cpu_ns) & (on_cpu_ns > 0)
 
 
-def read_in_d(state_end: np.ndarray, state_start: np.ndarray, state_d: int) -> np.ndarray:
+def read_in_d(state_end: np.ndarray, state_start: np.ndarray, state_d: int | np.integer[Any]) -> np.ndarray:
     """The read that starts or ends the window found the thread in D (a wait for IO spans one of them;
     a thread doing back-to-back IO is briefly R between requests, and one read may catch that)."""
     return (state_end == state_d) | (state_start == state_d)
 
 
-def blocked_ns(state_end: np.ndarray, state_start: np.ndarray, off_cpu_ns: np.ndarray, state_d: int) -> np.ndarray:
+def blocked_ns(
+    state_end: np.ndarray, state_start: np.ndarray, off_cpu_ns: np.ndarray, state_d: int | np.integer[Any]
+) -> np.ndarray:
     """Off-CPU time of a window read in D at either end: what the /proc path counts as io (or fault)."""
     return np.where(read_in_d(state_end, state_start, state_d), off_cpu_ns, 0)
 

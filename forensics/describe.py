@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, SupportsFloat
 
 from capture.format import Capture
 
 
-def fmt_ns(ns: float | int | None) -> str:
+def fmt_ns(ns: SupportsFloat | None) -> str:
     """A duration for people: 1234 -> "1.2 us", 2_000_000 -> "2.000 ms"."""
     if ns is None:
         return "unknown"

@@ -485,7 +485,9 @@ def parse_replies(raws: Sequence[bytes]) -> dict[str, np.ndarray]:
         first = raws[rows[0]]
         offset, length = _stats_location(first)
         (version,) = struct.unpack_from("<H", first, offset)
-        block = np.frombuffer(b"".join(raws[i] for i in rows), dtype=np.uint8).reshape(len(rows), int(reply_len))
+        block = np.frombuffer(b"".join(raws[i] for i in rows.tolist()), dtype=np.uint8).reshape(
+            len(rows), int(reply_len)
+        )
         same = block[:, offset : offset + 2].copy().view("<u2").ravel() == version
         if not same.all():  # another version with the same length (never seen): the slow path for those
             for i in rows[~same]:
@@ -519,7 +521,7 @@ def taskstats_table(
     if not kept:
         return TASKSTATS_SCHEMA.empty_table()
     ticks, t_ns, tids, raws = zip(*kept, strict=True)
-    fields = parse_replies(list(raws))  # type: ignore[arg-type]
+    fields = parse_replies(list(raws))
     t = np.asarray(t_ns, dtype=np.int64)
     n = len(t)
 

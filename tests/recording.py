@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import forensics
-from tests.conftest import REPO, _env
+from tests.helpers import REPO, child_env
 
 WORKLOAD = str(REPO / "tests" / "workloads" / "known_work.py")
 
@@ -24,7 +24,7 @@ def start_catch_load(*args: str, **popen: Any) -> subprocess.Popen[str]:
     popen.setdefault("stdout", subprocess.PIPE)
     popen.setdefault("stderr", subprocess.PIPE)
     popen.setdefault("text", True)
-    return subprocess.Popen(catch_load_argv(*args), env=_env(), cwd=REPO, **popen)
+    return subprocess.Popen(catch_load_argv(*args), env=child_env(), cwd=REPO, **popen)
 
 
 def record_workload(
@@ -40,7 +40,7 @@ def record_workload(
         capture_output=True,
         text=True,
         timeout=120,
-        env=_env(),
+        env=child_env(),
         cwd=REPO,
     )
     assert result.returncode == 0, result.stderr
@@ -54,7 +54,7 @@ def record_capture(out: Path, *args: str, timeout: float = 300) -> forensics.Cap
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(),
+        env=child_env(),
         cwd=REPO,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -15,7 +15,7 @@ from samplers.recorder import Recorder, RecorderOptions
 from samplers.targets import TargetSpec
 from samplers.writer_process import CaptureSink
 from tests.fakeproc import FakeProc
-from tests.test_procfs_parsing import SCHED_SCHEDSTATS_5_10
+from tests.helpers import SCHED_SCHEDSTATS_5_10
 
 
 def _record(fake: FakeProc, out: Path, spec: TargetSpec, **options: object) -> dict:

@@ -46,7 +46,7 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module_name, _, attr = target.partition(":")
-        return getattr(import_module(module_name), attr)  # type: ignore[no-any-return]
+        return getattr(import_module(module_name), attr)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

@@ -62,7 +62,7 @@ def build_report(
         Section(
             "about",
             "How to read this report",
-            None,  # type: ignore[arg-type]
+            None,
             empty="",
             text=(
                 f"Made by spike-stall-forensics {__version__} from the capture {name}{where}. Times are seconds "
@@ -108,7 +108,7 @@ def build_report(
         Section(
             "timeline_plot",
             "Timeline",
-            None,  # type: ignore[arg-type]
+            None,
             empty="" if image else f"(no picture: {alt})",
             image=image,
             image_alt=alt,
@@ -120,14 +120,14 @@ def build_report(
     step("summarising (the five views)")
     summary = summary_report(cap, name + where, t_range=t_range)
     if summary.sections:
-        out.sections.append(Section("views", "The five views", None, empty="", text=(  # type: ignore[arg-type]
+        out.sections.append(Section("views", "The five views", None, empty="", text=(
             "The views of `forensics summarize`: (1) when the busiest threads ran, (2) run against wait per "
             "thread, (3) where the watched threads ran, (4) page faults over time, (5) the worst episodes."
         )))  # fmt: skip
         for section in summary.sections:
             out.sections.append(_part(section))
     else:
-        out.sections.append(Section("views", "The five views", None, empty="; ".join(summary.notes)))  # type: ignore[arg-type]
+        out.sections.append(Section("views", "The five views", None, empty="; ".join(summary.notes)))
 
     step("finding spikes")
     spikes = spikes_report(cap, name, t_range=t_range, limit=spike_limit, top=3)

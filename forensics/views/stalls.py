@@ -93,13 +93,13 @@ def stalls_report(
     return report
 
 
-def _add_truth(report: Report, cap: object, episodes: object, interval: int) -> None:
+def _add_truth(report: Report, cap: Capture, episodes: pd.DataFrame, interval: int) -> None:
     from analyses.truth import confusion
 
-    truth = cap.truth  # type: ignore[attr-defined]
+    truth = cap.truth
     if truth.empty:
         report.notes.append("--truth: this capture holds no ground truth (record the lab: catch-load --lab).")
         return
-    matrix, scores = confusion(episodes, truth, cycles=cap.cycles, tolerance_ns=interval, interval_ns=interval)  # type: ignore
+    matrix, scores = confusion(episodes, truth, cycles=cap.cycles, tolerance_ns=interval, interval_ns=interval)
     report.sections.append(Section("truth_matrix", "Ground truth (rows) against verdicts (columns), >= 5 ms", matrix))
     report.sections.append(Section("truth_scores", "Recall and precision per cause", scores))

@@ -42,6 +42,9 @@ from capture.format import (
 )
 from samplers.ebpf.tracefs import DEFAULT_RULES, PrevStateRules, decode_prev_state
 
+# np.where(cond, x, NONE_OBJECT): an object array with None where not cond (numpy's stubs refuse a bare None).
+NONE_OBJECT = np.array(None, dtype=object)
+
 KIND_SWITCH = 1
 KIND_WAKING = 2
 KIND_WAKEUP = 3
@@ -145,7 +148,7 @@ def decode_events(
         has_waker = wkind != KIND_WAKEUP
         context = np.where(has_waker, wk["z"], 0)
         context_names = np.array([CONTEXT_NAMES.get(int(c), str(int(c))) for c in range(4)], dtype=object)
-        ctx_text = np.where(has_waker, context_names[np.clip(context, 0, 3).astype(np.int64)], None)
+        ctx_text = np.where(has_waker, context_names[np.clip(context, 0, 3).astype(np.int64)], NONE_OBJECT)
         functions = np.full(len(wk), None, dtype=object)
         hr = np.flatnonzero(has_waker & (context == 3) & (wk["x"] != 0))
         if len(hr):
