@@ -5,7 +5,7 @@
     cap.samples      # one row per thread per tick, cumulative counters as read
 
 The capture module (pandas, pyarrow) is imported on first use, not here: the recorder and the lab
-import `forensics.errors` and must stay light (no 0.4 s import, no BLAS threads in a target process).
+import `capture.errors` and must stay light (no 0.4 s import, no BLAS threads in a target process).
 """
 
 from __future__ import annotations

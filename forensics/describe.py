@@ -33,9 +33,9 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
     """Sections of label -> text, plus the raw meta/trailer/counts for JSON."""
     meta = cap.meta
     trailer = cap.trailer
-    host = meta.get("host", {})
-    cpus = meta.get("cpus", {})
-    sources = meta.get("sources", {})
+    host = cap.host
+    cpus = cap.cpus
+    sources = cap.sources
     rec = meta.get("recording", {})
     counts = {name: int(n) for name, n in (trailer or {}).get("rows", {}).items()}
     if not counts:  # no trailer: count what reads back

@@ -434,7 +434,7 @@ OTHER_COLUMNS: dict[str, str] = {
     "write_bytes": "write_bytes",
 }
 
-# The table's schema lives with the format (forensics/capture.py); its columns are these mappings' keys.
+# The table's schema lives with the format (capture/format.py); its columns are these mappings' keys.
 assert TASKSTATS_SCHEMA.names[5:] == [*DELAY_COLUMNS, *OTHER_COLUMNS], "taskstats columns out of step with the schema"
 
 

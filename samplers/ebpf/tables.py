@@ -4,7 +4,7 @@ Decoding is vectorised: a batch of records is one numpy structured array (EVENT_
 `struct event`), split by kind and turned into Arrow tables column by column. Times are
 bpf_ktime_get_ns(): CLOCK_MONOTONIC ns, the clock of every other table in the capture.
 
-Tables (their schemas live in forensics/capture.py, the format module):
+Tables (their schemas live in capture/format.py, the format module):
 
 sched_switch   t_ns cpu prev_tid prev_pid prev_comm prev_prio prev_state prev_state_char
                next_tid next_pid next_comm next_prio
