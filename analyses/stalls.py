@@ -1,6 +1,6 @@
 """Stall episodes of the threads of interest, each with a verdict, its components in ns and its evidence.
 
-Rules (thresholds in `StallRules`; why each value, below and in the README):
+Rules (predicates and thresholds in `analyses.rules`; why each value: below, DESIGN.md "The rules", the README):
 
 1. Windows come from `analyses.windows` (reconciled: late-accounted run and wait time is put back where it
    was lived). For each window of a thread of interest:
