@@ -135,6 +135,53 @@ def decode_tick(payload: bytes, threads: int) -> Tick:
     return Tick(tick, layout_id, t_ns, times, missing, stat_lengths, schedstat, stat, sched)
 
 
+def encode_taskstats(tick: int, tids: Sequence[int], times: Sequence[int], replies: Sequence[bytes]) -> bytes:
+    """A whole TASKSTATS frame: the raw netlink reply per thread (b"": the thread was gone or refused)."""
+    payload = b"".join(
+        (
+            TASKSTATS_HEADER.pack(tick, len(tids)),
+            array("I", tids).tobytes(),
+            array("q", times).tobytes(),
+            array("I", map(len, replies)).tobytes(),
+            *replies,
+        )
+    )
+    return encode(TASKSTATS, payload)
+
+
+def decode_taskstats(payload: bytes) -> tuple[int, list[tuple[int, int, bytes | None]]]:
+    """(tick, [(tid, t_ns, reply or None)]) of a TASKSTATS payload (the writer's side of encode_taskstats)."""
+    tick, n = TASKSTATS_HEADER.unpack_from(payload)
+    offset = TASKSTATS_HEADER.size
+    tids = array_at(payload, "<u4", n, offset).tolist()
+    offset += 4 * n
+    times = array_at(payload, "<i8", n, offset).tolist()
+    offset += 8 * n
+    lengths = array_at(payload, "<u4", n, offset).tolist()
+    offset += 4 * n
+    rows: list[tuple[int, int, bytes | None]] = []
+    for tid, t_ns, length in zip(tids, times, lengths, strict=True):
+        rows.append((tid, t_ns, payload[offset : offset + length] if length else None))
+        offset += length
+    return tick, rows
+
+
+def encode_system(t_ns: int, texts: Sequence[bytes]) -> bytes:
+    """A whole SYSTEM frame: /proc/stat, then the /proc/pressure files in PRESSURE_FILES order."""
+    return encode(SYSTEM, SYSTEM_HEADER.pack(t_ns, *(len(t) for t in texts)) + b"".join(texts))
+
+
+def decode_system(payload: bytes) -> tuple[int, list[bytes]]:
+    """(t_ns, [/proc/stat text, pressure texts...]) of a SYSTEM payload."""
+    t_ns, *lengths = SYSTEM_HEADER.unpack_from(payload)
+    offset = SYSTEM_HEADER.size
+    texts = []
+    for length in lengths:
+        texts.append(payload[offset : offset + length])
+        offset += length
+    return t_ns, texts
+
+
 def array_at(payload: bytes, dtype: str, count: int, offset: int) -> np.ndarray:
     import numpy as np  # the writer's side only: the recorder never imports numpy
 

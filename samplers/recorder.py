@@ -21,7 +21,6 @@ import resource
 import select
 import sys
 import time
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -349,16 +348,7 @@ class Recorder:
                 replies.append(query(tid) or b"")
             except OSError:  # refused for this thread (e.g. another user namespace): no row
                 replies.append(b"")
-        payload = b"".join(
-            (
-                frames.TASKSTATS_HEADER.pack(tick, len(tids)),
-                array("I", tids).tobytes(),
-                array("q", times).tobytes(),
-                array("I", map(len, replies)).tobytes(),
-                *replies,
-            )
-        )
-        self._send(frames.encode(frames.TASKSTATS, payload))
+        self._send(frames.encode_taskstats(tick, tids, times, replies))
 
     def _scan_threads(self, t_ns: int) -> None:
         for pid in list(self.processes):
@@ -380,8 +370,7 @@ class Recorder:
                 parts.append(os.pread(fd, PROC_STAT_BYTES, 0) if fd >= 0 else b"")
             except OSError:
                 parts.append(b"")
-        header = frames.SYSTEM_HEADER.pack(t_ns, *(len(p) for p in parts))
-        self._send(frames.encode(frames.SYSTEM, header + b"".join(parts)))
+        self._send(frames.encode_system(t_ns, parts))
 
     def _poll_stdin(self, t_ns: int) -> None:
         try:

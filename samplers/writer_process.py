@@ -138,17 +138,9 @@ class CaptureSink:
             }
 
     def _taskstats(self, payload: bytes) -> None:
-        tick, n = frames.TASKSTATS_HEADER.unpack_from(payload)
-        offset = frames.TASKSTATS_HEADER.size
-        tids = frames.array_at(payload, "<u4", n, offset).tolist()
-        offset += 4 * n
-        times = frames.array_at(payload, "<i8", n, offset).tolist()
-        offset += 8 * n
-        lengths = frames.array_at(payload, "<u4", n, offset).tolist()
-        offset += 4 * n
-        for tid, t_ns, length in zip(tids, times, lengths, strict=True):
-            self.taskstats_rows.append((tick, t_ns, tid, payload[offset : offset + length] if length else None))
-            offset += length
+        tick, rows = frames.decode_taskstats(payload)
+        for tid, t_ns, reply in rows:
+            self.taskstats_rows.append((tick, t_ns, tid, reply))
 
     def stop_ebpf(self) -> None:
         if self.ebpf is not None and self.ebpf_stats is None:
@@ -164,14 +156,8 @@ class CaptureSink:
         return any(p[0].id == layout_id for p in self.pending)
 
     def _system(self, payload: bytes) -> None:
-        t_ns, n_stat, *n_psi = frames.SYSTEM_HEADER.unpack_from(payload)
-        offset = frames.SYSTEM_HEADER.size
-        stat_raw = payload[offset : offset + n_stat]
-        offset += n_stat
-        pressure: dict[str, bytes] = {}
-        for kind, n in zip(PRESSURE_FILES, n_psi, strict=True):
-            pressure[kind] = payload[offset : offset + n]
-            offset += n
+        t_ns, (stat_raw, *psi) = frames.decode_system(payload)
+        pressure = dict(zip(PRESSURE_FILES, psi, strict=True))
         self.system.extend(system_rows(t_ns, stat_raw, pressure))
 
     # parsing in bulk ------------------------------------------------------------------------------

@@ -42,3 +42,21 @@ def test_tick_frames_cross_the_pipe_whole() -> None:
     os.close(read_end)
     assert [k for k, _ in got] == [frames.TICK, frames.TRAILER]
     assert frames.decode_tick(got[0][1], 2).stat == b"cccd"
+
+
+def test_taskstats_round_trip_keeps_each_reply_and_a_gone_thread_as_none() -> None:
+    replies = [b"\x01\x02reply-of-7", b"", b"reply-of-9"]  # the second thread was gone
+    data = frames.encode_taskstats(5, [7, 8, 9], [100, 200, 300], replies)
+    kind, _ = frames.FRAME.unpack_from(data)
+    assert kind == frames.TASKSTATS
+    tick, rows = frames.decode_taskstats(data[frames.FRAME.size :])
+    assert tick == 5
+    assert rows == [(7, 100, replies[0]), (8, 200, None), (9, 300, replies[2])]
+
+
+def test_system_round_trip_keeps_stat_and_pressure_texts_in_order() -> None:
+    texts = [b"cpu  1 2 3\n", b"some avg10=0.00 total=5\n", b"", b"full avg10=0.00 total=9\n"]
+    data = frames.encode_system(123, texts)
+    kind, _ = frames.FRAME.unpack_from(data)
+    assert kind == frames.SYSTEM
+    assert frames.decode_system(data[frames.FRAME.size :]) == (123, texts)
