@@ -29,6 +29,9 @@ def _record(fake: FakeProc, out: Path, spec: TargetSpec, **options: object) -> d
 
     consumer = threading.Thread(target=consume)
     consumer.start()
+    # rt_priority 0: the recorder runs in pytest's own thread here, and a SCHED_FIFO pytest would hand its
+    # policy to every process a later test starts (their threads then all read as real-time).
+    options.setdefault("rt_priority", 0)
     recorder = Recorder(spec, RecorderOptions(output=str(out), procfs=str(fake.root), **options))  # type: ignore[arg-type]
     try:
         trailer = recorder.run(write_end, {"test": True})
