@@ -1,13 +1,13 @@
 # Tests and benchmarks. Benchmarks are run by hand on an otherwise idle machine; their figures are
-# written to bench/out/ and quoted in the issues' closing notes.
+# written to bench/out/ and quoted in the README (side by side, as ratios).
 PYTHON ?= python3
 
 .PHONY: test lint bench bench-sampler bench-churn bench-analyses bench-exact bench-lab
 test:
 	$(PYTHON) -m pytest
 
-lint:
-	ruff check . && ruff format --check .
+lint:  # what .ci/run checks before the tests: the layering contracts, types, style
+	lint-imports && mypy && ruff check . && ruff format --check .
 
 bench: bench-sampler bench-churn bench-analyses bench-exact bench-lab
 

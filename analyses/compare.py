@@ -23,7 +23,7 @@ from analyses.stalls import find_stalls
 from analyses.system import cpu_loads, main_periodic_thread
 from analyses.threads import thread_profiles
 from analyses.windows import iter_raw_windows
-from forensics.capture import Capture
+from capture.format import Capture
 
 HOUR_NS = 3_600_000_000_000
 

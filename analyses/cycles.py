@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.windows import _group_starts, thread_windows
-from forensics.capture import Capture
+from capture.format import Capture
 
 
 def lab_cycles(cap: Capture) -> pd.DataFrame:

@@ -38,6 +38,9 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+# np.where(cond, x, NONE_OBJECT): an object array with None where not cond (numpy's stubs refuse a bare None).
+NONE_OBJECT = np.array(None, dtype=object)
+
 STATE_CLASS = {
     "S": "sleep",
     "D": "uninterruptible",
@@ -345,7 +348,7 @@ def _prio_class(prio: pd.Series) -> pd.Series:
     p = pd.to_numeric(prio, errors="coerce").astype("Float64")
     known = p.notna().to_numpy(dtype=bool)
     below = (p.fillna(1000) < 100).to_numpy(dtype=bool)
-    return pd.Series(np.where(known, np.where(below, "RT", "normal"), None), index=prio.index, dtype=object)
+    return pd.Series(np.where(known, np.where(below, "RT", "normal"), NONE_OBJECT), index=prio.index, dtype=object)
 
 
 def wakers(off_cpu: pd.DataFrame, sched_switch: pd.DataFrame, samples: pd.DataFrame | None = None) -> pd.DataFrame:

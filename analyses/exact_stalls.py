@@ -56,27 +56,29 @@ timeline, with exact starts and ends; /proc decides only where the timeline has 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analyses import exact
-from forensics.capture import Capture
+from analyses import evidence, exact
+from analyses import rules as R
+from analyses.rules import (
+    BLKIO_SLACK_PER_WAIT_NS,
+    BRACKET_TOLERANCE_NS,
+    CAUSES,
+    FAULT_GAP_NS,
+    LOCK_OVERSLEEP,
+    MINOR_NS,
+    USUAL_WAKER_SHARE,
+)
+from capture.format import Capture
 
-MINOR_NS = 100_000  # a segment shorter than this at the edge of a busy span is ordinary (wake-up latency)
-FAULT_GAP_NS = 1_000_000  # a pause this long ends a fault storm (at 20 faults/ms the mean gap is 50 us)
-LOCK_OVERSLEEP = 1.25  # a sleep longer than this many periods missed at least one wake-up
-USUAL_WAKER_SHARE = 0.2  # a waker that ends at least 1 in 5 of a thread's sleeps is part of its rhythm
-BRACKET_TOLERANCE_NS = 50_000_000  # a counter read further than this from an episode edge does not bracket it
-# Delay accounting starts a block-IO wait before the sched_switch tracepoint and ends it in
-# try_to_wake_up() before the sched_wakeup tracepoint (kernel/sched/core.c): the two clocks differ by a
-# few us per wait (measured: 5-7 us). D time within this much per wait of the blkio delay is block IO.
-BLKIO_SLACK_PER_WAIT_NS = 20_000
+# np.where(cond, x, NONE_OBJECT): an object array with None where not cond (numpy's stubs refuse a bare None).
+NONE_OBJECT = np.array(None, dtype=object)
 
-EXACT_CAUSES = ("run", "runqueue", "io", "fault", "lock", "reclaim", "unknown")
 SEGMENT_COLUMNS = [
     "tid", "start_ns", "end_ns", "cause", "state", "cpu", "faults", "off_index",
     "waker_tid", "waker_comm", "waker_context", "other_tid", "other_comm", "other_prio",
@@ -110,16 +112,6 @@ class ExactData:
     @property
     def sched_lost(self) -> int:
         return int(sum(v for k, v in self.lost.items() if k in SCHED_KINDS))
-
-
-def decide(components: np.ndarray, causes: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per episode (a row of ns per cause): the total stall, the verdict (the cause with the most ns), and
-    that cause's share of the total (0 for an empty episode). The /proc and the exact rules both end here.
-    """
-    stall = components.sum(axis=1)
-    top = components.argmax(axis=1)
-    share = np.divide(components[np.arange(len(top)), top], stall, out=np.zeros(len(top)), where=stall > 0)
-    return stall, np.array(causes)[top], share.round(3)
 
 
 def _families(cap: Capture) -> Mapping[str, Any]:
@@ -257,7 +249,7 @@ def bracket(
             bad = after[bad_col].to_numpy(dtype=float) - before[bad_col].to_numpy(dtype=float)
             grew = np.where(bad > 0, np.nan, grew)
         grew = np.where(grew < 0, np.nan, grew)
-        out[name] = pd.array(np.where(np.isnan(grew), None, np.rint(grew)), dtype="Int64")
+        out[name] = pd.array(np.where(np.isnan(grew), NONE_OBJECT, np.rint(grew)), dtype="Int64")
     return out
 
 
@@ -563,27 +555,6 @@ def longest_of(seg: pd.DataFrame, cause: str, columns: list[str]) -> pd.DataFram
     return mine.loc[pick.to_numpy(), ["episode", *columns]].set_index("episode")
 
 
-def prio_label(prio: Any, policy: Any = None, rtprio: Any = None, nice: Any = None) -> str:
-    """Scheduling class of a task from the /proc policy when known, else from the kernel prio alone."""
-    from analyses.threads import POLICY_NAMES, RT_POLICIES
-
-    if policy is not None and not pd.isna(policy):
-        name = POLICY_NAMES.get(int(policy), str(int(policy)))
-        if int(policy) in RT_POLICIES:
-            return f"SCHED_{name} {int(rtprio) if rtprio is not None and not pd.isna(rtprio) else '?'}"
-        shown_nice = int(nice) if nice is not None and not pd.isna(nice) else None
-        return f"SCHED_{name}" + (f", nice {shown_nice}" if shown_nice is not None else "")
-    if prio is None or pd.isna(prio):
-        return "priority unknown"
-    prio = int(prio)
-    # Kernel prio (include/linux/sched/prio.h): 0-99 real-time (99 - rtprio), 100-139 normal (120 + nice).
-    if prio < 0:
-        return "SCHED_DEADLINE"
-    if prio < 100:
-        return f"real-time priority {99 - prio}"
-    return f"normal priority, nice {prio - 120}"
-
-
 # --------------------------------------------------------------------------------------------------
 # Rule 3, per episode: counters that bracket it, the verdict, who woke it or ran instead, the evidence
 
@@ -633,10 +604,6 @@ def _cumulative_faults(windows: pd.DataFrame) -> pd.DataFrame | None:
     return frame
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
-
-
 def finish_episodes(
     raw: pd.DataFrame,
     seg: pd.DataFrame,
@@ -679,7 +646,7 @@ def finish_episodes(
     proc_storm = np.zeros(len(ep), dtype=bool)
     if not data.has_faults:
         counted = ep["minflt"].fillna(0).to_numpy(np.int64) + ep["majflt"].fillna(0).to_numpy(np.int64)
-        proc_storm = (counted > 0) & (counted * 1_000_000 >= fault_rate_per_ms * run) & (run > 0)
+        proc_storm = R.is_fault_storm(counted, run, fault_rate_per_ms)
         fault = fault + np.where(proc_storm, run, 0)
         run = np.where(proc_storm, 0, run)
     blkio = ep["ts_blkio_ns"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan)
@@ -689,30 +656,24 @@ def finish_episodes(
     io = np.where(major, 0, np.where(blkio_known, np.minimum(d_time, covered), d_time)).astype(np.int64)
     not_block = np.where(major, 0, d_time - io)  # D time the kernel did not account as block IO
     unknown = unknown + not_block
-    reclaim_parts = [ep[c].astype("Int64") for c in ("ts_freepages_ns", "ts_thrashing_ns", "ts_compact_ns")]
+    reclaim_parts = [ep[c].astype("Int64") for c in R.RECLAIM_COLUMNS]
     reclaim_frame = pd.concat(reclaim_parts, axis=1)
     reclaim_known = reclaim_frame.notna().any(axis=1).to_numpy()
     reclaim = reclaim_frame.fillna(0).sum(axis=1).to_numpy(np.int64)
-    remaining = reclaim.copy()
-    parts = {"fault": fault, "run": run, "io": io}
-    for name in ("fault", "run", "io"):  # reclaim happens inside faults, else on CPU, else while waiting
-        take = np.minimum(remaining, parts[name])
-        parts[name] = parts[name] - take
-        remaining = remaining - take
-    reclaim = reclaim - remaining
+    parts, reclaim = R.take_reclaim(reclaim, {"fault": fault, "run": run, "io": io})
     ep["run_ns"] = parts["run"]
     ep["fault_ns"] = parts["fault"]
     ep["io_ns"] = parts["io"]
     ep["unknown_ns"] = unknown
     ep["not_block_ns"] = not_block
-    ep["reclaim_ns"] = pd.array(np.where(reclaim_known, reclaim, None), dtype="Int64")
+    ep["reclaim_ns"] = pd.array(np.where(reclaim_known, reclaim, NONE_OBJECT), dtype="Int64")
     components = np.stack(
         [ep["run_ns"], ep["runqueue_ns"], ep["io_ns"], ep["fault_ns"], ep["lock_ns"], reclaim, ep["unknown_ns"]],
         axis=1,
     ).astype(np.int64)
-    ep["stall_ns"], ep["verdict"], ep["share"] = decide(components, EXACT_CAUSES)
+    ep["stall_ns"], ep["verdict"], ep["share"] = R.decide(components, CAUSES)
     ep["components"] = [
-        {c: (int(v) if c != "reclaim" or known else None) for c, v in zip(EXACT_CAUSES, row, strict=True)}
+        {c: (int(v) if c != "reclaim" or known else None) for c, v in zip(CAUSES, row, strict=True)}
         for row, known in zip(components.tolist(), reclaim_known.tolist(), strict=True)
     ]
     ep["idle_ns"] = 0
@@ -739,7 +700,7 @@ def finish_episodes(
         keyed = rows.set_index(["tid", "start_ns"])
         woke = woke.reindex(keyed.index)
         labels = [
-            f"{comm} ({int(tid)}, {prio_label(prio, policy, rtprio, nice)})"
+            f"{comm} ({int(tid)}, {evidence.prio_label(prio, policy, rtprio, nice)})"
             for comm, tid, prio, policy, rtprio, nice in zip(
                 woke["waker_comm"].tolist(), woke["waker_tid"].tolist(), woke["waker_prio"].tolist(),
                 woke["waker_policy"].tolist(), woke["waker_rtprio"].tolist(), woke["waker_nice"].tolist(), strict=True,
@@ -759,7 +720,11 @@ def finish_episodes(
             pol[["policy", "rtprio", "nice"]].itertuples(index=False, name=None),
             strict=True,
         ):  # one row per episode
-            who = "the idle task" if int(tid) == 0 else f"{comm} ({int(tid)}, {prio_label(prio, policy, rtprio, nice)})"
+            who = (
+                "the idle task"
+                if int(tid) == 0
+                else f"{comm} ({int(tid)}, {evidence.prio_label(prio, policy, rtprio, nice)})"
+            )
             texts.append(f"{who} on CPU {'?' if pd.isna(cpu) else int(cpu)}")
         ep.loc[runnable.index, "ran_instead_tid"] = pd.array(runnable["other_tid"].to_numpy(), dtype="Int64")
         ep.loc[runnable.index, "ran_instead"] = texts
@@ -769,7 +734,7 @@ def finish_episodes(
     from analyses.threads import policy_label
     from analyses.windows import core_type_map
 
-    mapping, _ = core_type_map(cap.meta)
+    mapping, _ = core_type_map(cap.cpus)
     ep["cpus"] = [",".join(str(c) for c in (cpus if isinstance(cpus, list) else [])) for cpus in ep["cpu_list"]]
     ep["core_types"] = [
         ",".join(sorted({mapping.get(c, "uniform" if not mapping else "unknown") for c in cpus}))
@@ -783,110 +748,6 @@ def finish_episodes(
         for p, r, n in zip(last["policy"].tolist(), last["rtprio"].tolist(), last["nice"].tolist(), strict=True)
     ]
     ep["basis"] = "ebpf"
-    ep["evidence"] = _evidence(ep, data)
-    ep["sources"] = _sources(ep, data)
+    ep["evidence"] = evidence.exact_evidence(ep, data.has_block)
+    ep["sources"] = evidence.exact_sources(ep, data.has_block)
     return ep
-
-
-def _headline(row: Any) -> str:
-    """The one sentence that says what happened (the verdict in words)."""
-    comm, verdict = row.comm, row.verdict
-    if verdict == "lock":
-        waits = f" in {int(row.lock_waits)} waits" if row.lock_waits > 1 else ""
-        text = f"{comm} waited {_ms(row.lock_ns)} asleep (S){waits}"
-        if isinstance(row.waker, str):
-            text += f"; woken by {row.waker}"
-            if row.priority_inversion:
-                text += " — priority inversion"
-        return text
-    if verdict == "io":
-        text = f"{comm} waited {_ms(row.io_ns)} for block IO in {int(row.d_waits)} uninterruptible (D) wait"
-        return text + ("s" if row.d_waits != 1 else "")
-    if verdict == "runqueue":
-        text = f"{comm} was runnable {_ms(row.runqueue_ns)} without a CPU"
-        if isinstance(row.ran_instead, str):
-            text += f"; {row.ran_instead} ran instead"
-        return text
-    if verdict == "run":
-        return f"{comm} ran {_ms(row.run_ns)} on CPU"
-    if verdict == "fault":
-        return f"{comm} spent {_ms(row.fault_ns)} taking page faults"
-    if verdict == "reclaim":
-        return f"{comm} spent {_ms(row.reclaim_ns)} in memory reclaim, thrashing or compaction"
-    if row.not_block_ns >= row.unknown_ns / 2 and row.not_block_ns > 0:
-        return (
-            f"{comm} was uninterruptible (D) {_ms(row.not_block_ns)} without block-IO delay: a kernel lock, "
-            "a journal commit, NFS or FUSE"
-        )
-    return f"{comm} was off CPU {_ms(row.unknown_ns)} in an undecided state"
-
-
-def _evidence(ep: pd.DataFrame, data: ExactData) -> list[str]:
-    """One line per episode, headline first. A loop over episodes, not events."""
-    lines = []
-    for row in ep.itertuples(index=False):
-        parts = [_headline(row), f"exact span {_ms(row.duration_ns)}"]
-        small = 0.05 * max(row.stall_ns, 1)
-        if row.run_ns > small and row.verdict != "run":
-            parts.append(f"on CPU {_ms(row.run_ns)}")
-        if row.runqueue_ns > small and row.verdict != "runqueue":
-            parts.append(f"runnable {_ms(row.runqueue_ns)}")
-        if row.preemptions:
-            parts.append(f"{int(row.preemptions)} preemption{'s' if row.preemptions != 1 else ''}")
-        if row.d_ns and row.verdict != "io":
-            parts.append(f"uninterruptible (D) {_ms(row.d_ns)} in {int(row.d_waits)} waits")
-        if row.lock_ns and row.verdict != "lock":
-            parts.append(f"asleep waiting for another task {_ms(row.lock_ns)}")
-        if row.page_faults:
-            rate = row.page_faults / max(row.fault_ns / 1e6, 1e-3)
-            parts.append(f"{int(row.page_faults)} page faults in storms ({rate:.0f}/ms)")
-        elif row.proc_storm:
-            parts.append(f"{int(row.minflt)} minor + {int(row.majflt)} major faults (/proc)")
-        if row.major:
-            parts.append(f"{int(row.majflt)} major faults: D time is paging in")
-        waited = bool(row.d_ns or row.lock_ns or row.verdict in ("io", "lock", "unknown"))
-        if not pd.isna(row.ts_blkio_ns) and waited:
-            parts.append(f"blkio delay {_ms(row.ts_blkio_ns)} (taskstats)")
-        elif row.d_ns:
-            parts.append("blkio delay unknown (no delay accounting for this thread)")
-        if data.has_block and not pd.isna(row.block_requests) and (row.d_ns or row.block_requests):
-            parts.append(f"{int(row.block_requests)} block requests issued by it")
-        if row.reclaim_ns is not pd.NA and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
-            parts.append(f"reclaim/compaction/thrashing delay {_ms(row.reclaim_ns)} (taskstats)")
-        if row.near_gap:
-            parts.append("next to a hole in the switch record: the thread's state there is unknown")
-        parts.append(f"CPU {row.cpus} ({row.core_types}), {row.policy}")
-        lines.append("; ".join(parts))
-    return lines
-
-
-def _sources(ep: pd.DataFrame, data: ExactData) -> list[list[str]]:
-    """Per episode, the sources its verdict rests on: the deciding ones first."""
-    out = []
-    for row in ep.itertuples(index=False):
-        woken = bool(row.lock_ns or row.d_ns or (row.runqueue_ns and row.preemptions == 0))
-        fault_source = "proc:faults" if (row.proc_storm or row.major) else "ebpf:page_faults"
-        waited = bool(row.d_ns or row.lock_ns or row.verdict in ("io", "lock", "unknown"))
-        blkio = ["taskstats:blkio"] if waited and not pd.isna(row.ts_blkio_ns) else []
-        block = ["ebpf:block_rq"] if data.has_block and not pd.isna(row.block_requests) and row.block_requests else []
-        first = {
-            "run": ["ebpf:sched_switch"],
-            "runqueue": ["ebpf:sched_switch"],
-            "io": [*blkio, "ebpf:sched_switch"],
-            "fault": [fault_source, "ebpf:sched_switch"],
-            "lock": ["ebpf:sched_switch", "ebpf:sched_wakeup"],
-            "reclaim": ["taskstats:reclaim"],
-            "unknown": ["ebpf:sched_switch", *blkio],
-        }[row.verdict]
-        more = ["ebpf:sched_switch"]
-        if woken:
-            more.append("ebpf:sched_wakeup")
-        if row.page_faults:
-            more.append("ebpf:page_faults")
-        if row.proc_storm or row.major:
-            more.append("proc:faults")
-        more += blkio + block
-        if row.reclaim_ns is not pd.NA and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
-            more.append("taskstats:reclaim")
-        out.append(list(dict.fromkeys([*first, *more])))
-    return out

@@ -19,7 +19,7 @@ import pandas as pd
 from analyses.source import capture_interval_ns
 from analyses.threads import select_threads, thread_profiles
 from analyses.windows import _group_starts, thread_windows
-from forensics.capture import Capture
+from capture.format import Capture
 
 MULTIPLES = (2, 3, 4)
 

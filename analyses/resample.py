@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import copy
 
-from forensics.capture import Capture
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
+from capture.format import Capture
 
 
 def resample(cap: Capture, interval_ns: int) -> Capture:

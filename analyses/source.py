@@ -13,12 +13,10 @@ from collections.abc import Iterable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from forensics.capture import Capture
+from capture.format import Capture
+from capture.vocabulary import STATE_ALPHABET
 
-# The state letter (stat field 3) as a one-byte code; 0 = not known. Letters from fs/proc/array.c
-# task_state_array: R running/runnable, S sleeping (interruptible), D disk sleep (uninterruptible),
-# T stopped, t tracing stop, X dead, Z zombie, P parked, I idle (kernel threads).
-STATE_ALPHABET = "?RSDTtXZPIWKN"
+# The state letter (stat field 3) as a one-byte code: its index in the shared alphabet; 0 = not known.
 STATE_CODE = {letter: np.int8(i) for i, letter in enumerate(STATE_ALPHABET)}
 STATE_R, STATE_S, STATE_D = STATE_CODE["R"], STATE_CODE["S"], STATE_CODE["D"]
 
@@ -130,9 +128,8 @@ def load_samples(
 
 def capture_interval_ns(cap: Capture) -> int:
     """The interval asked for (meta), else the median spacing of ticks seen in the samples."""
-    interval = (cap.meta.get("recording") or {}).get("interval_ns")
-    if interval:
-        return int(interval)
+    if cap.interval_ns:
+        return cap.interval_ns
     trailer = cap.trailer or {}
     if trailer.get("interval_p50_ns"):
         return int(trailer["interval_p50_ns"])
@@ -158,5 +155,5 @@ EXACT_TABLES = ("sched_switch", "sched_wakeup", "page_faults", "block_rq", "ebpf
 def proc_only(cap: Capture) -> Capture:
     """`cap` as a recording with the /proc sources alone would be: no eBPF tables, no taskstats, delay
     accounting (stat field 42) off. To compare, on one recording, what the exact sources change."""
-    sources = dict(cap.meta.get("sources") or {}, ebpf=False, taskstats="none", delayacct=False)
+    sources = dict(cap.sources, ebpf=False, taskstats="none", delayacct=False)
     return cap.without(EXACT_TABLES, meta={"sources": sources})

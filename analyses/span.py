@@ -13,11 +13,11 @@ import re
 import numpy as np
 
 from analyses.source import capture_origin_ns
-from forensics.capture import Capture
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
+from capture.format import Capture
+from capture.vocabulary import DURATION_UNITS_NS
 
 _TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s|)\s*$", re.IGNORECASE)
-_UNITS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "": 1_000_000_000}
 
 
 def _markers(cap: Capture) -> tuple[list[str], list[int]]:
@@ -34,7 +34,7 @@ def _side(cap: Capture, text: str, origin: int, labels: list[str], times: list[i
         return None
     match = _TIME.match(text)
     if match:
-        return origin + round(float(match.group(1)) * _UNITS[match.group(2).lower()])
+        return origin + round(float(match.group(1)) * DURATION_UNITS_NS[match.group(2).lower()])
     if text.startswith("#") and text[1:].isdigit():
         index = int(text[1:])
         if not 1 <= index <= len(times):

@@ -20,10 +20,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyses import rules
 from analyses.source import capture_interval_ns
 from analyses.threads import policy_label, select_threads, thread_profiles
 from analyses.windows import _group_starts, thread_windows
-from forensics.capture import Capture
+from capture.format import Capture
 
 SPIKE_COLUMNS = [
     "spike", "tid", "comm", "start_ns", "end_ns", "windows", "on_cpu_ns", "busy_ns", "peak_on_cpu_ns",
@@ -36,13 +37,13 @@ def find_spikes(
     cap: Capture,
     *,
     pattern: str | None = None,
-    factor: float = 5.0,
+    factor: float = rules.SPIKE_FACTOR,
     min_ns: int | None = None,
     deadline_ns: int | None = None,
     top: int = 5,
     limit: int | None = 50,
     t_range: tuple[int | None, int | None] | None = None,
-    busy_fraction: float = 0.5,
+    busy_fraction: float = rules.DEFAULT_RULES.busy_fraction,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(spikes, burners): one row per spike (module docstring) and its `top` CPU burners, ranked.
 
@@ -50,7 +51,7 @@ def find_spikes(
     most severe spikes (by ratio to typical), listed in time order.
     """
     interval = capture_interval_ns(cap)
-    min_ns = interval // 4 if min_ns is None else min_ns
+    min_ns = rules.spike_min_ns(interval) if min_ns is None else min_ns
     profiles = thread_profiles(cap, t_range=t_range)
     if profiles.empty:
         return _empty(SPIKE_COLUMNS), _empty(BURNER_COLUMNS)
@@ -76,7 +77,7 @@ def find_spikes(
     deadline = np.full(len(tid), np.nan) if deadline_ns is None else np.full(len(tid), float(deadline_ns))
     if deadline_ns is None:
         deadline = period
-    hot = busy >= busy_fraction * wall
+    hot = rules.is_hot(busy, wall, busy_fraction)
     run_key = np.cumsum(hot & (np.r_[True, ~hot[:-1]] | _group_starts(tid)))
     run_busy = pd.Series(np.where(hot, busy, 0)).groupby(run_key).transform("sum").to_numpy()
     late = hot & ~np.isnan(deadline) & (run_busy >= np.nan_to_num(deadline, nan=np.inf))

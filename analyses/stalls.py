@@ -1,6 +1,6 @@
 """Stall episodes of the threads of interest, each with a verdict, its components in ns and its evidence.
 
-Rules (thresholds in `StallRules`; why each value, below and in the README):
+Rules (predicates and thresholds in `analyses.rules`; why each value: below, DESIGN.md "The rules", the README):
 
 1. Windows come from `analyses.windows` (reconciled: late-accounted run and wait time is put back where it
    was lived). For each window of a thread of interest:
@@ -53,44 +53,31 @@ field 42) or schedstats sums, they confirm io in the evidence.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from analyses import exact_stalls
+from analyses import evidence, exact_stalls
+from analyses import rules as R
 from analyses.exact_stalls import ExactData, load_exact
-from analyses.source import STATE_ALPHABET, STATE_D, STATE_S, capture_interval_ns, iter_samples
-from analyses.threads import policy_label, select_threads, thread_names, thread_profiles
-from analyses.windows import _group_starts, thread_windows, window_deltas
-from forensics.capture import Capture
+from analyses.rules import CAUSES, RECLAIM_COLUMNS, StallRules
+from analyses.source import STATE_D, STATE_S, capture_interval_ns
+from analyses.threads import policy_label, select_threads, thread_profiles
+from analyses.windows import _group_starts, thread_windows
+from capture.format import Capture
 
-CAUSES = ("run", "runqueue", "io", "fault", "lock", "reclaim", "unknown")
 # Delays accounted when they end: an episode also takes the next window's (windows.TASKSTATS_DELTAS).
 LATE_ACCOUNTED = ("blkio_ns", "iowait_ns", "ts_blkio_ns", "ts_swapin_ns", "ts_freepages_ns", "ts_thrashing_ns",
                   "ts_compact_ns")  # fmt: skip
-RECLAIM_COLUMNS = ("ts_freepages_ns", "ts_thrashing_ns", "ts_compact_ns")
 OPTIONAL_SUMS = ("blkio_ns", "iowait_ns", "invol_switches", "ts_blkio_ns", "ts_swapin_ns", *RECLAIM_COLUMNS)
-
-
-@dataclass(frozen=True)
-class StallRules:
-    """Thresholds of the stall rules (module docstring says why each value)."""
-
-    busy_fraction: float = 0.5
-    fault_rate_per_ms: float = 20.0
-    min_stall_ns: int | None = None  # None: half the period (periodic threads), else two intervals
-    wake_margin_intervals: float = 0.25  # a no-switch-in run must exceed period + this many intervals
-    max_gap_ns: int = 1_000_000_000  # a longer silence is a pause (transport stopped), not a stall
 
 
 SOURCE_FLAGS = ("delayacct", "sched", "schedstats", "taskstats", "ts_blkio", "ebpf", "ebpf_faults", "ebpf_block")
 
 
 def _sources_present(cap: Capture, windows: pd.DataFrame, data: ExactData | None) -> dict[str, bool]:
-    sources = cap.meta.get("sources") or {}
+    sources = cap.sources
     return {
         "delayacct": bool(sources.get("delayacct")) and "blkio_ns" in windows,
         "sched": "vol_switches" in windows,
@@ -143,16 +130,16 @@ def classify_windows(
     off = windows["off_cpu_ns"].to_numpy()
     state = windows["state"].to_numpy()
     busy = on + rq
-    hot = busy >= rules.busy_fraction * wall
+    hot = R.is_hot(busy, wall, rules.busy_fraction)
     faults = np.zeros(len(tid), dtype=np.int64)
     for name in ("minflt", "majflt"):
         if name in windows:
             faults = faults + windows[name].to_numpy()
-    fault_win = (faults > 0) & (faults * 1_000_000 >= rules.fault_rate_per_ms * on) & (on > 0)
+    fault_win = R.is_fault_storm(faults, on, rules.fault_rate_per_ms)
     # D at either read: a wait for IO spans the read that starts the window or the one that ends it.
     # (A thread doing back-to-back IO is briefly R between requests; one read may catch that.)
     state_start = windows["state_start"].to_numpy() if "state_start" in windows else state
-    d_state = ((state == STATE_D) | (state_start == STATE_D)) & (off > 0)
+    d_state = R.read_in_d(state, state_start, STATE_D) & (off > 0)
     # Runs of windows without a switch-in, per thread (a window with a switch-in starts a new run).
     switched = windows["switches"].to_numpy() > 0
     first = _group_starts(tid)
@@ -165,7 +152,7 @@ def classify_windows(
     # down, or its engine stopped) has not stalled. So the run must be followed by a switch-in.
     last_of_thread = np.r_[tid[1:] != tid[:-1], True] if len(tid) else np.zeros(0, dtype=bool)
     ended = ~pd.Series(last_of_thread).groupby(key).transform("max").to_numpy().astype(bool)
-    limit = period + rules.wake_margin_intervals * interval_ns
+    limit = R.wake_limit_ns(period, interval_ns, rules)
     missed = (
         quiet & ended & ~np.isnan(period) & (asleep > np.nan_to_num(limit, nan=np.inf)) & (asleep <= rules.max_gap_ns)
     )
@@ -213,7 +200,9 @@ def classify_windows(
     return out
 
 
-def _in_rhythm(windows: pd.DataFrame, period: np.ndarray, interval_ns: int, wakeups: int = 3) -> np.ndarray:
+def _in_rhythm(
+    windows: pd.DataFrame, period: np.ndarray, interval_ns: int, wakeups: int = R.SETTLE_WAKEUPS
+) -> np.ndarray:
     """True from the first wake-up of a periodic thread after which it woke `wakeups` times, each within
     a period plus two sampling intervals of the last; always True for threads without a period."""
     tid = windows["tid"].to_numpy()
@@ -226,7 +215,7 @@ def _in_rhythm(windows: pd.DataFrame, period: np.ndarray, interval_ns: int, wake
     w_tid = tid[idx]
     gap = np.r_[np.diff(end[idx]), np.inf]
     same_next = np.r_[w_tid[1:] == w_tid[:-1], False]
-    regular = same_next & (gap <= np.nan_to_num(period[idx], nan=0) + 2 * interval_ns)
+    regular = same_next & (gap <= np.nan_to_num(period[idx], nan=0) + R.SETTLE_MARGIN_INTERVALS * interval_ns)
     run_ok = regular.copy()
     n = len(idx)
     for k in range(1, wakeups):  # the next `wakeups` gaps all regular, in the same thread
@@ -279,7 +268,7 @@ def find_stalls(
         sources = {k: v or group_sources[k] for k, v in sources.items()}
         if len(found):
             parts.append(found)
-    undecided = _undecided(sources, data, chosen, t_range)
+    undecided = evidence.undecided(sources, data, chosen, t_range)
     if not parts:
         return empty_stalls(undecided)
     episodes = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
@@ -291,18 +280,21 @@ def find_stalls(
             episodes[column] = None
     proc = (episodes["basis"] == "proc").to_numpy()
     if with_suspects and proc.any():
-        episodes = _add_suspects(cap, episodes, interval, only=proc)
+        episodes = evidence.add_suspects(cap, episodes, interval, only=proc)
     else:
         episodes["suspect"] = ""
-    evidence, used = episodes["evidence"].astype(object).tolist(), episodes["sources"].astype(object).tolist()
+    lines, used = episodes["evidence"].astype(object).tolist(), episodes["sources"].astype(object).tolist()
     where = np.flatnonzero(proc)
     in_hole = episodes["in_hole"].fillna(False).to_numpy(dtype=bool) if "in_hole" in episodes else proc & False
     for i, text, names in zip(
-        where, _evidence(episodes[proc], sources), _source_lists(episodes[proc], sources), strict=True
+        where,
+        evidence.proc_evidence(episodes[proc], sources),
+        evidence.proc_sources(episodes[proc], sources),
+        strict=True,
     ):
         prefix = "from the /proc windows (no eBPF switch record of this thread here); " if in_hole[i] else ""
-        evidence[i], used[i] = prefix + text, names
-    episodes["evidence"], episodes["sources"] = evidence, used
+        lines[i], used[i] = prefix + text, names
+    episodes["evidence"], episodes["sources"] = lines, used
     episodes["undecided"] = [undecided] * len(episodes)
     out = episodes[STALL_COLUMNS].sort_values(["start_ns", "tid"]).reset_index(drop=True)
     out.attrs["undecided"] = undecided  # also on an empty result: what this capture could not decide
@@ -311,9 +303,7 @@ def find_stalls(
 
 def _excess_filter(episodes: pd.DataFrame, interval: int, rules: StallRules) -> pd.DataFrame:
     """Rule 4: keep what exceeds the thread's normal busy share over the span by min_stall."""
-    period = episodes["period_ns"].to_numpy(dtype=np.float64)
-    default_min = np.where(np.isnan(period), 2.0 * interval, np.maximum(period / 2.0, 0.0))
-    min_stall = default_min if rules.min_stall_ns is None else np.full(len(episodes), float(rules.min_stall_ns))
+    min_stall = R.min_stall_ns(episodes["period_ns"].to_numpy(dtype=np.float64), interval, rules)
     expected = episodes["utilization"].to_numpy(dtype=np.float64) * episodes["duration_ns"].to_numpy()
     excess = np.maximum(episodes["stall_ns"].to_numpy(dtype=np.float64) - expected, 0).astype(np.int64)
     episodes = episodes.assign(excess_ns=excess)
@@ -384,9 +374,7 @@ def _exact_episodes(
     """Episodes of these threads from their exact timelines (analyses.exact_stalls), before rule 4."""
     threads = _thread_info(chosen, profiles).merge(chosen[["tid", "pid"]], on="tid", how="left")
     threads["onset_ns"] = onset.reindex(threads["tid"]).to_numpy(dtype=float)
-    period = threads["period_ns"].to_numpy(dtype=float)
-    default_min = np.where(np.isnan(period), 2.0 * interval, period / 2.0)
-    long_run = default_min if rules.min_stall_ns is None else np.full(len(threads), float(rules.min_stall_ns))
+    long_run = R.min_stall_ns(threads["period_ns"].to_numpy(dtype=float), interval, rules)
     segments = exact_stalls.thread_segments(data, threads, rules)
     if t_range is not None and len(segments):
         lo = -np.inf if t_range[0] is None else t_range[0]
@@ -445,7 +433,6 @@ STALL_COLUMNS = [
     "priority_inversion", "ran_instead_tid", "ran_instead", "block_requests", "suspect", "evidence", "sources",
     "undecided", "why",
 ]  # fmt: skip
-EXACT_ONLY = ("waker_tid", "waker", "priority_inversion", "ran_instead_tid", "ran_instead", "block_requests")
 
 
 def empty_stalls(undecided: list[str] | None = None) -> pd.DataFrame:
@@ -534,7 +521,9 @@ def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.D
     # all of it counts as block IO.
     blkio = episodes["ts_blkio_ns"].astype("Float64").to_numpy(dtype=np.float64, na_value=np.nan)
     known = ~np.isnan(blkio) & ~major
-    covered = np.where(np.nan_to_num(blkio) >= 0.5 * d_time, np.maximum(np.nan_to_num(blkio), d_time), blkio)
+    covered = np.where(
+        np.nan_to_num(blkio) >= R.BLKIO_COVER_SHARE * d_time, np.maximum(np.nan_to_num(blkio), d_time), blkio
+    )
     io = np.where(major, 0, np.where(known, np.minimum(np.nan_to_num(covered), d_time + unknown + lock), d_time))
     io = io.astype(np.int64)
     from_d = np.minimum(io, d_time)
@@ -552,14 +541,13 @@ def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.D
     for name in RECLAIM_COLUMNS:
         if name in episodes:
             reclaim += episodes[name].astype("Int64").fillna(0).to_numpy(dtype=np.int64)
-    remaining = reclaim.copy()
-    for cause in ("fault_ns", "run_ns", "io_ns"):
-        take = np.minimum(remaining, episodes[cause].to_numpy())
-        episodes[cause] = episodes[cause].to_numpy() - take
-        remaining -= take
-    episodes["reclaim_ns"] = reclaim - remaining
+    parts = {cause: episodes[f"{cause}_ns"].to_numpy() for cause in R.RECLAIM_TAKEN_FROM}
+    parts, placed = R.take_reclaim(reclaim, parts)
+    for cause, values in parts.items():
+        episodes[f"{cause}_ns"] = values
+    episodes["reclaim_ns"] = placed
     components = episodes[[f"{c}_ns" for c in CAUSES]].to_numpy(dtype=np.int64)
-    episodes["stall_ns"], episodes["verdict"], episodes["share"] = exact_stalls.decide(components, CAUSES)
+    episodes["stall_ns"], episodes["verdict"], episodes["share"] = R.decide(components, CAUSES)
     explained = d_time + lock + unknown
     episodes["idle_ns"] = np.maximum(episodes["off"] - explained, 0).astype(np.int64)
     episodes["reads"] = episodes["windows"]
@@ -573,227 +561,3 @@ def _finish_components(episodes: pd.DataFrame, sources: dict[str, bool]) -> pd.D
         episodes["reclaim_ns"] = pd.array([pd.NA] * len(episodes), dtype="Int64")
     episodes["period_ns"] = episodes["period_ns"].astype("Float64").round(0).astype("Int64")
     return episodes
-
-
-def _undecided(
-    sources: dict[str, bool],
-    data: ExactData | None,
-    chosen: pd.DataFrame,
-    t_range: tuple[int | None, int | None] | None,
-) -> list[str]:
-    """What this capture had no source for (said as unknown, never as a silent zero)."""
-    missing = []
-    if not sources["taskstats"]:
-        missing.append("reclaim (needs taskstats: freepages/thrashing/compaction delays)")
-    if data is None:
-        if not (sources["delayacct"] or sources["schedstats"]):
-            missing.append(
-                "io and lock waits shorter than one sampling interval (needs delay accounting, schedstats or eBPF)"
-            )
-        missing.append("lock waits shorter than the period, and who woke a waiting thread (needs eBPF)")
-        return missing
-    if not sources["ts_blkio"]:
-        missing.append(
-            "whether uninterruptible (D) waits were block IO or another kernel wait (needs delay accounting: "
-            "--delayacct with --taskstats)"
-        )
-    if not sources["ebpf_faults"]:
-        missing.append("exact fault-storm times (eBPF page faults were off): /proc fault counts decide")
-    if not chosen["periodic"].all():
-        missing.append("lock waits of watched threads that are not periodic (a worker waiting for work looks alike)")
-    tids = chosen["tid"].to_numpy()
-    gaps = data.gaps[data.gaps["tid"].isin(tids)]
-    if t_range is not None and len(gaps):
-        lo = -np.inf if t_range[0] is None else t_range[0]
-        hi = np.inf if t_range[1] is None else t_range[1]
-        gaps = gaps[(gaps["end_ns"] > lo) & (gaps["start_ns"] < hi)]
-    if len(gaps):
-        missing.append(
-            f"the watched threads' state for {(gaps['end_ns'] - gaps['start_ns']).sum() / 1e6:.1f} ms in "
-            f"{len(gaps)} holes of the switch record (no switch recorded: the kernel emitted none, events were "
-            "lost, or the process was not yet a target of the probes): /proc decides there"
-        )
-    if data.sched_lost:
-        missing.append(
-            f"{data.sched_lost} scheduler events lost (the eBPF ring buffer was full) or skipped by the kernel (a "
-            "probe already running on that CPU): intervals across them may be wrong"
-        )
-    return missing
-
-
-def _source_lists(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[list[str]]:
-    """Sources of /proc-based episodes, the deciding ones first: "proc:..." for what the 2 ms reads gave
-    (schedstat times, the state letter, fault counts, stat field 42, the sched file), "taskstats:..."
-    for delay accounting read through netlink."""
-    out = []
-    for row in episodes.itertuples(index=False):
-        used = []
-        ts_blkio = sources["ts_blkio"] and not pd.isna(row.ts_blkio_ns)
-        if row.verdict in ("io", "unknown") and ts_blkio:
-            used.append("taskstats:blkio")
-        if row.verdict == "reclaim":
-            used.append("taskstats:reclaim")
-        if row.verdict == "fault":
-            used.append("proc:faults")
-        if row.pressure_windows and row.verdict == "io" and not row.d_reads:
-            used.append("proc:pressure/io")
-        used.append("proc:schedstat")
-        if row.pressure_windows:
-            used.append("proc:pressure/io")
-        if row.d_reads or row.lock_ns or row.unknown_ns or row.verdict in ("io", "lock"):
-            used.append("proc:state")
-        if row.minflt or row.majflt or row.verdict == "fault":
-            used.append("proc:faults")
-        if sources["delayacct"] and not pd.isna(row.blkio_ns):
-            used.append("proc:blkio_ticks")
-        if sources["schedstats"] and not pd.isna(row.iowait_ns):
-            used.append("proc:schedstats")
-        if sources["sched"] and not pd.isna(row.invol_switches):
-            used.append("proc:sched")
-        if ts_blkio:
-            used.append("taskstats:blkio")
-        if sources["taskstats"] and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
-            used.append("taskstats:reclaim")
-        out.append(list(dict.fromkeys(used)))
-    return out
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.1f} ms"
-
-
-def _evidence(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[str]:
-    """One line per episode: the numbers behind the verdict. A loop over episodes, not samples."""
-    lines = []
-    for row in episodes.itertuples(index=False):
-        parts = [f"{row.windows} window{'s' if row.windows != 1 else ''}, {_ms(row.duration_ns)}"]
-        on_cpu = row.c_run + row.c_fault_cpu
-        small = 0.05 * row.stall_ns
-        if on_cpu > small:
-            parts.append(f"on CPU {_ms(on_cpu)}")
-        if row.runqueue_ns > small:
-            rq = f"runnable waiting for a CPU {_ms(row.runqueue_ns)}"
-            if not pd.isna(row.invol_switches) and row.invol_switches:
-                rq += f" ({int(row.invol_switches)} preemptions)"
-            parts.append(rq)
-        if row.minflt + row.majflt >= 10 or row.majflt:
-            on_ms = max(on_cpu / 1e6, 1e-3)
-            parts.append(
-                f"{int(row.minflt)} minor + {int(row.majflt)} major faults ({row.minflt / on_ms:.0f}/ms on CPU)"
-            )
-        if row.d_reads:
-            parts.append(f"state D at {int(row.d_reads)} of {row.reads} reads")
-        if row.pressure_windows:
-            parts.append(
-                f"blocked and woken repeatedly in {int(row.pressure_windows)} window"
-                f"{'s' if row.pressure_windows != 1 else ''} with no read in D or S, while the machine's IO "
-                f"pressure (PSI io some) rose {_ms(row.pressure_ns)} around it (machine-wide: another task's IO "
-                "counts too)"
-            )
-        if row.lock_ns or row.unknown_ns:
-            letters = f"state S at {int(row.s_reads)} of {row.reads} reads"
-            period = "" if pd.isna(row.period_ns) else f" (period {_ms(row.period_ns)})"
-            parts.append(f"no wake-up for {_ms(row.lock_ns + row.unknown_ns)}{period}, {letters}")
-        if sources["delayacct"] and not pd.isna(row.blkio_ns):
-            parts.append(f"blkio delay {_ms(row.blkio_ns)} (delay accounting)")
-        if not pd.isna(row.iowait_ns):
-            parts.append(f"iowait {_ms(row.iowait_ns)} (schedstats)")
-        if not pd.isna(row.ts_blkio_ns):
-            parts.append(f"block-IO delay {_ms(row.ts_blkio_ns)} (taskstats)")
-        if row.not_block_ns:
-            parts.append(
-                f"uninterruptible {_ms(row.not_block_ns)} not accounted as block IO (a kernel lock, a journal "
-                "commit, NFS or FUSE)"
-            )
-        if row.reclaim_ns is not pd.NA and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
-            parts.append(f"reclaim/compaction/thrashing delay {_ms(row.reclaim_ns)} (taskstats)")
-        if isinstance(row.suspect, str) and row.suspect:
-            parts.append(row.suspect)
-        elif row.verdict == "lock":
-            parts.append(
-                "no recorded thread ran meanwhile: a lock held outside the capture, or a late wake-up "
-                "(timer, interrupt); /proc cannot tell these apart, eBPF's waker can"
-            )
-        parts.append(f"CPU {row.cpus} ({row.core_types}), {row.policy}")
-        lines.append("; ".join(parts))
-    return lines
-
-
-def _add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.ndarray | None = None) -> pd.DataFrame:
-    """For lock and runqueue verdicts: which recorded thread ran meanwhile (the likely holder or hog).
-
-    runqueue: the thread with the most CPU time on the victim's CPU(s) during the episode; lock: the
-    busiest other recorded thread (the holder of a lock is often busy while the waiter sleeps; it may
-    live in another process). Only threads in the capture are candidates, and "ran meanwhile" is a
-    suspicion, not proof: eBPF's waker is.
-    """
-    wanted = episodes["verdict"].isin(["lock", "runqueue"]).to_numpy().copy()
-    if only is not None:
-        wanted &= only
-    suspects = np.array([""] * len(episodes), dtype=object)
-    if not wanted.any():
-        return episodes.assign(suspect=suspects)
-    spans = episodes.loc[wanted, ["start_ns", "end_ns"]].to_numpy()
-    lo = int(spans[:, 0].min()) - 2 * interval
-    hi = int(spans[:, 1].max()) + interval
-    frames = []
-    columns = ["pid", "run_ns", "wait_ns", "slices", "cpu", "policy", "rtprio"]
-    order = np.argsort(spans[:, 0])
-    span_lo = spans[order, 0] - 2 * interval
-    span_hi = np.maximum.accumulate(spans[order, 1] + interval)  # covers overlapping spans too
-    for batch in iter_samples(cap, columns, t_range=(lo, hi)):
-        t = batch["t_ns"].to_numpy()
-        # Rows near any episode: the last span starting at or before t must still be open at t.
-        k = np.searchsorted(span_lo, t, side="right") - 1
-        near = (k >= 0) & (t <= span_hi[np.maximum(k, 0)])
-        frames.append(batch[near])
-    if not frames:
-        return episodes.assign(suspect=suspects)
-    samples = pd.concat(frames, ignore_index=True)
-    order = np.lexsort((samples["tick"].to_numpy(), samples["tid"].to_numpy()))
-    others = window_deltas(samples.take(order).reset_index(drop=True))
-    names = thread_names(cap).set_index("tid")["comm"]
-    for i in np.flatnonzero(wanted):
-        row = episodes.iloc[i]
-        inside = (others["end_ns"] > row.start_ns) & (others["start_ns"] < row.end_ns) & (others["tid"] != row.tid)
-        if row.verdict == "runqueue":
-            cpus = [int(c) for c in str(row.cpus).split(",") if c.strip().lstrip("-").isdigit()]
-            inside &= others["cpu"].isin(cpus)
-        ran = (
-            others[inside]
-            .groupby("tid")
-            .agg(
-                on=("run_delta_ns", "sum"),
-                pid=("pid", "last"),
-                policy=("policy", "last"),
-                rtprio=("rtprio", "last"),
-                cpu=("cpu", "last"),
-            )
-        )
-        if ran.empty or ran["on"].max() <= 0:
-            continue
-        top = ran["on"].idxmax()
-        best = ran.loc[top]
-        comm = names.get(top, "?")
-        where = f" on CPU {int(best['cpu'])}" if row.verdict == "runqueue" else ""
-        family = ", same process" if int(best["pid"]) == int(row.pid) else f", pid {int(best['pid'])}"
-        suspects[i] = (
-            f"meanwhile {comm} ({int(top)}{family}, {policy_label(best['policy'], best['rtprio'])}) ran "
-            f"{_ms(best['on'])}{where}"
-        )
-    return episodes.assign(suspect=suspects)
-
-
-def stall_windows(
-    cap: Capture, tids: Iterable[int], *, rules: StallRules | None = None, profiles: pd.DataFrame | None = None
-) -> pd.DataFrame:
-    """The classified windows of some threads (for plots and for checking the rules by eye)."""
-    rules = rules or StallRules()
-    profiles = thread_profiles(cap) if profiles is None else profiles
-    tids = list(tids)
-    windows = thread_windows(cap, tids=tids)
-    chosen = profiles[profiles["tid"].isin(tids)]
-    flags = classify_windows(windows, chosen, capture_interval_ns(cap), rules, io_pressure_ns(cap, windows))
-    out = pd.concat([windows, flags], axis=1)
-    out["state_letter"] = np.array(list(STATE_ALPHABET))[out["state"].to_numpy().astype(np.int64)]
-    return out

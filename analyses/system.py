@@ -21,7 +21,7 @@ import pandas as pd
 
 from analyses.cycles import lab_cycles, proc_cycles
 from analyses.threads import thread_profiles
-from forensics.capture import Capture
+from capture.format import Capture
 
 HOUR_NS = 3_600_000_000_000
 CPU_FIELDS = ("user", "system", "nice", "iowait", "irq", "softirq", "steal")

@@ -27,10 +27,9 @@ import numpy as np
 import pandas as pd
 
 from analyses.source import iter_samples
-from forensics.capture import Capture
+from capture.format import Capture
+from capture.vocabulary import RT_POLICIES, policy_name
 
-RT_POLICIES = (1, 2, 6)  # SCHED_FIFO, SCHED_RR, SCHED_DEADLINE (include/uapi/linux/sched.h)
-POLICY_NAMES = {0: "OTHER", 1: "FIFO", 2: "RR", 3: "BATCH", 5: "IDLE", 6: "DEADLINE", 7: "EXT"}
 BLOCK_NS = 200_000_000
 MIN_WAKEUPS_PER_BLOCK = 2
 MIN_COUNT = 20  # wake-ups per (merged) block
@@ -42,7 +41,7 @@ MAX_BUSY_FRACTION = 0.7
 
 
 def policy_label(policy: int, rtprio: int, nice: int | None = None) -> str:
-    name = POLICY_NAMES.get(int(policy), str(int(policy)))
+    name = policy_name(policy)
     if int(policy) in RT_POLICIES:
         return f"{name} {int(rtprio)}"
     return name if nice is None or int(nice) == 0 else f"{name} nice {int(nice)}"

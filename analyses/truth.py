@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyses.rules import LAB_INTERVAL_NS, overslept_margin_ns
+
 CAUSE_ALIASES = {"majfault": "fault", "major": "fault", "minor": "fault"}
 
 
@@ -66,16 +68,19 @@ def late_cycles(
     *,
     min_ns: int = 5_000_000,
     delay_ns: int = 2_000_000,
-    overslept_ns: int = 500_000,
+    overslept_ns: int | None = None,
+    interval_ns: int = LAB_INTERVAL_NS,
 ) -> pd.DataFrame:
     """Callbacks that really were late, long or delayed (the lab's own log): end past the deadline, a run
     of min_ns or more, a start delay_ns or more after the period began (a late wake-up), or a sleep
     since the thread's previous callback longer than a period plus overslept_ns (it missed its wake-up:
-    what the missed wake-up rule of analyses.stalls claims, a period plus a quarter of a 2 ms interval;
+    what the missed wake-up rule claims, analyses.rules.overslept_margin_ns of the capture's interval;
     one clean lab run here had a callback start 1.55 ms late after a 6.64 ms sleep, no thread of the
     capture running meanwhile: a real late wake-up of the machine, which the rule rightly reported)."""
     if cycles.empty:
         return cycles
+    if overslept_ns is None:
+        overslept_ns = overslept_margin_ns(interval_ns)
     ordered = cycles.sort_values(["tid", "deadline_ns"])
     spacing = ordered.groupby("tid")["deadline_ns"].diff()
     period = float(spacing[spacing > 0].median()) if (spacing > 0).any() else 0.0
@@ -87,11 +92,11 @@ def late_cycles(
 
 
 def split_alarms(
-    alarms: pd.DataFrame, cycles: pd.DataFrame, *, tolerance_ns: int = 2_000_000
+    alarms: pd.DataFrame, cycles: pd.DataFrame, *, tolerance_ns: int = 2_000_000, interval_ns: int = LAB_INTERVAL_NS
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(false, real): alarms that overlap no late callback, and those that overlap one the lab did not
     inject (a real stall of the machine: the verdict is then not checkable, but it is not a false alarm)."""
-    late = late_cycles(cycles)
+    late = late_cycles(cycles, interval_ns=interval_ns)
     if alarms.empty or late.empty:
         return alarms, alarms.iloc[0:0]
     spacing = cycles.sort_values("deadline_ns").groupby("tid")["deadline_ns"].diff()
@@ -113,6 +118,7 @@ def confusion(
     cycles: pd.DataFrame | None = None,
     min_ns: int = 5_000_000,
     tolerance_ns: int = 2_000_000,
+    interval_ns: int = LAB_INTERVAL_NS,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(matrix, scores): truth cause x verdict counts (with `missed`; a `none` row of false alarms; with
     `cycles`, a `late, not injected` row of verdicts on callbacks that really were late but that the lab
@@ -121,7 +127,7 @@ def confusion(
     alarms = false_alarms(stalls, truth, tolerance_ns=tolerance_ns)
     real = alarms.iloc[0:0]
     if cycles is not None:
-        alarms, real = split_alarms(alarms, cycles, tolerance_ns=tolerance_ns)
+        alarms, real = split_alarms(alarms, cycles, tolerance_ns=tolerance_ns, interval_ns=interval_ns)
     table = pd.crosstab(matched["cause"], matched["verdict"]) if len(matched) else pd.DataFrame()
     for label, rows in (("late, not injected", real), ("none", alarms)):
         if len(rows):

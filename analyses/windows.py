@@ -16,7 +16,7 @@ A window of thread T ends at a read of T's counters and starts at T's previous r
 Optional, when the capture holds them: vol_switches invol_switches migrations (from the `sched` file), the
 schedstats sums wait_sum_ns sleep_ns block_ns iowait_ns (CONFIG_SCHEDSTATS + kernel.sched_schedstats),
 and the taskstats delays ts_blkio_ns ts_swapin_ns ts_freepages_ns ts_thrashing_ns ts_compact_ns
-ts_cpu_delay_ns (delay accounting, read through taskstats: issue 5).
+ts_cpu_delay_ns (delay accounting, read through taskstats).
 
 Reconciliation. The kernel does not keep these counters live (DESIGN.md, "Kernel facts"): a running
 thread's sum_exec_runtime grows only when update_curr() runs, at the scheduler tick and at a switch
@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.source import COMPACT_DTYPES, STATE_ALPHABET, STATE_R, iter_samples, load_samples
-from forensics.capture import Capture
+from capture.format import Capture
 
 # Columns of the samples table each window column needs.
 BASE_COLUMNS = ["pid", "run_ns", "wait_ns", "slices", "state", "cpu", "policy", "rtprio"]
@@ -47,7 +47,7 @@ FAULT_COLUMNS = ["minflt", "majflt"]
 TIME_COLUMNS = ["utime", "stime", "nice", "blkio_ticks"]
 ALL_COLUMNS = BASE_COLUMNS + FAULT_COLUMNS + TIME_COLUMNS
 
-# Delay accounting per thread through taskstats (issue 5's "taskstats" table: cumulative ns per (tid,
+# Delay accounting per thread through taskstats (the capture's "taskstats" table: cumulative ns per (tid,
 # tick)). Like run_delay, each total grows when its delay ends (delayacct_*_end in kernel/delayacct.c).
 TASKSTATS_DELTAS = {
     "blkio_delay_ns": "ts_blkio_ns",
@@ -209,14 +209,13 @@ def reconcile(windows: pd.DataFrame) -> pd.DataFrame:
     return windows.assign(on_cpu_ns=on_cpu, runqueue_ns=runqueue, off_cpu_ns=off.astype(np.int64))
 
 
-def core_type_map(meta: Mapping[str, Any]) -> tuple[dict[int, str], set[str]]:
-    """cpu -> core type label from meta["cpus"]["core_types"], and the labels of the slower cores.
+def core_type_map(cpus: Mapping[str, Any]) -> tuple[dict[int, str], set[str]]:
+    """cpu -> core type label from the capture's cpus["core_types"], and the labels of the slower cores.
 
     Hybrid x86 labels the types P-core/E-core (sysfs cpu_core/cpu_atom); ARM big/little from
     cpu_capacity. Where the meta gives capacities or max frequencies, the slower types are those whose
     best CPU is below the fastest type's; otherwise the usual names of efficiency cores.
     """
-    cpus = meta.get("cpus") or {}
     types = cpus.get("core_types") or {}
     mapping: dict[int, str] = {}
     for label, members in types.items():
@@ -237,10 +236,10 @@ def core_type_map(meta: Mapping[str, Any]) -> tuple[dict[int, str], set[str]]:
     return mapping, slow
 
 
-def _add_core_type(windows: pd.DataFrame, meta: Mapping[str, Any]) -> pd.DataFrame:
+def _add_core_type(windows: pd.DataFrame, cpus: Mapping[str, Any]) -> pd.DataFrame:
     if "cpu" not in windows:
         return windows
-    mapping, slow = core_type_map(meta)
+    mapping, slow = core_type_map(cpus)
     cpu = windows["cpu"].to_numpy()
     if mapping:
         size = max(max(mapping) + 1, int(cpu.max()) + 1 if len(cpu) else 1)
@@ -309,12 +308,11 @@ def thread_windows(
     """
     tid_list = None if tids is None else sorted({int(t) for t in tids})
     samples = load_samples(cap, columns, tids=tid_list, t_range=t_range)
-    meta = cap.meta
-    clk_tck = int((meta.get("host") or {}).get("clk_tck") or 100)
-    delayacct = (meta.get("sources") or {}).get("delayacct")
+    clk_tck = cap.clk_tck
+    delayacct = cap.sources.get("delayacct")
     windows = reconcile(window_deltas(samples, clk_tck=clk_tck, delayacct=delayacct))
     del samples
-    windows = _add_core_type(windows, meta)
+    windows = _add_core_type(windows, cap.cpus)
     if with_sched:
         wanted = None if tid_list is None else np.asarray(tid_list, dtype=np.int32)
         for table, deltas in (("sched", SCHED_DELTAS), ("taskstats", TASKSTATS_DELTAS)):
@@ -337,9 +335,8 @@ def iter_raw_windows(
     The last read of each thread in one batch is carried into the next, so a window that spans two
     batches is still produced once. Good for aggregates over bins much longer than a tick.
     """
-    meta = cap.meta
-    clk_tck = int((meta.get("host") or {}).get("clk_tck") or 100)
-    delayacct = (meta.get("sources") or {}).get("delayacct")
+    clk_tck = cap.clk_tck
+    delayacct = cap.sources.get("delayacct")
     carry: pd.DataFrame | None = None
     for batch in iter_samples(cap, columns, tids=tids, t_range=t_range, batch_rows=batch_rows):
         frame = batch if carry is None else pd.concat([carry, batch], ignore_index=True)
@@ -350,7 +347,7 @@ def iter_raw_windows(
         carry = frame[last].reset_index(drop=True)
         windows = window_deltas(frame, clk_tck=clk_tck, delayacct=delayacct)
         if len(windows):
-            yield _add_core_type(windows, meta)
+            yield _add_core_type(windows, cap.cpus)
 
 
 def state_letters(codes: np.ndarray | pd.Series) -> np.ndarray:

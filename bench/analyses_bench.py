@@ -1,4 +1,4 @@
-"""Analyses benchmark (issue 4): `stalls` and `summarize` on a 10-minute, 100-thread, 2 ms capture.
+"""Analyses benchmark: `stalls` and `summarize` on a 10-minute, 100-thread, 2 ms capture.
 
 1. Generate the capture (not timed): 100 threads sampled at 2 ms for 10 minutes, about 30 million
    thread-samples, written with CaptureWriter one second (500 ticks) per chunk as the recorder does.
@@ -12,7 +12,7 @@
     python bench/analyses_bench.py --minutes 1 --threads 20
     python bench/analyses_bench.py --keep /var/tmp/big.ssf   # reuse (or keep) the generated capture
 
-Bars (issue 4): each at most 60 s and 4 GiB peak RSS on the project's machine; the figure to report is
+Bars: each at most 60 s and 4 GiB peak RSS on the project's machine; the figure to report is
 thread-samples per second. Writes bench/out/analyses_bench.json.
 """
 
@@ -34,7 +34,7 @@ REPO = HERE.parent
 OUT = HERE / "out"
 sys.path.insert(0, str(REPO))
 
-from forensics.capture import CaptureWriter  # noqa: E402
+from capture.format import CaptureWriter  # noqa: E402
 from tests import synth  # noqa: E402
 from tests.synth import MS, T0, Episode, SampledThread, Timeline  # noqa: E402
 

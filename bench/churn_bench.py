@@ -1,4 +1,4 @@
-"""Reliability check (issue 2): a long recording of a process that keeps creating and ending threads.
+"""Reliability check: a long recording of a process that keeps creating and ending threads.
 
 Records bench/many_threads.c with --churn (a new short-lived thread every --churn seconds, 1000 threads
 over the default 10 minutes) and samples, every 10 s, the recorder's and the writer's open file

@@ -1,4 +1,4 @@
-"""Sampler benchmark (issue 2): cost and timing of recording 10, 100 and 300 threads at 2 ms.
+"""Sampler benchmark: cost and timing of recording 10, 100 and 300 threads at 2 ms.
 
 For each thread count, in one run and side by side:
   1. start bench/many_threads.c with N threads (1 in 10 periodic at 5.333 ms, the rest blocked);
@@ -12,7 +12,7 @@ and bytes per thread-sample on disk.
     python bench/sampler_bench.py                 # 10, 100, 300 threads, 20 s each
     python bench/sampler_bench.py --threads 100 --seconds 5
 
-Bars (issue 2): 100 threads at 2 ms on an idle machine: p99 interval <= 3 ms, missed ticks <= 0.1 %,
+Bars: 100 threads at 2 ms on an idle machine: p99 interval <= 3 ms, missed ticks <= 0.1 %,
 per-read cost <= 2x the C floor. Run it on an otherwise idle machine: the figures are only comparable
 side by side within one run.
 """

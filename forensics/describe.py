@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, SupportsFloat
 
-from forensics.capture import Capture
+from capture.format import Capture
 
 
-def fmt_ns(ns: float | int | None) -> str:
+def fmt_ns(ns: SupportsFloat | None) -> str:
     """A duration for people: 1234 -> "1.2 us", 2_000_000 -> "2.000 ms"."""
     if ns is None:
         return "unknown"
@@ -33,9 +33,9 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
     """Sections of label -> text, plus the raw meta/trailer/counts for JSON."""
     meta = cap.meta
     trailer = cap.trailer
-    host = meta.get("host", {})
-    cpus = meta.get("cpus", {})
-    sources = meta.get("sources", {})
+    host = cap.host
+    cpus = cap.cpus
+    sources = cap.sources
     rec = meta.get("recording", {})
     counts = {name: int(n) for name, n in (trailer or {}).get("rows", {}).items()}
     if not counts:  # no trailer: count what reads back
@@ -101,7 +101,7 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
 
 
 def _first_column(cap: Capture, name: str) -> list[str] | None:
-    from forensics.capture import SCHEMAS
+    from capture.format import SCHEMAS
 
     schema = SCHEMAS.get(name)
     return [schema.names[0]] if schema is not None else None

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
+from capture.errors import ForensicsError
 from forensics.cli.options import DURATION
-from forensics.errors import ForensicsError
 from lab.settings import DEFAULT_EPISODES, LabSettings, make_settings
 
 

@@ -67,7 +67,7 @@ class OutputDigest:
         self.checkpoints: list[tuple[int, str]] = []
 
     def update(self, out: np.ndarray) -> None:
-        self._hash.update(memoryview(out).cast("B"))
+        self._hash.update(out.data.cast("B"))
         self.cycles += 1
         if self.cycles % CHECKPOINT_CYCLES == 0:
             self.checkpoints.append((self.cycles, self._hash.hexdigest()))

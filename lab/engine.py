@@ -91,7 +91,7 @@ class Helper:
                 return None
             self._buffer += chunk
         line, _, self._buffer = self._buffer.partition(b"\n")
-        return json.loads(line)  # type: ignore[no-any-return]
+        return json.loads(line)
 
 
 def _percentiles(values: np.ndarray) -> dict[str, int | None]:

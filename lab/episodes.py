@@ -30,7 +30,7 @@ import tempfile
 import time
 from typing import Any
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 from lab import linux
 from lab.settings import LabSettings, check_io_dir
 from lab.shared import SharedArea

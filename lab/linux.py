@@ -16,6 +16,8 @@ import errno
 import os
 import platform
 
+from capture.vocabulary import policy_name
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 # <linux/prctl.h>
@@ -137,10 +139,6 @@ def futex_wake(address: int, count: int = 1) -> int:
 # --------------------------------------------------------------------------------------------------
 # Scheduling policy
 
-POLICY_NAMES = {os.SCHED_OTHER: "OTHER", os.SCHED_FIFO: "FIFO", os.SCHED_RR: "RR", os.SCHED_BATCH: "BATCH"}
-if hasattr(os, "SCHED_IDLE"):
-    POLICY_NAMES[os.SCHED_IDLE] = "IDLE"
-
 
 def set_policy(policy: int, priority: int) -> str | None:
     """Set the calling thread's policy (pid 0 = the calling thread for sched_setscheduler(2)).
@@ -159,7 +157,7 @@ def set_policy(policy: int, priority: int) -> str | None:
 def current_policy(tid: int = 0) -> tuple[str, int]:
     """(policy name, rt priority) of a thread as the kernel reports it."""
     policy = os.sched_getscheduler(tid) & ~getattr(os, "SCHED_RESET_ON_FORK", 0)
-    return POLICY_NAMES.get(policy, str(policy)), os.sched_getparam(tid).sched_priority
+    return policy_name(policy), os.sched_getparam(tid).sched_priority
 
 
 def fifo_permitted(priority: int) -> bool:

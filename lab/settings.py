@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 
 CAUSES = ("run", "runqueue", "io", "fault", "lock")
 TOPOLOGIES = ("chain", "series")

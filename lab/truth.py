@@ -13,7 +13,7 @@ whose futex_wake ends the wait), `held_ns`, `released_ns`; `runqueue` adds `cpu`
 `pages` (pages touched: at least that many faults).
 
 `read_truth(path)` returns `Truth(episodes, cycles, lab)`: `episodes` has the columns `cause tid start_ns
-end_ns` first (as the capture's `truth` table, forensics.capture.TRUTH_SCHEMA) then the extra ones;
+end_ns` first (as the capture's `truth` table, capture.format.TRUTH_SCHEMA) then the extra ones;
 `cycles` has `tid start_ns end_ns deadline_ns` (CYCLES_SCHEMA) then `period`. Columns every record has
 are int64 (tid int32); a column only some records have holds Python ints or strings and None (object
 dtype), so that `frame[column].tolist()` is JSON-safe (no pd.NA, no NaN).
@@ -31,7 +31,7 @@ from typing import Any
 
 import pandas as pd
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 
 EPISODE_COLUMNS = ["cause", "tid", "start_ns", "end_ns"]
 CYCLE_COLUMNS = ["tid", "start_ns", "end_ns", "deadline_ns"]

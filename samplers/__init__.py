@@ -1,4 +1,4 @@
 """Samplers: read kernel counters of target threads on a clock and write a capture.
 
-They know nothing of analyses; the capture format (forensics.capture) is all they share.
+They know nothing of analyses; the capture format (capture/format.py) is all they share.
 """

@@ -15,8 +15,13 @@ import os
 import queue
 import struct
 import threading
-from collections.abc import Iterator
-from typing import Any
+from array import array
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 FRAME = struct.Struct("<BI")
 
@@ -51,6 +56,137 @@ def encode_json(kind: int, obj: Any) -> bytes:
 
 def encode(kind: int, payload: bytes) -> bytes:
     return FRAME.pack(kind, len(payload)) + payload
+
+
+def encode_tick(
+    tick: int,
+    layout_id: int,
+    t_ns: int,
+    times: Sequence[int],
+    missing: Sequence[int],
+    schedstat: Sequence[bytes],
+    stat: Sequence[bytes],
+    sched: Sequence[bytes],
+) -> bytes:
+    """A whole TICK frame, frame header included, in one join (the recorder's hot path: no copy of the
+    payload to prepend the header). `times`: per thread of the layout; `missing`: indices of threads
+    without a row; `schedstat`, `stat`: the live threads' texts; `sched`: one per `sched` thread (b"" failed).
+    """
+    ss_blob = b"".join(schedstat)
+    st_blob = b"".join(stat)
+    times_b = array("q", times).tobytes()
+    missing_b = array("I", missing).tobytes()
+    stat_lengths = array("I", map(len, stat)).tobytes()
+    sched_lengths = array("I", map(len, sched)).tobytes()
+    length = (
+        _TICK_HEADER_SIZE
+        + len(times_b)
+        + len(missing_b)
+        + len(stat_lengths)
+        + len(sched_lengths)
+        + len(ss_blob)
+        + len(st_blob)
+        + sum(map(len, sched))
+    )
+    header = TICK_HEADER.pack(tick, layout_id, t_ns, len(missing), len(sched), len(ss_blob), len(st_blob))
+    return b"".join(
+        (FRAME.pack(TICK, length), header, times_b, missing_b, stat_lengths, sched_lengths, ss_blob, st_blob, *sched)
+    )
+
+
+_TICK_HEADER_SIZE = TICK_HEADER.size
+
+
+@dataclass
+class Tick:
+    """A TICK payload taken apart (decode_tick)."""
+
+    tick: int
+    layout_id: int
+    t_ns: int  # when the tick started
+    times: np.ndarray  # int64 ns per thread of the layout (when its counters were read)
+    missing: np.ndarray  # u32 indices of the threads without a row this tick
+    stat_lengths: np.ndarray  # u32 length of each live thread's stat text
+    schedstat: bytes  # the live threads' schedstat texts, back to back
+    stat: bytes  # the live threads' stat texts, back to back (split by stat_lengths: a comm may hold "\n")
+    sched: list[bytes]  # one per `sched` thread of the layout; b"" when its read failed
+
+
+def decode_tick(payload: bytes, threads: int) -> Tick:
+    """The TICK payload of a layout of `threads` threads (the writer's side of encode_tick)."""
+    tick, layout_id, t_ns, n_missing, n_sched, len_ss, len_st = TICK_HEADER.unpack_from(payload)
+    offset = TICK_HEADER.size
+    times = array_at(payload, "<i8", threads, offset)
+    offset += 8 * threads
+    missing = array_at(payload, "<u4", n_missing, offset)
+    offset += 4 * n_missing
+    stat_lengths = array_at(payload, "<u4", threads - n_missing, offset)
+    offset += 4 * (threads - n_missing)
+    sched_lengths = array_at(payload, "<u4", n_sched, offset).tolist()
+    offset += 4 * n_sched
+    schedstat = payload[offset : offset + len_ss]
+    offset += len_ss
+    stat = payload[offset : offset + len_st]
+    offset += len_st
+    sched = []
+    for length in sched_lengths:
+        sched.append(payload[offset : offset + length])
+        offset += length
+    return Tick(tick, layout_id, t_ns, times, missing, stat_lengths, schedstat, stat, sched)
+
+
+def encode_taskstats(tick: int, tids: Sequence[int], times: Sequence[int], replies: Sequence[bytes]) -> bytes:
+    """A whole TASKSTATS frame: the raw netlink reply per thread (b"": the thread was gone or refused)."""
+    payload = b"".join(
+        (
+            TASKSTATS_HEADER.pack(tick, len(tids)),
+            array("I", tids).tobytes(),
+            array("q", times).tobytes(),
+            array("I", map(len, replies)).tobytes(),
+            *replies,
+        )
+    )
+    return encode(TASKSTATS, payload)
+
+
+def decode_taskstats(payload: bytes) -> tuple[int, list[tuple[int, int, bytes | None]]]:
+    """(tick, [(tid, t_ns, reply or None)]) of a TASKSTATS payload (the writer's side of encode_taskstats)."""
+    tick, n = TASKSTATS_HEADER.unpack_from(payload)
+    offset = TASKSTATS_HEADER.size
+    tids = array_at(payload, "<u4", n, offset).tolist()
+    offset += 4 * n
+    times = array_at(payload, "<i8", n, offset).tolist()
+    offset += 8 * n
+    lengths = array_at(payload, "<u4", n, offset).tolist()
+    offset += 4 * n
+    rows: list[tuple[int, int, bytes | None]] = []
+    for tid, t_ns, length in zip(tids, times, lengths, strict=True):
+        rows.append((tid, t_ns, payload[offset : offset + length] if length else None))
+        offset += length
+    return tick, rows
+
+
+def encode_system(t_ns: int, texts: Sequence[bytes]) -> bytes:
+    """A whole SYSTEM frame: /proc/stat, then the /proc/pressure files in PRESSURE_FILES order."""
+    return encode(SYSTEM, SYSTEM_HEADER.pack(t_ns, *(len(t) for t in texts)) + b"".join(texts))
+
+
+def decode_system(payload: bytes) -> tuple[int, list[bytes]]:
+    """(t_ns, [/proc/stat text, pressure texts...]) of a SYSTEM payload."""
+    t_ns, *lengths = SYSTEM_HEADER.unpack_from(payload)
+    offset = SYSTEM_HEADER.size
+    texts = []
+    for length in lengths:
+        texts.append(payload[offset : offset + length])
+        offset += length
+    return t_ns, texts
+
+
+def array_at(payload: bytes, dtype: str, count: int, offset: int) -> np.ndarray:
+    import numpy as np  # the writer's side only: the recorder never imports numpy
+
+    # np.frombuffer refuses count=0 at the very end of the buffer (a tick where no thread had a row).
+    return np.frombuffer(payload, dtype=dtype, count=count, offset=offset) if count else np.zeros(0, dtype=dtype)
 
 
 def write_all(fd: int, data: bytes) -> None:

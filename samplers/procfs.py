@@ -50,13 +50,6 @@ STAT_NUMERIC = {
     "blkio_ticks": STAT_BLKIO_TICKS,
 }
 
-POLICY_NAMES = {0: "OTHER", 1: "FIFO", 2: "RR", 3: "BATCH", 5: "IDLE", 6: "DEADLINE", 7: "EXT"}
-RT_POLICIES = frozenset({1, 2, 6})
-
-
-def policy_name(policy: int) -> str:
-    return POLICY_NAMES.get(int(policy), str(policy))
-
 
 @dataclass(frozen=True)
 class StatLine:

@@ -21,14 +21,14 @@ import resource
 import select
 import sys
 import time
-from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
+from capture.vocabulary import RT_POLICIES
 from samplers import frames
-from samplers.procfs import RT_POLICIES, ProcPaths, parse_stat
+from samplers.procfs import ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
 from samplers.ticktimes import TickTimes
@@ -122,7 +122,6 @@ class Recorder:
         self.sample_rows = 0
         self.threads_seen = 0
         self.processes_seen = 0
-        self.writer: Any = None
         self._pipe = -1
         self._markers: list[tuple[int, str]] = []
         self._system_fds: dict[str, int] = {}
@@ -349,16 +348,7 @@ class Recorder:
                 replies.append(query(tid) or b"")
             except OSError:  # refused for this thread (e.g. another user namespace): no row
                 replies.append(b"")
-        payload = b"".join(
-            (
-                frames.TASKSTATS_HEADER.pack(tick, len(tids)),
-                array("I", tids).tobytes(),
-                array("q", times).tobytes(),
-                array("I", map(len, replies)).tobytes(),
-                *replies,
-            )
-        )
-        self._send(frames.encode(frames.TASKSTATS, payload))
+        self._send(frames.encode_taskstats(tick, tids, times, replies))
 
     def _scan_threads(self, t_ns: int) -> None:
         for pid in list(self.processes):
@@ -380,8 +370,7 @@ class Recorder:
                 parts.append(os.pread(fd, PROC_STAT_BYTES, 0) if fd >= 0 else b"")
             except OSError:
                 parts.append(b"")
-        header = frames.SYSTEM_HEADER.pack(t_ns, *(len(p) for p in parts))
-        self._send(frames.encode(frames.SYSTEM, header + b"".join(parts)))
+        self._send(frames.encode_system(t_ns, parts))
 
     def _poll_stdin(self, t_ns: int) -> None:
         try:
@@ -471,9 +460,7 @@ class Recorder:
         pread = os.pread
         mono = self.clock
         write = self._send
-        tick_header = frames.TICK_HEADER.pack
-        frame_header = frames.FRAME.pack
-        tick_kind = frames.TICK
+        encode_tick = frames.encode_tick
         sleep = time.sleep
         tick = 0
         due = start
@@ -528,30 +515,9 @@ class Recorder:
                 if self.taskstats_hot:
                     self._read_taskstats(tick)
                 # ---- hand over ----
-                ss_blob = b"".join(ss)
-                st_blob = b"".join(st)
-                payload = b"".join(
-                    (
-                        tick_header(
-                            tick,
-                            self.layout_id,
-                            now,
-                            len(dead) + len(empty),
-                            len(sched_raw),
-                            len(ss_blob),
-                            len(st_blob),
-                        ),
-                        array("q", times).tobytes(),
-                        array("I", dead + empty if empty else dead).tobytes(),
-                        array("I", map(len, st)).tobytes(),
-                        array("I", map(len, sched_raw)).tobytes(),
-                        ss_blob,
-                        st_blob,
-                        *sched_raw,
-                    )
-                )
                 if times:  # no target thread yet (--match still waiting): nothing to store
-                    write(frame_header(tick_kind, len(payload)) + payload)
+                    missing = dead + empty if empty else dead
+                    write(encode_tick(tick, self.layout_id, now, times, missing, ss, st, sched_raw))
                 if now >= next_handover:
                     self._hand_over()
                     next_handover = now + HANDOVER_NS

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 from samplers.recorder import Recorder, RecorderOptions, Status
 from samplers.targets import TargetSpec
 

@@ -12,7 +12,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 from samplers.procfs import ProcPaths, StatLine, parse_stat
 
 RECHECK_SCANS = 8  # about 2 s at one scan per 250 ms

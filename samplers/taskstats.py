@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from forensics.capture import TASKSTATS_SCHEMA
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
+from capture.format import TASKSTATS_SCHEMA
 
 # --------------------------------------------------------------------------------------------------
 # Netlink constants (include/uapi/linux/netlink.h, genetlink.h, taskstats.h)
@@ -434,7 +434,7 @@ OTHER_COLUMNS: dict[str, str] = {
     "write_bytes": "write_bytes",
 }
 
-# The table's schema lives with the format (forensics/capture.py); its columns are these mappings' keys.
+# The table's schema lives with the format (capture/format.py); its columns are these mappings' keys.
 assert TASKSTATS_SCHEMA.names[5:] == [*DELAY_COLUMNS, *OTHER_COLUMNS], "taskstats columns out of step with the schema"
 
 
@@ -485,7 +485,9 @@ def parse_replies(raws: Sequence[bytes]) -> dict[str, np.ndarray]:
         first = raws[rows[0]]
         offset, length = _stats_location(first)
         (version,) = struct.unpack_from("<H", first, offset)
-        block = np.frombuffer(b"".join(raws[i] for i in rows), dtype=np.uint8).reshape(len(rows), int(reply_len))
+        block = np.frombuffer(b"".join(raws[i] for i in rows.tolist()), dtype=np.uint8).reshape(
+            len(rows), int(reply_len)
+        )
         same = block[:, offset : offset + 2].copy().view("<u2").ravel() == version
         if not same.all():  # another version with the same length (never seen): the slow path for those
             for i in rows[~same]:
@@ -519,7 +521,7 @@ def taskstats_table(
     if not kept:
         return TASKSTATS_SCHEMA.empty_table()
     ticks, t_ns, tids, raws = zip(*kept, strict=True)
-    fields = parse_replies(list(raws))  # type: ignore[arg-type]
+    fields = parse_replies(list(raws))
     t = np.asarray(t_ns, dtype=np.int64)
     n = len(t)
 

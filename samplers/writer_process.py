@@ -22,13 +22,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from forensics.capture import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, CaptureWriter
+from capture.format import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, CaptureWriter
+from capture.vocabulary import policy_name
 from samplers import frames
-from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat_blob, policy_name
+from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat_blob
 from samplers.system import PRESSURE_FILES, system_rows
 
 # At most this much of the recording sits only in the writer's memory. The writer outlives a killed
-# recorder and flushes on EOF; this bounds the loss when both are killed at once (issue 2: 1 s).
+# recorder and flushes on EOF; this bounds the loss when both are killed at once to about 1 s.
 FLUSH_EVERY_NS = 1_000_000_000
 FLUSH_ROWS = 200_000
 
@@ -137,17 +138,9 @@ class CaptureSink:
             }
 
     def _taskstats(self, payload: bytes) -> None:
-        tick, n = frames.TASKSTATS_HEADER.unpack_from(payload)
-        offset = frames.TASKSTATS_HEADER.size
-        tids = _array(payload, "<u4", n, offset).tolist()
-        offset += 4 * n
-        times = _array(payload, "<i8", n, offset).tolist()
-        offset += 8 * n
-        lengths = _array(payload, "<u4", n, offset).tolist()
-        offset += 4 * n
-        for tid, t_ns, length in zip(tids, times, lengths, strict=True):
-            self.taskstats_rows.append((tick, t_ns, tid, payload[offset : offset + length] if length else None))
-            offset += length
+        tick, rows = frames.decode_taskstats(payload)
+        for tid, t_ns, reply in rows:
+            self.taskstats_rows.append((tick, t_ns, tid, reply))
 
     def stop_ebpf(self) -> None:
         if self.ebpf is not None and self.ebpf_stats is None:
@@ -163,14 +156,8 @@ class CaptureSink:
         return any(p[0].id == layout_id for p in self.pending)
 
     def _system(self, payload: bytes) -> None:
-        t_ns, n_stat, *n_psi = frames.SYSTEM_HEADER.unpack_from(payload)
-        offset = frames.SYSTEM_HEADER.size
-        stat_raw = payload[offset : offset + n_stat]
-        offset += n_stat
-        pressure: dict[str, bytes] = {}
-        for kind, n in zip(PRESSURE_FILES, n_psi, strict=True):
-            pressure[kind] = payload[offset : offset + n]
-            offset += n
+        t_ns, (stat_raw, *psi) = frames.decode_system(payload)
+        pressure = dict(zip(PRESSURE_FILES, psi, strict=True))
         self.system.extend(system_rows(t_ns, stat_raw, pressure))
 
     # parsing in bulk ------------------------------------------------------------------------------
@@ -224,35 +211,22 @@ class CaptureSink:
         sched_rows: list[tuple[int, int, int, bytes]] = []
         for layout, tick, _tick_ns, payload in self.pending:
             n = len(layout.tids)
-            _, _, _, n_dead, n_sched, len_ss, len_st = frames.TICK_HEADER.unpack_from(payload)
-            offset = frames.TICK_HEADER.size
-            times = _array(payload, "<i8", n, offset)
-            offset += 8 * n
-            dead = _array(payload, "<u4", n_dead, offset)
-            offset += 4 * n_dead
+            frame = frames.decode_tick(payload, n)
             alive = np.ones(n, dtype=bool)
-            if n_dead:
-                alive[dead] = False
+            if len(frame.missing):
+                alive[frame.missing] = False
             # Lengths, not newlines, split the stat texts: PR_SET_NAME accepts "\n" in a comm and
             # /proc/<pid>/stat prints the comm unescaped (fs/proc/array.c, proc_task_name(..., false)).
-            stat_lengths.append(_array(payload, "<u4", n - n_dead, offset))
-            offset += 4 * (n - n_dead)
-            sched_lens = _array(payload, "<u4", n_sched, offset)
-            offset += 4 * n_sched
-            schedstat_sections.append(payload[offset : offset + len_ss])
-            offset += len_ss
-            stat_sections.append(payload[offset : offset + len_st])
-            offset += len_st
-            ticks.append(np.full(n - n_dead, tick, dtype=np.uint32))
-            t_ns.append(times[alive])
+            stat_lengths.append(frame.stat_lengths)
+            schedstat_sections.append(frame.schedstat)
+            stat_sections.append(frame.stat)
+            ticks.append(np.full(n - len(frame.missing), tick, dtype=np.uint32))
+            t_ns.append(frame.times[alive])
             tids.append(layout.tids[alive])
             pids.append(layout.pids[alive])
-            for index, length in zip(layout.sched.tolist(), sched_lens.tolist(), strict=True):
-                if length:
-                    sched_rows.append(
-                        (tick, int(times[index]), int(layout.tids[index]), payload[offset : offset + length])
-                    )
-                offset += length
+            for index, text in zip(layout.sched.tolist(), frame.sched, strict=True):
+                if text:
+                    sched_rows.append((tick, int(frame.times[index]), int(layout.tids[index]), text))
         self.pending = []
         self.pending_rows = 0
         self.pending_since = None
@@ -352,11 +326,6 @@ class CaptureSink:
         self.flush()
         if self.writer is not None:
             self.writer.close(None)
-
-
-def _array(payload: bytes, dtype: str, count: int, offset: int) -> np.ndarray:
-    # np.frombuffer refuses count=0 at the very end of the buffer (a tick where no thread had a row).
-    return np.frombuffer(payload, dtype=dtype, count=count, offset=offset) if count else np.zeros(0, dtype=dtype)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 import forensics
-from forensics.capture import Capture, CaptureWriter
+from capture.format import Capture, CaptureWriter
 
 REPO = Path(__file__).resolve().parent.parent
 EPISODES = REPO / "captures" / "lab-episodes.ssf"

@@ -7,18 +7,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    # Children run this checkout's code, not whatever copy is installed.
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+from tests.helpers import REPO, bcc_missing, child_env, root_missing
 
 
 @pytest.fixture
@@ -33,7 +25,7 @@ def run_module() -> Callable[..., subprocess.CompletedProcess[str]]:
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=_env(),
+            env=child_env(),
             cwd=REPO,
             check=check,
             input=input,
@@ -48,6 +40,16 @@ def run_module() -> Callable[..., subprocess.CompletedProcess[str]]:
 # @pytest.mark.may_skip.
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "may_skip: a skip here reflects machine state, not a missing facility")
+
+
+# @pytest.mark.needs_root and @pytest.mark.needs_bcc: the one way a test says it needs root or BCC. It
+# skips (with the reason) where the facility is missing; in CI such a skip fails (above).
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    for marker, missing in (("needs_root", root_missing), ("needs_bcc", bcc_missing)):
+        if item.get_closest_marker(marker) is not None:
+            reason = missing()
+            if reason is not None:
+                pytest.skip(reason)
 
 
 @pytest.hookimpl(hookwrapper=True)

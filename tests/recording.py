@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import forensics
-from tests.conftest import REPO, _env
+from tests.helpers import REPO, child_env
 
 WORKLOAD = str(REPO / "tests" / "workloads" / "known_work.py")
 
@@ -24,7 +24,7 @@ def start_catch_load(*args: str, **popen: Any) -> subprocess.Popen[str]:
     popen.setdefault("stdout", subprocess.PIPE)
     popen.setdefault("stderr", subprocess.PIPE)
     popen.setdefault("text", True)
-    return subprocess.Popen(catch_load_argv(*args), env=_env(), cwd=REPO, **popen)
+    return subprocess.Popen(catch_load_argv(*args), env=child_env(), cwd=REPO, **popen)
 
 
 def record_workload(
@@ -40,7 +40,7 @@ def record_workload(
         capture_output=True,
         text=True,
         timeout=120,
-        env=_env(),
+        env=child_env(),
         cwd=REPO,
     )
     assert result.returncode == 0, result.stderr
@@ -54,7 +54,7 @@ def record_capture(out: Path, *args: str, timeout: float = 300) -> forensics.Cap
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=_env(),
+        env=child_env(),
         cwd=REPO,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -65,13 +65,14 @@ def assert_verdicts_only_on_late_callbacks(cap: forensics.Capture) -> None:
     """A lab run without episodes: every verdict on lab-audio sits on a callback the lab logged as late
     (analyses.truth.late_cycles: a real stall of the machine, which must be reported), and there are no
     more verdicts than such callbacks (at least one allowed)."""
+    from analyses.rules import LAB_INTERVAL_NS
     from analyses.stalls import find_stalls
     from analyses.truth import late_cycles
 
     audio = cap.cycles["tid"].iloc[0]
     stalls = find_stalls(cap)
     stalls = stalls[stalls["tid"] == audio]
-    late = late_cycles(cap.cycles)
+    late = late_cycles(cap.cycles, interval_ns=cap.interval_ns or LAB_INTERVAL_NS)
     for episode in stalls.itertuples(index=False):
         near = (late["start_ns"] < episode.end_ns + 6_000_000) & (late["end_ns"] > episode.start_ns - 2_000_000)
         assert near.any(), f"verdict {episode.verdict} at {episode.start_ns} on a callback logged on time"

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from forensics.capture import Capture
+from capture.format import Capture
 
 USER, SYS, RUNNABLE, SLEEP, BLOCKED = 0, 1, 2, 3, 4  # segment kinds
 ON_CPU = (USER, SYS)

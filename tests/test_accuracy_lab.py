@@ -1,13 +1,13 @@
-"""Accuracy of the verdicts on real lab recordings (issue 4), end to end: `catch-load --lab`, then stalls.
+"""Accuracy of the verdicts on real lab recordings , end to end: `catch-load --lab`, then stalls.
 
-The lab (issue 3) injects episodes of known cause into its SCHED_FIFO callback thread (5.333 ms) and
+The lab (README, "The lab") injects episodes of known cause into its SCHED_FIFO callback thread (5.333 ms) and
 stores the ground truth in the capture. Recorded at 2 ms with the /proc sources only (no delay
 accounting, schedstats, taskstats or eBPF), for episodes of 5 ms or longer, at least 10 of each cause:
 
 - 12 ms episodes of all five causes: recall and precision of run, runqueue, io, fault and lock >= 0.9;
 - 6 ms episodes of run, runqueue, io and fault: the same bar. (A lock wait shorter than about a period
   plus two sampling intervals is invisible to /proc sampling: a thread asleep in S on a futex looks like
-  one asleep between callbacks. tests/test_stalls.py pins that limit; eBPF, issue 5, lifts it.)
+  one asleep between callbacks. tests/test_stalls.py pins that limit; eBPF lifts it.)
 - a 30 s run without episodes: no verdict, except on a callback the lab itself logged as late (the
   machine is shared and virtual: a real stall it did not inject is reported, and must be).
 - the sampling-rate lesson: 5 ms run episodes found at 2 ms are lost when the same capture is
@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
         importlib.util.find_spec("lab.engine") is None,
-        reason="the lab workload (issue 3, lab/engine.py) is not in this checkout yet",
+        reason="the lab workload (lab/engine.py) is not in this checkout yet",
     ),
 ]
 

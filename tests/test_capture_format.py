@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 import forensics
-from forensics.capture import FORMAT_VERSION, MAGIC, CaptureWriter, load
-from forensics.errors import CaptureFormatError, CaptureWarning
+from capture.errors import CaptureFormatError, CaptureWarning
+from capture.format import FORMAT_VERSION, MAGIC, CaptureWriter, load
 
 
 def _samples(ticks: int, tids: list[int], start: int = 0) -> dict[str, np.ndarray]:

@@ -8,7 +8,7 @@ import re
 import pandas as pd
 import pytest
 
-from forensics.capture import CaptureWriter
+from capture.format import CaptureWriter
 from forensics.render import Report, Section, choose_format, render
 from tests import synth
 from tests.synth import MS, T0, Episode, Timeline

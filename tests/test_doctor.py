@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -122,7 +121,7 @@ def test_cli_text(run_module: RunModule) -> None:
     assert any("preemption model" in line for line in lines)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="taskstats and BCC probes need root (CI runs as root)")
+@pytest.mark.needs_root  # taskstats and the BCC probes
 def test_live_probes_as_root() -> None:
     by_name = {c.name: c for c in build_report()}
     assert by_name["taskstats"].rating == "good", by_name["taskstats"]

@@ -20,7 +20,6 @@ import pytest
 
 from analyses import exact
 from samplers.ebpf import EbpfCollector, EbpfOptions, merge_tables
-from samplers.ebpf.bcc_import import BccUnavailable, import_bcc
 from samplers.sysctl_guard import SysctlGuard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -29,17 +28,7 @@ from workloads.observe import Observation, observe_workload
 HALF_MS = 500_000
 
 
-def _bcc_missing() -> str | None:
-    if os.geteuid() != 0:
-        return "eBPF needs root (CI runs as root)"
-    try:
-        import_bcc()
-    except BccUnavailable as err:
-        return f"BCC is not installed ({err}); .ci/run installs python3-bpfcc"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_bcc_missing() is not None, reason=str(_bcc_missing()))
+pytestmark = [pytest.mark.needs_root, pytest.mark.needs_bcc]
 
 
 @pytest.fixture(scope="module", params=["mmap", "callback"])

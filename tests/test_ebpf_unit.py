@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from forensics.capture import EBPF_SCHEMAS
+from capture.format import EBPF_SCHEMAS
 from samplers.ebpf import kernel_stub, tables
 from samplers.ebpf.bcc_import import BccUnavailable, import_bcc
 from samplers.ebpf.tracefs import DEFAULT_RULES, decode_one, decode_prev_state, eval_const_expr, prev_state_rules

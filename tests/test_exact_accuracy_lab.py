@@ -1,4 +1,4 @@
-"""Issue 5's checks on real recordings: the lab recorded with eBPF (and delay accounting), end to end.
+"""The exact sources' checks on real recordings: the lab recorded with eBPF (and delay accounting), end to end.
 
 `catch-load --ebpf --delayacct --lab ...` records the lab (lab-audio, SCHED_FIFO 70, 5.333 ms) with the
 ground truth in the capture; `find_stalls` then builds its episodes from the exact switch record.
@@ -29,8 +29,6 @@ Recording takes about 60 s in all: slow. Needs root and BCC (CI has both: .ci/ru
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -40,24 +38,13 @@ from analyses.exact_stalls import ExactData, load_exact
 from analyses.source import proc_only
 from analyses.stalls import find_stalls
 from analyses.truth import confusion, edge_errors
-from samplers.ebpf.bcc_import import BccUnavailable, import_bcc
 from tests.recording import assert_verdicts_only_on_late_callbacks, record_capture
 
 HALF_MS = 500_000
 CAUSES = ("run", "runqueue", "io", "fault", "lock")
 
 
-def _missing_facility() -> str | None:
-    if os.geteuid() != 0:
-        return "eBPF and delay accounting need root (CI runs as root)"
-    try:
-        import_bcc()
-    except BccUnavailable as err:
-        return f"BCC is not installed ({err}); .ci/run installs python3-bpfcc"
-    return None
-
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing_facility() is not None, reason=str(_missing_facility()))]
+pytestmark = [pytest.mark.slow, pytest.mark.needs_root, pytest.mark.needs_bcc]
 
 
 def record(tmp_path_factory: pytest.TempPathFactory, name: str, *args: str) -> forensics.Capture:

@@ -15,9 +15,9 @@ import pytest
 import forensics
 from analyses.stalls import find_stalls
 from analyses.threads import thread_profiles
-from forensics.cli.export import perfetto_trace, write_tables
 from forensics.export.frames import export_windows
-from forensics.export.perfetto import MACHINE_PID, SYNTHETIC, thread_slices
+from forensics.export.perfetto import MACHINE_PID, SYNTHETIC, perfetto_trace, thread_slices
+from forensics.export.tables import write_tables
 from tests.artefact_captures import EPISODES, with_markers
 
 PHASES = {"B", "E", "X", "i", "I", "C", "M", "b", "e", "n", "s", "t", "f", "P", "N", "O", "D", "R", "c"}

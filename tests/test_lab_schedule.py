@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import forensics
-from forensics.capture import CaptureWriter
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
+from capture.format import CaptureWriter
 from lab.cli import settings_from_args
 from lab.dsp import FirStage, OutputDigest, input_buffer, noise_table
 from lab.schedule import build_schedule

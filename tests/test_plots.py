@@ -10,7 +10,7 @@ from matplotlib.collections import PathCollection
 import forensics
 from analyses.cycles import lab_cycles
 from analyses.stalls import find_stalls
-from forensics.capture import Capture
+from capture.format import Capture
 from forensics.plots import SLOW_CORE, VERDICT_COLORS, figure_bytes
 from forensics.plots.compare import draw_compare
 from forensics.plots.data import compare_data, jitter_data, timeline_data

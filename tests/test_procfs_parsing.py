@@ -16,6 +16,7 @@ from samplers.procfs import (
     parse_stat_batch,
 )
 from tests.fakeproc import stat_line
+from tests.helpers import SCHED_618, SCHED_SCHEDSTATS_5_10
 
 
 def test_stat_comm_with_spaces_and_parentheses_splits_after_the_last_paren() -> None:
@@ -85,47 +86,6 @@ def test_float_parsing_would_have_lost_precision() -> None:
     # The reason ms_text_to_ns exists: through float, one microsecond-scale ns value already goes wrong.
     assert int(float("1.000001") * 1e6) == 1_000_000
     assert ms_text_to_ns("1.000001") == 1_000_001
-
-
-SCHED_618 = b"""lab-audio (4242, #threads: 5)
--------------------------------------------------------------------
-se.exec_start                                :        122105.288332
-se.vruntime                                  :           829.930599
-se.sum_exec_runtime                          :          1234.567891
-se.nr_migrations                             :                   12
-nr_switches                                  :                 2000
-nr_voluntary_switches                        :                 1990
-nr_involuntary_switches                      :                   10
-se.load.weight                               :              1048576
-policy                                       :                    1
-prio                                         :                   14
-clock-delta                                  :                   60
-"""
-
-SCHED_SCHEDSTATS_5_10 = b"""jackd (777, #threads: 9)
--------------------------------------------------------------------
-se.exec_start                                :      9000000.000001
-se.sum_exec_runtime                          :         5000.250000
-se.nr_migrations                             :                    3
-se.statistics.sum_sleep_runtime              :        80000.123456
-se.statistics.wait_start                     :             0.000000
-se.statistics.sleep_start                    :       9000001.000000
-se.statistics.block_start                    :             0.000000
-se.statistics.sleep_max                      :            10.000001
-se.statistics.block_max                      :             6.100000
-se.statistics.exec_max                       :             2.075000
-se.statistics.wait_max                       :             0.538000
-se.statistics.wait_sum                       :            12.000003
-se.statistics.wait_count                     :                 4000
-se.statistics.iowait_sum                     :             0.000000
-se.statistics.iowait_count                   :                    0
-se.statistics.nr_wakeups                     :                 3990
-nr_switches                                  :                 4000
-nr_voluntary_switches                        :                 3990
-nr_involuntary_switches                      :                   10
-policy                                       :                    1
-prio                                         :                    9
-"""
 
 
 def test_sched_without_schedstats_has_counts_and_exact_runtime() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import forensics
-from tests.conftest import REPO, _env
+from tests.helpers import REPO, child_env
 from tests.recording import WORKLOAD, record_workload, start_catch_load
 
 record = record_workload
@@ -114,7 +114,7 @@ def test_metadata_and_trailer_describe_the_recording(known) -> None:
     assert system[system["cpu"] == -1]["ctxt"].is_monotonic_increasing
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO needs root or CAP_SYS_NICE (CI runs as root)")
+@pytest.mark.needs_root  # SCHED_FIFO
 def test_sched_is_read_for_real_time_threads_and_policy_changes_are_events(tmp_path: Path) -> None:
     cap, report, _ = record(tmp_path, workload_args=("--duration", "2", "--rt"))
     sched = cap.sched
@@ -169,7 +169,7 @@ def test_sigkill_of_the_recorder_loses_at_most_the_last_second(tmp_path: Path) -
     last = cap.samples["t_ns"].max()
     assert killed_at - last < 1e9, (killed_at - last) / 1e9
     info = subprocess.run(
-        [sys.executable, "-m", "forensics", "info", str(out)], capture_output=True, text=True, env=_env(), cwd=REPO
+        [sys.executable, "-m", "forensics", "info", str(out)], capture_output=True, text=True, env=child_env(), cwd=REPO
     )
     assert info.returncode == 0, info.stderr
     assert "MISSING" in info.stdout and "no trailer" in info.stderr
@@ -199,7 +199,7 @@ def test_markers_from_sigusr1_and_from_enter_on_a_terminal(tmp_path: Path) -> No
                 "--duration",
                 "3",
             ],
-            _env(),
+            child_env(),
         )
     try:
         time.sleep(1.5)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import forensics
@@ -11,7 +9,7 @@ from analyses.exact import cpu_intervals, timeline_gaps
 from samplers.sysctl_guard import read_sysctl
 from tests.recording import record_workload
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="eBPF, taskstats and sysctls need root (CI runs as root)")
+pytestmark = pytest.mark.needs_root  # eBPF, taskstats and sysctls
 
 
 @pytest.fixture(scope="module")

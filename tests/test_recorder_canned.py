@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 import forensics
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 from samplers import frames
 from samplers.recorder import Recorder, RecorderOptions
 from samplers.targets import TargetSpec
 from samplers.writer_process import CaptureSink
 from tests.fakeproc import FakeProc
-from tests.test_procfs_parsing import SCHED_SCHEDSTATS_5_10
+from tests.helpers import SCHED_SCHEDSTATS_5_10
 
 
 def _record(fake: FakeProc, out: Path, spec: TargetSpec, **options: object) -> dict:
@@ -29,6 +29,9 @@ def _record(fake: FakeProc, out: Path, spec: TargetSpec, **options: object) -> d
 
     consumer = threading.Thread(target=consume)
     consumer.start()
+    # rt_priority 0: the recorder runs in pytest's own thread here, and a SCHED_FIFO pytest would hand its
+    # policy to every process a later test starts (their threads then all read as real-time).
+    options.setdefault("rt_priority", 0)
     recorder = Recorder(spec, RecorderOptions(output=str(out), procfs=str(fake.root), **options))  # type: ignore[arg-type]
     try:
         trailer = recorder.run(write_end, {"test": True})

@@ -13,9 +13,9 @@ import pytest
 
 import forensics
 from analyses.stalls import find_stalls
-from forensics.cli.report import build_report
 from forensics.render import render
 from forensics.render.cells import fmt_cell
+from forensics.views.report import build_report
 from tests.artefact_captures import CLEAN, EPISODES, rewrite, with_markers
 
 CHAPTERS = ["machine", "sources", "timing", "timeline_plot", "stalls", "views", "spikes", "burners", "jitter", "system",

@@ -185,7 +185,7 @@ def test_crash_then_forensics_restore(tmp_path: Path, run_module: RunModule) -> 
 # --------------------------------------------------------------------------------------------------
 # The real switches (root)
 
-root = pytest.mark.skipif(os.geteuid() != 0, reason="changing kernel.task_delayacct needs root (CI runs as root)")
+root = pytest.mark.needs_root  # changing kernel.task_delayacct
 
 
 @root

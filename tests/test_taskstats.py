@@ -182,7 +182,7 @@ def test_table_nulls_delay_columns_when_delayacct_was_off() -> None:
 # --------------------------------------------------------------------------------------------------
 # Real threads (root: TASKSTATS_CMD_GET needs CAP_NET_ADMIN)
 
-root = pytest.mark.skipif(os.geteuid() != 0, reason="taskstats queries need CAP_NET_ADMIN (CI runs as root)")
+root = pytest.mark.needs_root  # taskstats queries need CAP_NET_ADMIN
 
 
 def _proc_status(tid: int) -> dict[str, str]:

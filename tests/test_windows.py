@@ -8,7 +8,7 @@ import pytest
 
 from analyses.source import STATE_CODE, load_samples, state_codes
 from analyses.windows import core_type_map, iter_raw_windows, reconcile, thread_windows, window_deltas
-from forensics.capture import Capture, CaptureWriter, load
+from capture.format import Capture, CaptureWriter, load
 from tests import synth
 from tests.synth import MS, T0, Episode, Timeline
 
@@ -98,11 +98,11 @@ def test_blkio_is_unknown_without_delay_accounting_and_clamped_with_it():
 
 def test_core_types_and_slow_cores():
     meta = {"cpus": {"core_types": {"P-core": [0, 1], "E-core": [2, 3]}, "max_freq_khz": {"0": 5000, "2": 3000}}}
-    mapping, slow = core_type_map(meta)
+    mapping, slow = core_type_map(meta["cpus"])
     assert mapping == {0: "P-core", 1: "P-core", 2: "E-core", 3: "E-core"}
     assert slow == {"E-core"}
     named_only = {"cpus": {"core_types": {"core": [0], "atom": [1]}}}
-    assert core_type_map(named_only)[1] == {"atom"}
+    assert core_type_map(named_only["cpus"])[1] == {"atom"}
     tl = Timeline(tid=9, comm="a", cpu=0, cpu_changes=[(T0 + 500 * MS, 3)])
     synth.random_waker(tl, t0=T0, duration_ns=1_000 * MS, rate_hz=50)
     cap = synth.capture([tl], t0=T0, duration_ns=1_000 * MS)

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
+from capture.errors import CaptureWarning, ForensicsError
 from forensics import __version__
-from forensics.errors import CaptureWarning, ForensicsError
 
 # name -> "module:function". The one place commands are registered; imported only when run, so that
 # `forensics --help` stays fast and one command's heavy imports do not slow the others.
@@ -46,7 +46,7 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module_name, _, attr = target.partition(":")
-        return getattr(import_module(module_name), attr)  # type: ignore[no-any-return]
+        return getattr(import_module(module_name), attr)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

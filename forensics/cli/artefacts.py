@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 
 
 def suffix_of(output: str, allowed: dict[str, str], what: str) -> str:

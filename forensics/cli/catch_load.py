@@ -15,13 +15,13 @@ from typing import Any
 
 import click
 
+from capture.errors import ForensicsError
+from capture.format import SUFFIX
 from forensics import __version__
-from forensics.capture import SUFFIX
 from forensics.cli import run_cli
 from forensics.cli.options import DURATION
 from forensics.describe import fmt_ns
-from forensics.errors import ForensicsError
-from samplers.machine import cpu_topology, host_info, sources_available
+from samplers.metadata import recording_meta
 from samplers.procfs import ProcPaths
 from samplers.recorder import Recorder, RecorderOptions, Status
 from samplers.session import RecordingSession, package_env
@@ -275,7 +275,15 @@ def _record(
             raise ForensicsError(f"cannot run {command[0]!r}: {err.strerror}") from err
         spec.command_pid = launched.pid
 
-    meta = _meta(spec, options, session.writer.pid, lab_argv, guard)
+    meta = recording_meta(
+        spec,
+        options,
+        writer_pid=session.writer.pid,
+        lab_argv=lab_argv,
+        guard=guard,
+        argv=_own_argv(options.redact),
+        tool_version=__version__,
+    )
     if not quiet:
         what = " ".join(command) if command else ", ".join(f"{k}={v}" for k, v in spec.describe().items() if v)
         click.echo(
@@ -312,42 +320,6 @@ def _record(
     session.finish(trailer)
     if not quiet:
         _print_summary(out, trailer, session.recorder)
-
-
-def _meta(
-    spec: TargetSpec, options: RecorderOptions, writer_pid: int, lab_argv: list[str] | None, guard: SysctlGuard | None
-) -> dict[str, Any]:
-    import time
-
-    sources = sources_available(options.procfs, options.sched)  # read now: after --delayacct/--schedstats
-    for outcome in guard.outcomes.values() if guard is not None else ():
-        if outcome.name == "kernel.task_delayacct" and outcome.status == "set":
-            # Threads older than this have no delay accounting (set up at fork): their delays are unknown.
-            sources["delayacct_since_ns"] = outcome.at_ns
-    sources["sysctl_changes"] = {o.name: o.status for o in guard.outcomes.values()} if guard is not None else {}
-    return {
-        "tool": "spike-stall-forensics",
-        "tool_version": __version__,
-        "host": host_info(options.procfs),
-        "cpus": cpu_topology(),
-        "sources": sources,
-        "recording": {
-            "interval_ns": options.interval_ns,
-            "duration_ns": options.duration_ns,
-            "started_ns": time.monotonic_ns(),
-            "started_wall": dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds"),
-            "argv": _own_argv(options.redact),
-            "targets": spec.describe(),
-            "lab": lab_argv,
-            "sched": options.sched,
-            "sampler_cpu_pin": options.cpu,
-            "sampler_rt_priority": options.rt_priority,
-            "redact": options.redact,
-            "recorder_pid": os.getpid(),
-            "writer_pid": writer_pid,
-            "clock": "CLOCK_MONOTONIC",
-        },
-    }
 
 
 def _own_argv(redact: bool) -> list[str]:

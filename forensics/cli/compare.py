@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import pandas as pd
 
-from forensics.capture import load
+from capture.format import load
 from forensics.cli.report_options import emit, output_options
 from forensics.render import Report, Section
 

@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from forensics.capture import load
+from capture.errors import ForensicsError
+from capture.format import load
 from forensics.cli.options import capture_argument
-from forensics.errors import ForensicsError
 
 
 @click.command()

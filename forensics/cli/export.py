@@ -6,14 +6,14 @@ import gzip
 from pathlib import Path
 
 import click
-import numpy as np
-import pandas as pd
 
-from forensics.capture import Capture, load
+from capture.errors import ForensicsError
+from capture.format import load
 from forensics.cli.artefacts import suffix_of, write_bytes, wrote
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import span_option
-from forensics.errors import ForensicsError
+from forensics.export.perfetto import perfetto_trace
+from forensics.export.tables import write_tables
 from forensics.progress import Progress
 
 FORMATS = ("perfetto", "csv", "parquet")
@@ -66,126 +66,4 @@ def export(capture: str, fmt: str, output: str, pattern: str | None, span: str |
             progress.done()
             write_bytes(output, data)
             return
-        write_tables(cap, Path(output), fmt, pattern=pattern, t_range=t_range, progress=progress)
-
-
-def _threads(cap: Capture, pattern: str | None, t_range: tuple[int | None, int | None] | None) -> pd.DataFrame:
-    from analyses.threads import select_threads, thread_profiles
-
-    profiles = thread_profiles(cap, t_range=t_range)
-    if pattern is not None:
-        profiles = select_threads(profiles, pattern=pattern)
-        if profiles.empty:
-            raise ForensicsError(f"no thread matches --thread {pattern!r}: see `forensics summarize`")
-    return profiles
-
-
-def _verdicts(
-    cap: Capture, profiles: pd.DataFrame, pattern: str | None, t_range: tuple[int | None, int | None] | None
-) -> pd.DataFrame:
-    from analyses.stalls import find_stalls
-
-    return find_stalls(cap, pattern=pattern, t_range=t_range, profiles=profiles)
-
-
-def perfetto_trace(
-    cap: Capture,
-    name: str,
-    *,
-    pattern: str | None = None,
-    t_range: tuple[int | None, int | None] | None = None,
-    progress: Progress | None = None,
-) -> str:
-    from analyses.source import capture_origin_ns
-    from analyses.threads import select_threads
-    from forensics import __version__
-    from forensics.export import perfetto
-    from forensics.export.frames import export_windows
-
-    origin = capture_origin_ns(cap)
-    if origin is None:
-        raise ForensicsError(f"{name} holds no samples: there is nothing to export")
-    profiles = _threads(cap, pattern, t_range)
-    if progress:
-        progress.step("windows of every thread")
-    pids = dict(zip(profiles["tid"].astype(int), profiles["pid"].astype(int), strict=True))
-    comms = profiles.set_index("tid")["comm"]
-    # Each group of threads' events is serialised at once, so only one group's dicts live at a time.
-    parts: list[str] = []
-    for windows in export_windows(cap, profiles, t_range=t_range, group_samples=1_000_000):
-        windows = windows.assign(comm=comms.reindex(windows["tid"]).fillna("?").to_numpy())
-        parts.append(perfetto.fragment(perfetto.window_events(windows, origin, pids)))
-        del windows
-    events: list[dict[str, object]] = []
-    if progress:
-        progress.step("stall verdicts")
-    episodes = _verdicts(cap, profiles, pattern, t_range)
-    events.extend(perfetto.verdict_events(episodes, origin))
-    from analyses.span import in_span
-
-    events_table = cap.events
-    marks = events_table[events_table["kind"] == "marker"] if len(events_table) else events_table
-    marks = marks[in_span(marks["t_ns"].to_numpy(), t_range)]
-    markers = pd.DataFrame(
-        {"t_ns": marks["t_ns"].to_numpy(), "text": [t if isinstance(t, str) and t else "marker" for t in marks["text"]]}
-    )
-    system = cap.system
-    if len(system) and t_range is not None:
-        system = system[in_span(system["t_ns"].to_numpy(), t_range)]
-    events.extend(perfetto.machine_events(system, markers, origin))
-    watched = select_threads(profiles)["tid"].astype(int).tolist()
-    head = perfetto.metadata_events(profiles, episodes, watched)
-    other = {
-        "capture": name,
-        "origin_ns": origin,
-        "clock": "CLOCK_MONOTONIC; ts = microseconds since the capture's first sample",
-        "tool": f"spike-stall-forensics {__version__}",
-        "note": "run/runqueue/blocked amounts are exact per sampling window; their order inside one window is not",
-    }
-    return perfetto.trace_json([perfetto.fragment(head), *parts, perfetto.fragment(events)], other)
-
-
-def write_tables(
-    cap: Capture,
-    directory: Path,
-    fmt: str,
-    *,
-    pattern: str | None = None,
-    t_range: tuple[int | None, int | None] | None = None,
-    progress: Progress | None = None,
-) -> dict[str, int]:
-    from forensics.export.frames import export_windows, flat_verdicts
-    from forensics.export.tables import TableWriter, plain_samples
-
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ForensicsError(f"cannot make the directory {directory}: {err.strerror}") from err
-    profiles = _threads(cap, pattern, t_range)
-    tids = profiles["tid"].to_numpy(dtype=np.int32)
-    with TableWriter(directory, fmt) as writer:
-        if progress:
-            progress.step("samples")
-        for chunk in cap.iter_chunks("samples"):
-            keep = np.isin(chunk["tid"].to_numpy(), tids)
-            if t_range is not None:
-                from analyses.span import in_span
-
-                keep &= in_span(chunk["t_ns"].to_numpy(), t_range)
-            if keep.any():
-                writer.append("samples", plain_samples(chunk[keep]))
-        if progress:
-            progress.step("windows")
-        for windows in export_windows(cap, profiles, t_range=t_range):
-            writer.append("windows", windows)
-        if progress:
-            progress.step("verdicts")
-        writer.append("verdicts", flat_verdicts(_verdicts(cap, profiles, pattern, t_range)))
-        threads = cap.threads
-        writer.append("threads", threads[threads["tid"].isin(tids)])
-        writer.append("events", cap.events)
-    if progress:
-        progress.done()
-    for name, path in writer.files.items():
-        wrote(f"{path} ({writer.rows[name]} rows)")
-    return writer.rows
+        write_tables(cap, Path(output), fmt, pattern=pattern, t_range=t_range, progress=progress, announce=wrote)

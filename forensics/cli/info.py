@@ -7,7 +7,7 @@ import textwrap
 
 import click
 
-from forensics.capture import load
+from capture.format import load
 from forensics.cli.options import capture_argument
 from forensics.describe import describe_capture
 

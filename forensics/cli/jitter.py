@@ -3,25 +3,11 @@
 from __future__ import annotations
 
 import click
-import numpy as np
 
-from forensics.capture import load
+from capture.format import load
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
-from forensics.render import Report, Section
-
-STATS = {
-    "comm": "thread",
-    "tid": "tid",
-    "nominal_ns": "period",
-    "n": "wake-ups",
-    "p50_ns": "p50",
-    "p99_ns": "p99",
-    "min_ns": "min",
-    "max_ns": "max",
-    "jitter_pct": "jitter",
-}
-HIST = {"comm": "thread", "lo_ns": "from", "hi_ns": "to", "count": "count", "bar": "", "mark": ""}
+from forensics.views.jitter import jitter_report
 
 
 @click.command()
@@ -45,33 +31,8 @@ def jitter(
     (5.333 ms as 4 or 6 ms at 2 ms), so the histogram's bins are one interval wide and no jitter
     percentage is given. A period shorter than the interval cannot be timed from /proc.
     """
-    from analyses.jitter import jitter as run_jitter
-    from analyses.source import capture_origin_ns
     from analyses.span import resolve_span
 
     cap = load(capture)
-    t_range = resolve_span(cap, span)
-    stats, hist = run_jitter(cap, pattern=pattern, t_range=t_range)
-    report = Report(title=f"Wake-up jitter in {capture}", origin_ns=capture_origin_ns(cap))
-    if len(hist):
-        peak = hist.groupby("tid")["count"].transform("max").replace(0, 1)
-        hist = hist.assign(
-            bar=["█" * max(round(30 * c / p), 1 if c else 0) for c, p in zip(hist["count"], peak, strict=True)],
-            mark=np.where(hist["multiple"] > 0, hist["multiple"].astype(str) + "x period", ""),
-        )
-    note = ""
-    if len(stats):
-        note = "Sources: " + "; ".join(f"{r.comm}: {r.source}" for r in stats.itertuples(index=False))
-    report.sections.append(
-        Section(
-            "stats",
-            "Wake-up periods",
-            stats,
-            STATS,
-            detail="flag",
-            empty="(no periodic thread; try --thread REGEX)",
-            note=note,
-        )
-    )
-    report.sections.append(Section("histogram", "Histogram of periods", hist, HIST))
+    report = jitter_report(cap, capture, pattern=pattern, t_range=resolve_span(cap, span))
     emit(report, fmt=fmt, as_json=as_json, output=output)

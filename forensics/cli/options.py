@@ -2,23 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import click
 
-_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "": 1_000_000_000}
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ns|us|µs|ms|s|)\s*$", re.IGNORECASE)
-
-
-def parse_duration_ns(text: str) -> int:
-    """ "2ms" -> 2_000_000; "500us" -> 500_000; "0.002" (seconds) -> 2_000_000. ValueError otherwise."""
-    match = _DURATION.match(text)
-    if not match:
-        raise ValueError(f"{text!r} is not a duration (examples: 2ms, 500us, 0.002, 20s)")
-    number, unit = match.groups()
-    ns = round(float(number) * _UNITS_NS[unit.lower()])
-    return ns
+from capture.vocabulary import parse_duration_ns
 
 
 class Duration(click.ParamType):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from forensics.capture import load
+from capture.errors import ForensicsError
+from capture.format import load
 from forensics.cli.artefacts import suffix_of, write_bytes
 from forensics.cli.report_options import span_option
-from forensics.errors import ForensicsError
 from forensics.progress import Progress
 
 KINDS = ("timeline", "jitter", "compare")

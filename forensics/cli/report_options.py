@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 import click
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 from forensics.render import RENDERERS, Report, choose_format, render
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -4,35 +4,11 @@ from __future__ import annotations
 
 import click
 
-from forensics.capture import Capture, load
+from analyses.rules import SPIKE_FACTOR
+from capture.format import load
 from forensics.cli.options import DURATION, capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
-from forensics.render import Report, Section
-
-SPIKE_COLUMNS = {
-    "spike": "#",
-    "start_ns": "at",
-    "comm": "thread",
-    "tid": "tid",
-    "peak_on_cpu_ns": "peak",
-    "typical_ns": "typical",
-    "ratio": "x",
-    "busy_ns": "busy",
-    "reason": "why",  # outlier / deadline
-    "cpus": "cpu",
-    "core_types": "core",
-}
-BURNER_COLUMNS = {
-    "spike": "#",
-    "rank": "rank",
-    "comm": "thread",
-    "tid": "tid",
-    "on_cpu_ns": "on CPU",
-    "share": "share",
-    "cpu": "cpu",
-    "core_type": "core",
-    "policy": "policy",
-}
+from forensics.views.spikes import spikes_report
 
 
 @click.command()
@@ -45,7 +21,11 @@ BURNER_COLUMNS = {
     help="Flag any run of busy windows adding up to this (default: the period of a periodic thread).",
 )
 @click.option(
-    "--factor", type=click.FloatRange(1.0), default=5.0, show_default=True, help="Times the thread's typical CPU."
+    "--factor",
+    type=click.FloatRange(1.0),
+    default=SPIKE_FACTOR,
+    show_default=True,
+    help="Times the thread's typical CPU.",
 )
 @click.option(
     "--min", "min_ns", type=DURATION, default=None, help="Smallest spike (default: a quarter sampling interval)."
@@ -97,36 +77,3 @@ def spikes(
         t_range=t_range,
     )
     emit(report, fmt=fmt, as_json=as_json, output=output)
-
-
-def spikes_report(
-    cap: Capture,
-    name: str,
-    *,
-    pattern: str | None = None,
-    factor: float = 5.0,
-    min_ns: int | None = None,
-    deadline_ns: int | None = None,
-    top: int = 5,
-    limit: int | None = 50,
-    t_range: tuple[int | None, int | None] | None = None,
-) -> Report:
-    """The report `forensics spikes` prints (spikes, then who burned the CPU in each); `forensics report`
-    embeds the same sections."""
-    from analyses.source import capture_origin_ns
-    from analyses.spikes import find_spikes
-
-    found, burners = find_spikes(
-        cap,
-        pattern=pattern,
-        factor=factor,
-        min_ns=min_ns,
-        deadline_ns=deadline_ns,
-        top=top,
-        limit=limit,
-        t_range=t_range,
-    )
-    report = Report(title=f"CPU spikes in {name}", origin_ns=capture_origin_ns(cap))
-    report.sections.append(Section("spikes", "Spikes", found, SPIKE_COLUMNS))
-    report.sections.append(Section("burners", "Who burned the CPU in each spike", burners, BURNER_COLUMNS))
-    return report

@@ -2,36 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import click
-import pandas as pd
 
-from forensics.capture import Capture, load
+from analyses.rules import DEFAULT_RULES
+from capture.format import load
 from forensics.cli.options import DURATION, capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
-from forensics.render import Report, Section
-
-if TYPE_CHECKING:
-    from analyses.stalls import StallRules
-
-EPISODE_COLUMNS = {
-    "start_ns": "at",
-    "tid": "tid",
-    "comm": "thread",
-    "duration_ns": "span",
-    "verdict": "verdict",
-    "stall_ns": "stalled",
-    "components": "components",
-}
-THREAD_COLUMNS = {
-    "tid": "tid",
-    "comm": "thread",
-    "process": "process",
-    "policy": "policy",
-    "period_ns": "period",
-    "why": "why",
-}
+from forensics.views.stalls import stalls_report
 
 
 @click.command()
@@ -49,14 +26,14 @@ THREAD_COLUMNS = {
 @click.option(
     "--busy-fraction",
     type=click.FloatRange(0.05, 1.0),
-    default=0.5,
+    default=DEFAULT_RULES.busy_fraction,
     show_default=True,
     help="A window is hot when the thread was on CPU or runnable this much of it.",
 )
 @click.option(
     "--fault-rate",
     type=click.FloatRange(1.0),
-    default=20.0,
+    default=DEFAULT_RULES.fault_rate_per_ms,
     show_default=True,
     help="Faults per ms on CPU from which a window's CPU time counts as a fault storm.",
 )
@@ -101,34 +78,16 @@ def stalls(
     Each episode says which sources decided it (`sources`, the deciding ones first).
 
     \b
-    With eBPF events in the capture (catch-load --ebpf), episodes are exact: the thread's switches
-    give when it left the CPU, in which state (S, D, or preempted), when it was woken and by whom.
-    An episode runs from its first to its last significant segment (a run of half a period or more,
-    or any wait of 0.1 ms or more); lock = an S sleep of a periodic thread ended by a task other than
-    its usual waker (its timer, its engine), or by that waker after more than 1.25 periods; its
-    waker is named, and a lower-priority waker of a real-time thread is called a priority inversion;
-    runqueue names who ran instead; fault storms come from the page-fault events. With delay
-    accounting (--delayacct --taskstats), io is the D time the kernel accounted as block IO, and the
-    rest of the D time is unknown (a kernel lock, a journal commit, NFS, FUSE). Where the switch record
-    has a hole (the kernel emitted no switch), the /proc rules below decide.
-
-    \b
-    Without eBPF, each 2 ms window of a watched thread is split into on-CPU, runnable and off-CPU time
-    (schedstat; time the kernel accounts late is moved back to where it was lived), and adjacent
-    anomalous windows make an episode. io is told from lock by the state letter read every tick
-    (stat field 3): D is an uninterruptible wait (disk), S an interruptible one (futex, pipe, poll).
-    Limits: the letter is a snapshot, so a wait shorter than one sampling interval may never be seen;
-    a thread in S looks the same as one asleep between callbacks, so a lock wait shows only when it
-    makes a periodic thread miss a wake-up (always when it lasts a period plus two intervals, 9.3 ms at
-    5.333 ms / 2 ms; never below one period); kernel mutexes and NFS or FUSE waits also show D. A
-    thread doing back-to-back IO may be read on CPU every time: a window in which it blocked and was
-    woken twice or more, with no D or S read, is io when the machine's IO pressure (/proc/pressure/io)
-    grew by at least its off-CPU time (machine-wide: corroboration, said in the evidence). With
-    taskstats block-IO delay (delay accounting), io rests on that delay instead. What no source in the
-    capture could decide is listed as unknown.
+    With eBPF events (catch-load --ebpf) episodes are exact: the switches say when the thread left
+    the CPU, in which state, and who woke it. Without, each 2 ms window is split into on-CPU, runnable
+    and off-CPU time, and io is told from lock by the state letter read every tick (stat field 3):
+    D is an uninterruptible wait (disk), S an interruptible one (futex, pipe, poll). Limits: a wait
+    shorter than one interval may never be read, and a lock wait shows only when a periodic thread
+    misses a wake-up. What no source in the capture could decide is listed as unknown.
+    The rules, their thresholds and their limits: README, "Explaining a spike"; DESIGN.md, "The rules".
     """
+    from analyses.rules import StallRules
     from analyses.span import resolve_span
-    from analyses.stalls import StallRules
 
     cap = load(capture)
     if proc_only:
@@ -141,76 +100,3 @@ def stalls(
         cap, capture, pattern=pattern, everything=everything, rules=rules, t_range=t_range, with_truth=with_truth
     )
     emit(report, fmt=fmt, as_json=as_json, output=output)
-
-
-def stalls_report(
-    cap: Capture,
-    name: str,
-    *,
-    pattern: str | None = None,
-    everything: bool = False,
-    rules: StallRules | None = None,
-    t_range: tuple[int | None, int | None] | None = None,
-    with_truth: bool = False,
-    profiles: pd.DataFrame | None = None,
-) -> Report:
-    """The report `forensics stalls` prints (watched threads, episodes with evidence); `forensics report`
-    embeds the same sections."""
-    from analyses.source import capture_interval_ns, capture_origin_ns
-    from analyses.stalls import find_stalls
-    from analyses.threads import policy_label, select_threads, thread_profiles
-
-    profiles = thread_profiles(cap, t_range=t_range) if profiles is None else profiles
-    episodes = find_stalls(cap, pattern=pattern, everything=everything, rules=rules, t_range=t_range, profiles=profiles)
-    watched = select_threads(profiles, pattern=pattern, everything=everything).copy()
-    watched["policy"] = [
-        policy_label(p, r, n)
-        for p, r, n in zip(
-            watched["policy"].tolist(), watched["rtprio"].tolist(), watched["nice"].tolist(), strict=True
-        )
-    ]
-    interval = capture_interval_ns(cap)
-    report = Report(
-        title=f"Stalls in {name} (sampled every {interval / 1e6:g} ms)",
-        origin_ns=capture_origin_ns(cap),
-        json_root="stalls",
-    )
-    report.sections.append(
-        Section(
-            "threads",
-            "Watched threads",
-            watched,
-            THREAD_COLUMNS,
-            empty="(no real-time or periodic thread: try --thread REGEX or --all)",
-        )
-    )
-    exact = int((episodes["basis"] == "ebpf").sum()) if len(episodes) else 0
-    how = (
-        f"{exact} of {len(episodes)} episodes have exact edges from eBPF switch events; the others come from "
-        "the 2 ms /proc windows."
-        if exact
-        else ""
-    )
-    report.sections.append(
-        Section(
-            "stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence", note=how
-        )
-    )
-    undecided = episodes.attrs.get("undecided") or []
-    if undecided:
-        report.notes.append("Unknown for lack of a source in this capture: " + "; ".join(undecided) + ".")
-    if with_truth:
-        _add_truth(report, cap, episodes, interval)
-    return report
-
-
-def _add_truth(report: Report, cap: object, episodes: object, interval: int) -> None:
-    from analyses.truth import confusion
-
-    truth = cap.truth  # type: ignore[attr-defined]
-    if truth.empty:
-        report.notes.append("--truth: this capture holds no ground truth (record the lab: catch-load --lab).")
-        return
-    matrix, scores = confusion(episodes, truth, cycles=cap.cycles, tolerance_ns=interval)  # type: ignore
-    report.sections.append(Section("truth_matrix", "Ground truth (rows) against verdicts (columns), >= 5 ms", matrix))
-    report.sections.append(Section("truth_scores", "Recall and precision per cause", scores))

@@ -4,55 +4,10 @@ from __future__ import annotations
 
 import click
 
-from forensics.capture import Capture, load
+from capture.format import load
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
-from forensics.describe import fmt_ns
-from forensics.render import Report, Section
-
-TIMELINE = {"comm": "thread", "tid": "tid", "on_cpu_ns": "on CPU", "peak_pct": "peak", "timeline": "timeline"}
-BREAKDOWN = {
-    "comm": "thread",
-    "tid": "tid",
-    "policy": "policy",
-    "on_cpu_ns": "on CPU",
-    "runqueue_ns": "runnable",
-    "off_cpu_ns": "off CPU",
-    "on_pct": "on %",
-    "runqueue_pct": "wait %",
-    "wakeups_per_s": "wakes/s",
-    "minflt": "minflt",
-    "majflt": "majflt",
-}
-PLACEMENT = {
-    "comm": "thread",
-    "tid": "tid",
-    "policy": "policy",
-    "cpus": "CPUs (time)",
-    "core_types": "core types",
-    "migrations": "moves",
-    "slow_core_pct": "slow core",
-    "shared_pct": "shared",
-    "runqueue_shared_ns": "waited shared",
-}
-CHANGES = {"t_ns": "at", "comm": "thread", "tid": "tid", "from": "from", "to": "to"}
-FAULTS = {
-    "minflt": "minor",
-    "majflt": "major",
-    "peak_bin_faults": "peak bin",
-    "peak_thread": "by",
-    "faults_over_time": "over time",
-}
-FAULT_BINS = {"bin_start_ns": "bin", "minflt": "minor", "majflt": "major", "top_comm": "mostly", "top_share": "share"}
-WORST = {
-    "start_ns": "at",
-    "comm": "thread",
-    "tid": "tid",
-    "duration_ns": "span",
-    "verdict": "verdict",
-    "stall_ns": "stalled",
-    "components": "components",
-}
+from forensics.views.summary import summary_report
 
 
 @click.command()
@@ -94,60 +49,3 @@ def summarize(
     where = f" ({span})" if span else ""
     report = summary_report(cap, f"{capture}{where}", t_range=t_range, top=top, worst=worst, rows=rows, full=full)
     emit(report, fmt=fmt, as_json=as_json, output=output)
-
-
-def summary_report(
-    cap: Capture,
-    name: str,
-    *,
-    t_range: tuple[int | None, int | None] | None = None,
-    top: int = 8,
-    worst: int = 10,
-    rows: int = 15,
-    full: bool = False,
-) -> Report:
-    """The report `forensics summarize` prints: the five views (`full`: every row, as JSON shows them).
-    `forensics report` embeds the same sections."""
-    from analyses.summary import summarize as run_summary
-
-    result = run_summary(cap, t_range=t_range, top=top, worst=worst)
-    views = result.views
-    report = Report(title=f"Summary of {name}", origin_ns=result.origin_ns)
-    if not views:
-        report.notes.append("The capture (or span) holds no samples.")
-        return report
-    bin_text = fmt_ns(result.bin_ns)
-    report.sections.append(
-        Section(
-            "timeline", f"1. On-CPU timeline, busiest threads (one character = {bin_text})", views["timeline"], TIMELINE
-        )
-    )
-    breakdown = views["breakdown"]
-    shown = breakdown if full else breakdown.head(rows)
-    note = f"{len(breakdown) - rows} more threads in --json." if len(breakdown) > rows else ""
-    report.sections.append(Section("breakdown", "2. Run vs wait per thread", shown, BREAKDOWN, note=note))
-    report.sections.append(
-        Section(
-            "placement",
-            f"3. Placement of watched threads (CPU per {bin_text} under each)",
-            views["placement"],
-            PLACEMENT,
-            detail="cpu_over_time",
-            empty="(no real-time or periodic thread)",
-            note="shared: time another recorded thread was busy on the same CPU in the same tick.",
-        )
-    )
-    report.sections.append(
-        Section("placement_changes", "   Policy and priority changes", views["placement_changes"], CHANGES)
-    )
-    report.sections.append(Section("faults", "4. Faults over time", views["faults"], FAULTS))
-    fault_bins = views["faults_bins"]
-    busiest = fault_bins[(fault_bins["minflt"] + fault_bins["majflt"]) > 0]
-    busiest = busiest.sort_values("minflt", ascending=False).head(5).sort_values("bin_start_ns")
-    report.sections.append(
-        Section("faults_bins", "   Bins with the most faults", fault_bins if full else busiest, FAULT_BINS)
-    )
-    report.sections.append(
-        Section("worst", "5. Worst stall episodes", views["worst"], WORST, detail="evidence", empty="(no stall)")
-    )
-    return report

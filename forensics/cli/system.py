@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import click
 
-from forensics.capture import load
+from capture.format import load
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
-from forensics.render import Report, Section
-
-COLUMNS = {"figure": "figure", "value": "value", "unit": "unit", "source": "source"}
+from forensics.views.system import system_report
 
 
 @click.command()
@@ -28,13 +26,8 @@ def system(capture: str, span: str | None, fmt: str | None, as_json: bool, outpu
     CPU user/system/nice/IO-wait/IRQ/soft-IRQ load, interrupt and context-switch rates come from
     /proc/stat for the whole machine. Compare two runs with `forensics compare A B`.
     """
-    from analyses.source import capture_origin_ns
     from analyses.span import resolve_span
-    from analyses.system import system_figures
 
     cap = load(capture)
-    t_range = resolve_span(cap, span)
-    figures = system_figures(cap, t_range=t_range)
-    report = Report(title=f"System figures of {capture}", origin_ns=capture_origin_ns(cap))
-    report.sections.append(Section("figures", "Benchmark figures", figures, COLUMNS))
+    report = system_report(cap, capture, t_range=resolve_span(cap, span))
     emit(report, fmt=fmt, as_json=as_json, output=output)

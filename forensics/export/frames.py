@@ -7,7 +7,8 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 
-from forensics.capture import Capture
+from capture.errors import ForensicsError
+from capture.format import Capture
 
 GROUP_SAMPLES = 3_000_000  # samples of the threads read at once (about 0.5 GB of windows at most)
 
@@ -22,6 +23,7 @@ def export_windows(
     """Reconciled windows (analyses.windows) of the given threads, a group of threads at a time, with
     `blocked_ns` (off-CPU time of a window whose read found the thread in D at either end, the test
     analyses.stalls uses for io) and the state letters as text."""
+    from analyses.rules import blocked_ns
     from analyses.source import STATE_D
     from analyses.windows import state_letters, thread_windows
 
@@ -32,9 +34,10 @@ def export_windows(
         w = thread_windows(cap, tids=tids, t_range=t_range)
         if w.empty:
             continue
-        d = (w["state"].to_numpy() == STATE_D) | (w["state_start"].to_numpy() == STATE_D)
         w = w.assign(
-            blocked_ns=np.where(d, w["off_cpu_ns"].to_numpy(), 0),
+            blocked_ns=blocked_ns(
+                w["state"].to_numpy(), w["state_start"].to_numpy(), w["off_cpu_ns"].to_numpy(), STATE_D
+            ),
             state=state_letters(w["state"].to_numpy()),
             state_start=state_letters(w["state_start"].to_numpy()),
             core_type=w["core_type"].astype(str),
@@ -55,3 +58,22 @@ def flat_verdicts(episodes: pd.DataFrame) -> pd.DataFrame:
         elif out[column].dtype == object:
             out[column] = out[column].astype("string")
     return out
+
+
+def export_threads(cap: Capture, pattern: str | None, t_range: tuple[int | None, int | None] | None) -> pd.DataFrame:
+    from analyses.threads import select_threads, thread_profiles
+
+    profiles = thread_profiles(cap, t_range=t_range)
+    if pattern is not None:
+        profiles = select_threads(profiles, pattern=pattern)
+        if profiles.empty:
+            raise ForensicsError(f"no thread matches --thread {pattern!r}: see `forensics summarize`")
+    return profiles
+
+
+def export_verdicts(
+    cap: Capture, profiles: pd.DataFrame, pattern: str | None, t_range: tuple[int | None, int | None] | None
+) -> pd.DataFrame:
+    from analyses.stalls import find_stalls
+
+    return find_stalls(cap, pattern=pattern, t_range=t_range, profiles=profiles)

@@ -28,6 +28,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from capture.errors import ForensicsError
+from capture.format import Capture
+from forensics.colors import VERDICT_COLORS
+from forensics.progress import Progress
+
 SYNTHETIC = 1 << 22  # PID_MAX_LIMIT on 64-bit Linux (include/linux/threads.h): no real pid or tid reaches it
 MACHINE_PID = SYNTHETIC + 1
 PARTS = (
@@ -158,6 +163,7 @@ def verdict_events(episodes: pd.DataFrame, origin: int) -> list[dict[str, Any]]:
             "components_ms": components,
             "evidence": row.evidence,
             "sources": list(row.sources),
+            "color": VERDICT_COLORS.get(row.verdict, VERDICT_COLORS["unknown"]),  # as in the plots and the report
         }
         name = f"stall: {row.verdict} {row.stall_ns / 1e6:.1f} ms"
         ts = float(_us(row.start_ns, origin))
@@ -204,3 +210,59 @@ def trace_json(fragments: list[str], other: dict[str, Any]) -> str:
     events = ",".join(f for f in fragments if f)
     tail = json.dumps(other, separators=(",", ":"), default=str)
     return f'{{"traceEvents":[{events}],"displayTimeUnit":"ms","otherData":{tail}}}'
+
+
+def perfetto_trace(
+    cap: Capture,
+    name: str,
+    *,
+    pattern: str | None = None,
+    t_range: tuple[int | None, int | None] | None = None,
+    progress: Progress | None = None,
+) -> str:
+    from analyses.source import capture_origin_ns
+    from analyses.threads import select_threads
+    from forensics import __version__
+    from forensics.export.frames import export_threads, export_verdicts, export_windows
+
+    origin = capture_origin_ns(cap)
+    if origin is None:
+        raise ForensicsError(f"{name} holds no samples: there is nothing to export")
+    profiles = export_threads(cap, pattern, t_range)
+    if progress:
+        progress.step("windows of every thread")
+    pids = dict(zip(profiles["tid"].astype(int), profiles["pid"].astype(int), strict=True))
+    comms = profiles.set_index("tid")["comm"]
+    # Each group of threads' events is serialised at once, so only one group's dicts live at a time.
+    parts: list[str] = []
+    for windows in export_windows(cap, profiles, t_range=t_range, group_samples=1_000_000):
+        windows = windows.assign(comm=comms.reindex(windows["tid"]).fillna("?").to_numpy())
+        parts.append(fragment(window_events(windows, origin, pids)))
+        del windows
+    events: list[dict[str, object]] = []
+    if progress:
+        progress.step("stall verdicts")
+    episodes = export_verdicts(cap, profiles, pattern, t_range)
+    events.extend(verdict_events(episodes, origin))
+    from analyses.span import in_span
+
+    events_table = cap.events
+    marks = events_table[events_table["kind"] == "marker"] if len(events_table) else events_table
+    marks = marks[in_span(marks["t_ns"].to_numpy(), t_range)]
+    markers = pd.DataFrame(
+        {"t_ns": marks["t_ns"].to_numpy(), "text": [t if isinstance(t, str) and t else "marker" for t in marks["text"]]}
+    )
+    system = cap.system
+    if len(system) and t_range is not None:
+        system = system[in_span(system["t_ns"].to_numpy(), t_range)]
+    events.extend(machine_events(system, markers, origin))
+    watched = select_threads(profiles)["tid"].astype(int).tolist()
+    head = metadata_events(profiles, episodes, watched)
+    other = {
+        "capture": name,
+        "origin_ns": origin,
+        "clock": "CLOCK_MONOTONIC; ts = microseconds since the capture's first sample",
+        "tool": f"spike-stall-forensics {__version__}",
+        "note": "run/runqueue/blocked amounts are exact per sampling window; their order inside one window is not",
+    }
+    return trace_json([fragment(head), *parts, fragment(events)], other)

@@ -8,14 +8,18 @@ Tables are written piece by piece (a writer per table), so a long capture never 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
+from capture.format import Capture
+from forensics.progress import Progress
 
 
 class TableWriter:
@@ -65,3 +69,51 @@ def plain_samples(chunk: pd.DataFrame) -> pd.DataFrame:
     if "state" in chunk and isinstance(chunk["state"].dtype, pd.CategoricalDtype):
         chunk = chunk.assign(state=chunk["state"].astype("string"))
     return chunk
+
+
+def write_tables(
+    cap: Capture,
+    directory: Path,
+    fmt: str,
+    *,
+    pattern: str | None = None,
+    t_range: tuple[int | None, int | None] | None = None,
+    progress: Progress | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> dict[str, int]:
+    """One file per table in `directory`; `announce` is told each file written (path and rows)."""
+    from forensics.export.frames import export_threads, export_verdicts, export_windows, flat_verdicts
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ForensicsError(f"cannot make the directory {directory}: {err.strerror}") from err
+    profiles = export_threads(cap, pattern, t_range)
+    tids = profiles["tid"].to_numpy(dtype=np.int32)
+    with TableWriter(directory, fmt) as writer:
+        if progress:
+            progress.step("samples")
+        for chunk in cap.iter_chunks("samples"):
+            keep = np.isin(chunk["tid"].to_numpy(), tids)
+            if t_range is not None:
+                from analyses.span import in_span
+
+                keep &= in_span(chunk["t_ns"].to_numpy(), t_range)
+            if keep.any():
+                writer.append("samples", plain_samples(chunk[keep]))
+        if progress:
+            progress.step("windows")
+        for windows in export_windows(cap, profiles, t_range=t_range):
+            writer.append("windows", windows)
+        if progress:
+            progress.step("verdicts")
+        writer.append("verdicts", flat_verdicts(export_verdicts(cap, profiles, pattern, t_range)))
+        threads = cap.threads
+        writer.append("threads", threads[threads["tid"].isin(tids)])
+        writer.append("events", cap.events)
+    if progress:
+        progress.done()
+    for name, path in writer.files.items():
+        if announce is not None:
+            announce(f"{path} ({writer.rows[name]} rows)")
+    return writer.rows

@@ -2,7 +2,7 @@
 
 `data.py` asks the analyses for DataFrames; `timeline.py`, `jitter.py` and `compare.py` only draw
 them. Colours mean the same thing in every picture, in the html report and in the Perfetto export
-(VERDICT_COLORS, PART_COLORS), so a reader learns them once.
+(VERDICT_COLORS, PART_COLORS: one table, forensics/colors.py), so a reader learns them once.
 """
 
 from __future__ import annotations
@@ -15,23 +15,9 @@ matplotlib.use("Agg")  # headless: never look for a display (CI, ssh, a bug-repo
 
 from matplotlib.figure import Figure
 
-# Where a thread's time went, per window.
-PART_COLORS = {
-    "on CPU": "#2f6db5",
-    "waiting for a CPU (runqueue)": "#f28e2b",
-    "blocked in D (IO, page-in)": "#b2182b",
-}
-# Verdicts of `analyses.stalls` (same order as analyses.stalls.CAUSES).
-VERDICT_COLORS = {
-    "run": "#1f5fa8",
-    "runqueue": "#e07b00",
-    "io": "#8e1b1b",
-    "fault": "#6a3d9a",
-    "lock": "#1d7a3a",
-    "reclaim": "#a08c00",
-    "unknown": "#6b6b6b",
-}
-# Core types (meta["cpus"]["core_types"]): fast cores cool, slow cores warm, unknown grey.
+from forensics.colors import PART_COLORS, VERDICT_COLORS
+
+# Core types (Capture.cpus["core_types"]): fast cores cool, slow cores warm, unknown grey.
 FAST_CORE, SLOW_CORE, OTHER_CORE = "#2b83ba", "#d7301f", "#8c8c8c"
 THREAD_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 FORMATS = {".png": "png", ".svg": "svg"}

@@ -84,7 +84,7 @@ def draw_compare(data: CompareData) -> Figure:
     return fig
 
 
-def _cycles(ax, data: CompareData) -> None:  # type: ignore[no-untyped-def]
+def _cycles(ax, data: CompareData) -> None:
     a = data.cycles_a["end_rel_ns"].to_numpy(dtype=np.float64) / 1e6
     b = data.cycles_b["end_rel_ns"].to_numpy(dtype=np.float64) / 1e6
     top = max(a.max(), b.max())
@@ -104,7 +104,7 @@ def _cycles(ax, data: CompareData) -> None:  # type: ignore[no-untyped-def]
         ax.spines[side].set_visible(False)
 
 
-def _verdicts(ax, verdicts: pd.DataFrame) -> None:  # type: ignore[no-untyped-def]
+def _verdicts(ax, verdicts: pd.DataFrame) -> None:
     names = verdicts["figure"].astype(str).str.strip().tolist()
     x = np.arange(len(names))
     a = pd.to_numeric(verdicts["a"], errors="coerce").fillna(0).to_numpy()

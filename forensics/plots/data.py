@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from forensics.capture import Capture
+from capture.format import Capture
 
 MAX_POINTS = 5000  # windows per thread drawn as they are (10 s at 2 ms); above, summed into bins
 
@@ -90,13 +90,14 @@ def timeline_data(
     stalls: pd.DataFrame | None = None,
 ) -> TimelineData:
     from analyses.cycles import lab_cycles, proc_cycles
+    from analyses.rules import blocked_ns
     from analyses.source import STATE_D, capture_interval_ns, capture_origin_ns
     from analyses.stalls import find_stalls
     from analyses.summary import nice_bin_ns
     from analyses.system import main_periodic_thread
     from analyses.threads import policy_label, thread_profiles
     from analyses.windows import core_type_map, thread_windows
-    from forensics.errors import ForensicsError
+    from capture.errors import ForensicsError
 
     origin = capture_origin_ns(cap)
     if origin is None:
@@ -113,7 +114,7 @@ def timeline_data(
     tids = chosen["tid"].astype(int).tolist()
     w = thread_windows(cap, tids=tids, t_range=t_range, with_sched=False)
     state, state_start = w["state"].to_numpy(), w["state_start"].to_numpy()
-    blocked = np.where((state == STATE_D) | (state_start == STATE_D), w["off_cpu_ns"].to_numpy(), 0)
+    blocked = blocked_ns(state, state_start, w["off_cpu_ns"].to_numpy(), STATE_D)
     faults = np.zeros(len(w), dtype=np.int64)
     for column in ("minflt", "majflt"):
         if column in w:
@@ -177,9 +178,9 @@ def timeline_data(
             cycles_label = (
                 f"{main['comm']}: scheduling delay + CPU per wake-up (estimate from /proc, to one sampling interval)"
             )
-    mapping, slow = core_type_map(cap.meta)
-    cpus_meta = (cap.meta.get("cpus") or {}).get("online") or sorted(set(windows["cpu"].astype(int).tolist()))
-    host = cap.meta.get("host") or {}
+    mapping, slow = core_type_map(cap.cpus)
+    cpus_meta = cap.cpus.get("online") or sorted(set(windows["cpu"].astype(int).tolist()))
+    host = cap.host
     trailer = cap.trailer
     timing = "no trailer: achieved timing unknown"
     if trailer is not None:
@@ -241,7 +242,7 @@ def jitter_data(
 ) -> JitterData:
     from analyses.jitter import jitter
     from analyses.source import capture_interval_ns
-    from forensics.errors import ForensicsError
+    from capture.errors import ForensicsError
 
     stats, hist = jitter(cap, pattern=pattern, t_range=t_range)
     if stats.empty or hist.empty:

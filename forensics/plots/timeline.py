@@ -11,9 +11,13 @@ Markers set while recording are dashed vertical lines through every panel, label
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pandas as pd
+from matplotlib.artist import Artist
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.transforms import blended_transform_factory
@@ -58,11 +62,11 @@ def draw_timeline(data: TimelineData) -> Figure:
     for ax in axes[:-1]:
         ax.tick_params(labelbottom=False)
     panels = panels[1:]
-    fig.get_layout_engine().set(h_pad=0.05, hspace=0.06)  # type: ignore[union-attr]
+    cast(ConstrainedLayoutEngine, fig.get_layout_engine()).set(h_pad=0.05, hspace=0.06)
     origin = data.origin_ns
     lo, hi = _seconds(np.array(data.t_range), origin)
     colors = {int(t): THREAD_COLORS[i % len(THREAD_COLORS)] for i, t in enumerate(threads["tid"])}
-    legend: dict[str, object] = {}
+    legend: dict[str, Artist] = {}
     for (kind, _), ax in zip(panels, axes, strict=True):
         ax.grid(axis="x", color="#e5e5e5", lw=0.6)
         ax.set_axisbelow(True)
@@ -110,7 +114,7 @@ def draw_timeline(data: TimelineData) -> Figure:
     return fig
 
 
-def _cycles_panel(ax, data: TimelineData, legend: dict[str, object]) -> None:  # type: ignore[no-untyped-def]
+def _cycles_panel(ax, data: TimelineData, legend: dict[str, Artist]) -> None:
     cycles = data.cycles
     x = _seconds(cycles["t_ns"], data.origin_ns)
     y = cycles["value_ns"].to_numpy(dtype=np.float64) / 1e6
@@ -119,7 +123,8 @@ def _cycles_panel(ax, data: TimelineData, legend: dict[str, object]) -> None:  #
     if missed.any():
         ax.scatter(x[missed], y[missed], s=28, color=DEADLINE_COLOR, marker="v", lw=0, gid="late-cycles")
         legend["late callback"] = Line2D([], [], color=DEADLINE_COLOR, marker="v", lw=0)
-    deadline = float(data.deadline_ns) / 1e6  # type: ignore[arg-type]
+    assert data.deadline_ns is not None  # the caller draws this panel only with a deadline
+    deadline = float(data.deadline_ns) / 1e6
     ax.axhline(deadline, color=DEADLINE_COLOR, ls="--", lw=1.3, gid="deadline", label=data.deadline_label)
     ax.annotate(
         data.deadline_label,
@@ -143,7 +148,7 @@ def _box() -> dict[str, object]:
     return {"bbox": {"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85}}
 
 
-def _thread_panel(ax, data: TimelineData, row: pd.Series, color: str, legend: dict[str, object]) -> None:  # type: ignore[no-untyped-def]
+def _thread_panel(ax, data: TimelineData, row: pd.Series, color: str, legend: dict[str, Artist]) -> None:
     tid = int(row["tid"])
     mine = data.windows[data.windows["tid"] == tid].sort_values("start_ns")
     if len(mine):
@@ -198,7 +203,7 @@ def _thread_panel(ax, data: TimelineData, row: pd.Series, color: str, legend: di
                 transform=ax.transAxes, ha="right", va="bottom", fontsize=8.5, color="#555555")  # fmt: skip
 
 
-def _faults_panel(ax, data: TimelineData, colors: dict[int, str]) -> None:  # type: ignore[no-untyped-def]
+def _faults_panel(ax, data: TimelineData, colors: dict[int, str]) -> None:
     drawn = False
     for tid, mine in data.windows.groupby("tid", sort=False):
         mine = mine.sort_values("start_ns")
@@ -220,8 +225,8 @@ def _faults_panel(ax, data: TimelineData, colors: dict[int, str]) -> None:  # ty
         ax.text(0.5, 0.5, "no page faults in these threads", transform=ax.transAxes, ha="center", color="#666666")
 
 
-def _placement_panel(  # type: ignore[no-untyped-def]
-    ax, data: TimelineData, placed: pd.DataFrame, colors: dict[int, str], legend: dict[str, object]
+def _placement_panel(
+    ax, data: TimelineData, placed: pd.DataFrame, colors: dict[int, str], legend: dict[str, Artist]
 ) -> None:
     cpus = sorted(set(data.cpus) | set(data.windows["cpu"].astype(int).tolist()))
     slot = {c: i for i, c in enumerate(cpus)}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 
 
 @dataclass
@@ -112,14 +112,4 @@ def render(report: Report, fmt: str = "table", *, width: int = 100, color: bool 
     return renderer(report, width=width, color=color)
 
 
-def format_for_suffix(output: str, allowed: tuple[str, ...]) -> str:
-    """The renderer an output file's suffix names, when it is one of `allowed`; else a ForensicsError."""
-    suffix = Path(output).suffix.lower()
-    chosen = SUFFIXES.get(suffix)
-    if chosen not in allowed:
-        wanted = ", ".join(s for s, f in SUFFIXES.items() if f in allowed)
-        raise ForensicsError(f"cannot tell the format of {output!r} from its suffix: name it {wanted}")
-    return chosen
-
-
-__all__ = ["RENDERERS", "SUFFIXES", "Report", "Section", "choose_format", "format_for_suffix", "render"]
+__all__ = ["RENDERERS", "SUFFIXES", "Report", "Section", "choose_format", "render"]

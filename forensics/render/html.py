@@ -14,6 +14,7 @@ import re
 
 import pandas as pd
 
+from forensics.colors import VERDICT_COLORS
 from forensics.render import Report, Section
 from forensics.render.cells import fmt_cell
 
@@ -38,11 +39,11 @@ figure img { max-width: 100%; height: auto; border: 1px solid #e3e7eb; }
 figcaption { font-size: 0.9em; color: #4a5560; }
 .note { color: #4a5560; font-size: 0.92em; }
 .empty { color: #6a7680; font-style: italic; }
-.v-run { color: #1f5fa8; } .v-runqueue { color: #b35c00; } .v-io { color: #8e1b1b; }
-.v-fault { color: #6a3d9a; } .v-lock { color: #1d7a3a; } .v-reclaim { color: #7a6a00; } .v-unknown { color: #555; }
 footer { margin-top: 3em; color: #6a7680; font-size: 0.85em; }
 """
-VERDICTS = ("run", "runqueue", "io", "fault", "lock", "reclaim", "unknown")
+# Verdicts written in their colour (the plots' and the Perfetto export's: forensics/colors.py).
+STYLE += "".join(f".v-{verdict} {{ color: {color}; }}\n" for verdict, color in VERDICT_COLORS.items())
+VERDICTS = tuple(VERDICT_COLORS)
 
 
 def _anchor(name: str) -> str:

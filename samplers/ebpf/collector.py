@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from forensics.errors import ForensicsError
+from capture.errors import ForensicsError
 from samplers.ebpf import tables as T
 from samplers.ebpf.bcc_import import BccUnavailable, import_bcc
 from samplers.ebpf.kernel_stub import StubUnavailable, configure_bcc_environment

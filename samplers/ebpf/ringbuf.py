@@ -90,7 +90,7 @@ class FixedRecordRing:
                 _U64.pack_into(self._consumer, 0, cons + good * self.slot)
                 continue
             # The first record is busy (not submitted yet), or of another size: step over it by its header.
-            (length,) = struct.unpack_from("<I", self._data, start)
+            (length,) = struct.unpack_from("<I", self._data.data, start)
             if length & BUSY_BIT:
                 break
             size = (HDR_SIZE + (length & ~(BUSY_BIT | DISCARD_BIT)) + 7) & ~7

@@ -4,7 +4,7 @@ Decoding is vectorised: a batch of records is one numpy structured array (EVENT_
 `struct event`), split by kind and turned into Arrow tables column by column. Times are
 bpf_ktime_get_ns(): CLOCK_MONOTONIC ns, the clock of every other table in the capture.
 
-Tables (their schemas live in forensics/capture.py, the format module):
+Tables (their schemas live in capture/format.py, the format module):
 
 sched_switch   t_ns cpu prev_tid prev_pid prev_comm prev_prio prev_state prev_state_char
                next_tid next_pid next_comm next_prio
@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import pyarrow as pa
 
-from forensics.capture import (
+from capture.format import (
     BLOCK_RQ_SCHEMA,
     EBPF_LOST_SCHEMA,
     PAGE_FAULTS_SCHEMA,
@@ -41,6 +41,9 @@ from forensics.capture import (
     SCHED_WAKEUP_SCHEMA,
 )
 from samplers.ebpf.tracefs import DEFAULT_RULES, PrevStateRules, decode_prev_state
+
+# np.where(cond, x, NONE_OBJECT): an object array with None where not cond (numpy's stubs refuse a bare None).
+NONE_OBJECT = np.array(None, dtype=object)
 
 KIND_SWITCH = 1
 KIND_WAKING = 2
@@ -145,7 +148,7 @@ def decode_events(
         has_waker = wkind != KIND_WAKEUP
         context = np.where(has_waker, wk["z"], 0)
         context_names = np.array([CONTEXT_NAMES.get(int(c), str(int(c))) for c in range(4)], dtype=object)
-        ctx_text = np.where(has_waker, context_names[np.clip(context, 0, 3).astype(np.int64)], None)
+        ctx_text = np.where(has_waker, context_names[np.clip(context, 0, 3).astype(np.int64)], NONE_OBJECT)
         functions = np.full(len(wk), None, dtype=object)
         hr = np.flatnonzero(has_waker & (context == 3) & (wk["x"] != 0))
         if len(hr):

@@ -40,7 +40,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from forensics.errors import CaptureFormatError, CaptureWarning
+from capture.errors import CaptureFormatError, CaptureWarning
 
 MAGIC = b"\x89SSF\r\n\x1a\n"  # PNG-style: a high byte and CR/LF/^Z catch text-mode and 7-bit damage.
 FORMAT_VERSION = 1
@@ -183,7 +183,7 @@ CYCLES_SCHEMA = pa.schema(
 )
 
 # --------------------------------------------------------------------------------------------------
-# Exact sources (issue 5): written only when the recording had them; see samplers/taskstats.py and
+# Exact sources (README, "Exact sources"): written only when the recording had them; see samplers/taskstats.py and
 # samplers/ebpf/tables.py for how each column is filled.
 
 # Per-thread taskstats (generic netlink) at the tick, for the threads it was read for. Delay totals
@@ -328,11 +328,6 @@ SCHEMAS: dict[str, pa.Schema] = {
     "taskstats": TASKSTATS_SCHEMA,
     **EBPF_SCHEMAS,
 }
-
-
-def register_table(name: str, schema: pa.Schema) -> None:
-    """Declare the schema of a further table (eBPF events, taskstats...) so empty reads have columns."""
-    SCHEMAS[name] = schema
 
 
 # --------------------------------------------------------------------------------------------------
@@ -697,6 +692,34 @@ class Capture:
     def complete(self) -> bool:
         """True when the recorder finished cleanly and wrote its trailer."""
         return self.trailer is not None
+
+    # Typed views of `meta` (written by samplers.metadata): what analyses read, in one place.
+
+    @property
+    def interval_ns(self) -> int | None:
+        """The sampling interval asked for, ns (None when the metadata does not say)."""
+        interval = (self.meta.get("recording") or {}).get("interval_ns")
+        return int(interval) if interval else None
+
+    @property
+    def sources(self) -> dict[str, Any]:
+        """Which data sources the recording had: delayacct, schedstats, taskstats, ebpf, psi..."""
+        return dict(self.meta.get("sources") or {})
+
+    @property
+    def cpus(self) -> dict[str, Any]:
+        """The CPUs: online (list), core_types (cpu -> label) and what else the recorder learned."""
+        return dict(self.meta.get("cpus") or {})
+
+    @property
+    def host(self) -> dict[str, Any]:
+        """The machine: kernel, clk_tck, page size..."""
+        return dict(self.meta.get("host") or {})
+
+    @property
+    def clk_tck(self) -> int:
+        """Clock ticks per second of utime/stime/blkio_ticks (USER_HZ; 100 when the metadata lacks it)."""
+        return int(self.host.get("clk_tck") or 100)
 
     def __repr__(self) -> str:
         where = str(self.path) if self.path else "in memory"

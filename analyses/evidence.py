@@ -1,0 +1,354 @@
+"""Explaining verdicts: the sentences and source lists behind each stall episode, apart from the rules.
+
+analyses.rules and the stall analyses decide (numbers in DataFrames); this module says why, in words:
+the evidence line of an episode (the numbers behind its verdict), the sources it rests on (the deciding
+ones first), who ran meanwhile (a suspicion for /proc lock and runqueue verdicts) and what the capture
+could not decide (generated from the table of analyses.data_sources).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from analyses.data_sources import undecided_for_lack
+from analyses.source import iter_samples
+from analyses.threads import policy_label, thread_names
+from analyses.windows import window_deltas
+from capture.format import Capture
+from capture.vocabulary import RT_POLICIES, policy_name
+
+if TYPE_CHECKING:
+    from analyses.exact_stalls import ExactData
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+# --------------------------------------------------------------------------------------------------
+# What the capture could not decide
+
+
+def undecided(
+    sources: dict[str, bool],
+    data: ExactData | None,
+    chosen: pd.DataFrame,
+    t_range: tuple[int | None, int | None] | None,
+) -> list[str]:
+    """What this capture had no source for (said as unknown, never as a silent zero)."""
+    missing = undecided_for_lack(sources, exact=data is not None)
+    if data is None:
+        return missing
+    if not chosen["periodic"].all():
+        missing.append("lock waits of watched threads that are not periodic (a worker waiting for work looks alike)")
+    tids = chosen["tid"].to_numpy()
+    gaps = data.gaps[data.gaps["tid"].isin(tids)]
+    if t_range is not None and len(gaps):
+        lo = -np.inf if t_range[0] is None else t_range[0]
+        hi = np.inf if t_range[1] is None else t_range[1]
+        gaps = gaps[(gaps["end_ns"] > lo) & (gaps["start_ns"] < hi)]
+    if len(gaps):
+        missing.append(
+            f"the watched threads' state for {(gaps['end_ns'] - gaps['start_ns']).sum() / 1e6:.1f} ms in "
+            f"{len(gaps)} holes of the switch record (no switch recorded: the kernel emitted none, events were "
+            "lost, or the process was not yet a target of the probes): /proc decides there"
+        )
+    if data.sched_lost:
+        missing.append(
+            f"{data.sched_lost} scheduler events lost (the eBPF ring buffer was full) or skipped by the kernel (a "
+            "probe already running on that CPU): intervals across them may be wrong"
+        )
+    return missing
+
+
+# --------------------------------------------------------------------------------------------------
+# Episodes from the /proc windows
+
+
+def proc_sources(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[list[str]]:
+    """Sources of /proc-based episodes, the deciding ones first: "proc:..." for what the 2 ms reads gave
+    (schedstat times, the state letter, fault counts, stat field 42, the sched file), "taskstats:..."
+    for delay accounting read through netlink."""
+    out = []
+    for row in episodes.itertuples(index=False):
+        used = []
+        ts_blkio = sources["ts_blkio"] and not pd.isna(row.ts_blkio_ns)
+        if row.verdict in ("io", "unknown") and ts_blkio:
+            used.append("taskstats:blkio")
+        if row.verdict == "reclaim":
+            used.append("taskstats:reclaim")
+        if row.verdict == "fault":
+            used.append("proc:faults")
+        if row.pressure_windows and row.verdict == "io" and not row.d_reads:
+            used.append("proc:pressure/io")
+        used.append("proc:schedstat")
+        if row.pressure_windows:
+            used.append("proc:pressure/io")
+        if row.d_reads or row.lock_ns or row.unknown_ns or row.verdict in ("io", "lock"):
+            used.append("proc:state")
+        if row.minflt or row.majflt or row.verdict == "fault":
+            used.append("proc:faults")
+        if sources["delayacct"] and not pd.isna(row.blkio_ns):
+            used.append("proc:blkio_ticks")
+        if sources["schedstats"] and not pd.isna(row.iowait_ns):
+            used.append("proc:schedstats")
+        if sources["sched"] and not pd.isna(row.invol_switches):
+            used.append("proc:sched")
+        if ts_blkio:
+            used.append("taskstats:blkio")
+        if sources["taskstats"] and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
+            used.append("taskstats:reclaim")
+        out.append(list(dict.fromkeys(used)))
+    return out
+
+
+def proc_evidence(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[str]:
+    """One line per episode: the numbers behind the verdict. A loop over episodes, not samples."""
+    lines = []
+    for row in episodes.itertuples(index=False):
+        parts = [f"{row.windows} window{'s' if row.windows != 1 else ''}, {_ms(row.duration_ns)}"]
+        on_cpu = row.c_run + row.c_fault_cpu
+        small = 0.05 * row.stall_ns
+        if on_cpu > small:
+            parts.append(f"on CPU {_ms(on_cpu)}")
+        if row.runqueue_ns > small:
+            rq = f"runnable waiting for a CPU {_ms(row.runqueue_ns)}"
+            if not pd.isna(row.invol_switches) and row.invol_switches:
+                rq += f" ({int(row.invol_switches)} preemptions)"
+            parts.append(rq)
+        if row.minflt + row.majflt >= 10 or row.majflt:
+            on_ms = max(on_cpu / 1e6, 1e-3)
+            parts.append(
+                f"{int(row.minflt)} minor + {int(row.majflt)} major faults ({row.minflt / on_ms:.0f}/ms on CPU)"
+            )
+        if row.d_reads:
+            parts.append(f"state D at {int(row.d_reads)} of {row.reads} reads")
+        if row.pressure_windows:
+            parts.append(
+                f"blocked and woken repeatedly in {int(row.pressure_windows)} window"
+                f"{'s' if row.pressure_windows != 1 else ''} with no read in D or S, while the machine's IO "
+                f"pressure (PSI io some) rose {_ms(row.pressure_ns)} around it (machine-wide: another task's IO "
+                "counts too)"
+            )
+        if row.lock_ns or row.unknown_ns:
+            letters = f"state S at {int(row.s_reads)} of {row.reads} reads"
+            period = "" if pd.isna(row.period_ns) else f" (period {_ms(row.period_ns)})"
+            parts.append(f"no wake-up for {_ms(row.lock_ns + row.unknown_ns)}{period}, {letters}")
+        if sources["delayacct"] and not pd.isna(row.blkio_ns):
+            parts.append(f"blkio delay {_ms(row.blkio_ns)} (delay accounting)")
+        if not pd.isna(row.iowait_ns):
+            parts.append(f"iowait {_ms(row.iowait_ns)} (schedstats)")
+        if not pd.isna(row.ts_blkio_ns):
+            parts.append(f"block-IO delay {_ms(row.ts_blkio_ns)} (taskstats)")
+        if row.not_block_ns:
+            parts.append(
+                f"uninterruptible {_ms(row.not_block_ns)} not accounted as block IO (a kernel lock, a journal "
+                "commit, NFS or FUSE)"
+            )
+        if row.reclaim_ns is not pd.NA and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
+            parts.append(f"reclaim/compaction/thrashing delay {_ms(row.reclaim_ns)} (taskstats)")
+        if isinstance(row.suspect, str) and row.suspect:
+            parts.append(row.suspect)
+        elif row.verdict == "lock":
+            parts.append(
+                "no recorded thread ran meanwhile: a lock held outside the capture, or a late wake-up "
+                "(timer, interrupt); /proc cannot tell these apart, eBPF's waker can"
+            )
+        parts.append(f"CPU {row.cpus} ({row.core_types}), {row.policy}")
+        lines.append("; ".join(parts))
+    return lines
+
+
+def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.ndarray | None = None) -> pd.DataFrame:
+    """For lock and runqueue verdicts: which recorded thread ran meanwhile (the likely holder or hog).
+
+    runqueue: the thread with the most CPU time on the victim's CPU(s) during the episode; lock: the
+    busiest other recorded thread (the holder of a lock is often busy while the waiter sleeps; it may
+    live in another process). Only threads in the capture are candidates, and "ran meanwhile" is a
+    suspicion, not proof: eBPF's waker is.
+    """
+    wanted = episodes["verdict"].isin(["lock", "runqueue"]).to_numpy().copy()
+    if only is not None:
+        wanted &= only
+    suspects = np.array([""] * len(episodes), dtype=object)
+    if not wanted.any():
+        return episodes.assign(suspect=suspects)
+    spans = episodes.loc[wanted, ["start_ns", "end_ns"]].to_numpy()
+    lo = int(spans[:, 0].min()) - 2 * interval
+    hi = int(spans[:, 1].max()) + interval
+    frames = []
+    columns = ["pid", "run_ns", "wait_ns", "slices", "cpu", "policy", "rtprio"]
+    order = np.argsort(spans[:, 0])
+    span_lo = spans[order, 0] - 2 * interval
+    span_hi = np.maximum.accumulate(spans[order, 1] + interval)  # covers overlapping spans too
+    for batch in iter_samples(cap, columns, t_range=(lo, hi)):
+        t = batch["t_ns"].to_numpy()
+        # Rows near any episode: the last span starting at or before t must still be open at t.
+        k = np.searchsorted(span_lo, t, side="right") - 1
+        near = (k >= 0) & (t <= span_hi[np.maximum(k, 0)])
+        frames.append(batch[near])
+    if not frames:
+        return episodes.assign(suspect=suspects)
+    samples = pd.concat(frames, ignore_index=True)
+    order = np.lexsort((samples["tick"].to_numpy(), samples["tid"].to_numpy()))
+    others = window_deltas(samples.take(order).reset_index(drop=True))
+    names = thread_names(cap).set_index("tid")["comm"]
+    for i in np.flatnonzero(wanted):
+        row = episodes.iloc[i]
+        inside = (others["end_ns"] > row.start_ns) & (others["start_ns"] < row.end_ns) & (others["tid"] != row.tid)
+        if row.verdict == "runqueue":
+            cpus = [int(c) for c in str(row.cpus).split(",") if c.strip().lstrip("-").isdigit()]
+            inside &= others["cpu"].isin(cpus)
+        ran = (
+            others[inside]
+            .groupby("tid")
+            .agg(
+                on=("run_delta_ns", "sum"),
+                pid=("pid", "last"),
+                policy=("policy", "last"),
+                rtprio=("rtprio", "last"),
+                cpu=("cpu", "last"),
+            )
+        )
+        if ran.empty or ran["on"].max() <= 0:
+            continue
+        top = ran["on"].idxmax()
+        best = ran.loc[top]
+        comm = names.get(top, "?")
+        where = f" on CPU {int(best['cpu'])}" if row.verdict == "runqueue" else ""
+        family = ", same process" if int(best["pid"]) == int(row.pid) else f", pid {int(best['pid'])}"
+        suspects[i] = (
+            f"meanwhile {comm} ({int(top)}{family}, {policy_label(best['policy'], best['rtprio'])}) ran "
+            f"{_ms(best['on'])}{where}"
+        )
+    return episodes.assign(suspect=suspects)
+
+
+# --------------------------------------------------------------------------------------------------
+# Episodes from the exact timeline (eBPF)
+
+
+def prio_label(prio: Any, policy: Any = None, rtprio: Any = None, nice: Any = None) -> str:
+    """Scheduling class of a task from the /proc policy when known, else from the kernel prio alone."""
+    if policy is not None and not pd.isna(policy):
+        name = policy_name(policy)
+        if int(policy) in RT_POLICIES:
+            return f"SCHED_{name} {int(rtprio) if rtprio is not None and not pd.isna(rtprio) else '?'}"
+        shown_nice = int(nice) if nice is not None and not pd.isna(nice) else None
+        return f"SCHED_{name}" + (f", nice {shown_nice}" if shown_nice is not None else "")
+    if prio is None or pd.isna(prio):
+        return "priority unknown"
+    prio = int(prio)
+    # Kernel prio (include/linux/sched/prio.h): 0-99 real-time (99 - rtprio), 100-139 normal (120 + nice).
+    if prio < 0:
+        return "SCHED_DEADLINE"
+    if prio < 100:
+        return f"real-time priority {99 - prio}"
+    return f"normal priority, nice {prio - 120}"
+
+
+def exact_headline(row: Any) -> str:
+    """The one sentence that says what happened (the verdict in words)."""
+    comm, verdict = row.comm, row.verdict
+    if verdict == "lock":
+        waits = f" in {int(row.lock_waits)} waits" if row.lock_waits > 1 else ""
+        text = f"{comm} waited {_ms(row.lock_ns)} asleep (S){waits}"
+        if isinstance(row.waker, str):
+            text += f"; woken by {row.waker}"
+            if row.priority_inversion:
+                text += " — priority inversion"
+        return text
+    if verdict == "io":
+        text = f"{comm} waited {_ms(row.io_ns)} for block IO in {int(row.d_waits)} uninterruptible (D) wait"
+        return text + ("s" if row.d_waits != 1 else "")
+    if verdict == "runqueue":
+        text = f"{comm} was runnable {_ms(row.runqueue_ns)} without a CPU"
+        if isinstance(row.ran_instead, str):
+            text += f"; {row.ran_instead} ran instead"
+        return text
+    if verdict == "run":
+        return f"{comm} ran {_ms(row.run_ns)} on CPU"
+    if verdict == "fault":
+        return f"{comm} spent {_ms(row.fault_ns)} taking page faults"
+    if verdict == "reclaim":
+        return f"{comm} spent {_ms(row.reclaim_ns)} in memory reclaim, thrashing or compaction"
+    if row.not_block_ns >= row.unknown_ns / 2 and row.not_block_ns > 0:
+        return (
+            f"{comm} was uninterruptible (D) {_ms(row.not_block_ns)} without block-IO delay: a kernel lock, "
+            "a journal commit, NFS or FUSE"
+        )
+    return f"{comm} was off CPU {_ms(row.unknown_ns)} in an undecided state"
+
+
+def exact_evidence(ep: pd.DataFrame, has_block: bool) -> list[str]:
+    """One line per episode, headline first. A loop over episodes, not events."""
+    lines = []
+    for row in ep.itertuples(index=False):
+        parts = [exact_headline(row), f"exact span {_ms(row.duration_ns)}"]
+        small = 0.05 * max(row.stall_ns, 1)
+        if row.run_ns > small and row.verdict != "run":
+            parts.append(f"on CPU {_ms(row.run_ns)}")
+        if row.runqueue_ns > small and row.verdict != "runqueue":
+            parts.append(f"runnable {_ms(row.runqueue_ns)}")
+        if row.preemptions:
+            parts.append(f"{int(row.preemptions)} preemption{'s' if row.preemptions != 1 else ''}")
+        if row.d_ns and row.verdict != "io":
+            parts.append(f"uninterruptible (D) {_ms(row.d_ns)} in {int(row.d_waits)} waits")
+        if row.lock_ns and row.verdict != "lock":
+            parts.append(f"asleep waiting for another task {_ms(row.lock_ns)}")
+        if row.page_faults:
+            rate = row.page_faults / max(row.fault_ns / 1e6, 1e-3)
+            parts.append(f"{int(row.page_faults)} page faults in storms ({rate:.0f}/ms)")
+        elif row.proc_storm:
+            parts.append(f"{int(row.minflt)} minor + {int(row.majflt)} major faults (/proc)")
+        if row.major:
+            parts.append(f"{int(row.majflt)} major faults: D time is paging in")
+        waited = bool(row.d_ns or row.lock_ns or row.verdict in ("io", "lock", "unknown"))
+        if not pd.isna(row.ts_blkio_ns) and waited:
+            parts.append(f"blkio delay {_ms(row.ts_blkio_ns)} (taskstats)")
+        elif row.d_ns:
+            parts.append("blkio delay unknown (no delay accounting for this thread)")
+        if has_block and not pd.isna(row.block_requests) and (row.d_ns or row.block_requests):
+            parts.append(f"{int(row.block_requests)} block requests issued by it")
+        if row.reclaim_ns is not pd.NA and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
+            parts.append(f"reclaim/compaction/thrashing delay {_ms(row.reclaim_ns)} (taskstats)")
+        if row.near_gap:
+            parts.append("next to a hole in the switch record: the thread's state there is unknown")
+        parts.append(f"CPU {row.cpus} ({row.core_types}), {row.policy}")
+        lines.append("; ".join(parts))
+    return lines
+
+
+def exact_sources(ep: pd.DataFrame, has_block: bool) -> list[list[str]]:
+    """Per episode, the sources its verdict rests on: the deciding ones first."""
+    out = []
+    for row in ep.itertuples(index=False):
+        woken = bool(row.lock_ns or row.d_ns or (row.runqueue_ns and row.preemptions == 0))
+        fault_source = "proc:faults" if (row.proc_storm or row.major) else "ebpf:page_faults"
+        waited = bool(row.d_ns or row.lock_ns or row.verdict in ("io", "lock", "unknown"))
+        blkio = ["taskstats:blkio"] if waited and not pd.isna(row.ts_blkio_ns) else []
+        block = ["ebpf:block_rq"] if has_block and not pd.isna(row.block_requests) and row.block_requests else []
+        first = {
+            "run": ["ebpf:sched_switch"],
+            "runqueue": ["ebpf:sched_switch"],
+            "io": [*blkio, "ebpf:sched_switch"],
+            "fault": [fault_source, "ebpf:sched_switch"],
+            "lock": ["ebpf:sched_switch", "ebpf:sched_wakeup"],
+            "reclaim": ["taskstats:reclaim"],
+            "unknown": ["ebpf:sched_switch", *blkio],
+        }[row.verdict]
+        more = ["ebpf:sched_switch"]
+        if woken:
+            more.append("ebpf:sched_wakeup")
+        if row.page_faults:
+            more.append("ebpf:page_faults")
+        if row.proc_storm or row.major:
+            more.append("proc:faults")
+        more += blkio + block
+        if row.reclaim_ns is not pd.NA and not pd.isna(row.reclaim_ns) and row.reclaim_ns:
+            more.append("taskstats:reclaim")
+        out.append(list(dict.fromkeys([*first, *more])))
+    return out

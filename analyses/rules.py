@@ -1,0 +1,138 @@
+"""Every verdict rule and threshold, once: the /proc (sampled) path and the eBPF (exact) path.
+
+Deciding lives here and in the analyses that apply these predicates (analyses.stalls for the /proc
+windows, analyses.exact_stalls for the exact timeline, analyses.spikes, the plots, the export and the
+lab's truth); the sentences that explain a verdict live in analyses.evidence. Why each value is what it
+is: DESIGN.md ("Kernel facts" and "The rules"); the user-facing wording: README ("Verdicts").
+
+Margins that depend on the sampling are given in sampling intervals and turned into ns with the
+capture's own interval, so a capture recorded at 1 ms or 10 ms is judged by its own resolution.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+# The causes a stall episode is split into, in the order of its `components` (both paths).
+CAUSES = ("run", "runqueue", "io", "fault", "lock", "reclaim", "unknown")
+# Taskstats delays that are reclaim: direct reclaim, thrashing, compaction (needs --taskstats).
+RECLAIM_COLUMNS = ("ts_freepages_ns", "ts_thrashing_ns", "ts_compact_ns")
+# Where reclaim time is taken from: the kernel reclaims from an allocation, usually inside a page
+# fault, else on CPU, else while waiting (thrashing waits on pages being read back).
+RECLAIM_TAKEN_FROM = ("fault", "run", "io")
+
+
+@dataclass(frozen=True)
+class StallRules:
+    """Thresholds of the stall rules; the CLI's defaults are these values (DESIGN.md, "The rules")."""
+
+    # A window is hot when on CPU + runnable fills this share of its wall time (/proc path, spikes).
+    busy_fraction: float = 0.5
+    # Faults per ms on CPU from which the CPU time is a fault storm (/proc windows; eBPF without fault events).
+    fault_rate_per_ms: float = 20.0
+    # None: half the period of a periodic thread, else MIN_STALL_INTERVALS sampling intervals.
+    min_stall_ns: int | None = None
+    # A run of windows without a switch-in must exceed period + this many intervals to be a missed wake-up.
+    wake_margin_intervals: float = 0.25
+    # A longer silence is a pause (transport stopped), not a stall.
+    max_gap_ns: int = 1_000_000_000
+
+
+DEFAULT_RULES = StallRules()
+LAB_INTERVAL_NS = 2_000_000  # the lab records at 2 ms: the truth's default when no capture says otherwise
+MIN_STALL_INTERVALS = 2.0  # below two sampling intervals an estimate is at the resolution of the sampling
+SETTLE_WAKEUPS = 3  # a periodic thread is in its rhythm after this many regular wake-ups
+SETTLE_MARGIN_INTERVALS = 2.0  # a regular wake-up comes within a period plus this many intervals
+
+# eBPF (exact) path.
+MINOR_NS = 100_000  # a segment shorter than this at the edge of a busy span is ordinary (wake-up latency)
+FAULT_GAP_NS = 1_000_000  # a pause this long ends a fault storm (at 20 faults/ms the mean gap is 50 us)
+LOCK_OVERSLEEP = 1.25  # a sleep longer than this many periods missed at least one wake-up
+USUAL_WAKER_SHARE = 0.2  # a waker that ends at least 1 in 5 of a thread's sleeps is part of its rhythm
+BRACKET_TOLERANCE_NS = 50_000_000  # a counter read further than this from an episode edge does not bracket it
+# Delay accounting starts a block-IO wait before the sched_switch tracepoint and ends it in
+# try_to_wake_up() before the sched_wakeup tracepoint (kernel/sched/core.c): the two clocks differ by a
+# few us per wait (measured: 5-7 us). D time within this much per wait of the blkio delay is block IO.
+BLKIO_SLACK_PER_WAIT_NS = 20_000
+# /proc path with taskstats: a D window whose blkio delay covers at least this share of its D time is
+# block IO for all of it (the window's off time is known to the window only).
+BLKIO_COVER_SHARE = 0.5
+
+# Spikes.
+SPIKE_FACTOR = 5.0  # times the thread's typical (median) CPU per window
+SPIKE_MIN_INTERVALS = 0.25  # the smallest spike, in sampling intervals
+
+
+def is_hot(busy_ns: np.ndarray, wall_ns: np.ndarray, busy_fraction: float = DEFAULT_RULES.busy_fraction) -> np.ndarray:
+    """A window where the thread was on CPU or runnable for at least `busy_fraction` of its wall time."""
+    return busy_ns >= busy_fraction * wall_ns
+
+
+def is_fault_storm(
+    faults: np.ndarray, on_cpu_ns: np.ndarray, rate_per_ms: float = DEFAULT_RULES.fault_rate_per_ms
+) -> np.ndarray:
+    """CPU time taken by faults: at least `rate_per_ms` minor+major faults per ms on CPU (and some CPU)."""
+    return (faults > 0) & (faults * 1_000_000 >= rate_per_ms * on_cpu_ns) & (on_cpu_ns > 0)
+
+
+def read_in_d(state_end: np.ndarray, state_start: np.ndarray, state_d: int | np.integer[Any]) -> np.ndarray:
+    """The read that starts or ends the window found the thread in D (a wait for IO spans one of them;
+    a thread doing back-to-back IO is briefly R between requests, and one read may catch that)."""
+    return (state_end == state_d) | (state_start == state_d)
+
+
+def blocked_ns(
+    state_end: np.ndarray, state_start: np.ndarray, off_cpu_ns: np.ndarray, state_d: int | np.integer[Any]
+) -> np.ndarray:
+    """Off-CPU time of a window read in D at either end: what the /proc path counts as io (or fault)."""
+    return np.where(read_in_d(state_end, state_start, state_d), off_cpu_ns, 0)
+
+
+def wake_limit_ns(period_ns: np.ndarray, interval_ns: int, rules: StallRules = DEFAULT_RULES) -> np.ndarray:
+    """How long a periodic thread may stay off CPU without a switch-in before it missed a wake-up."""
+    return period_ns + rules.wake_margin_intervals * interval_ns
+
+
+def overslept_margin_ns(interval_ns: int, rules: StallRules = DEFAULT_RULES) -> int:
+    """The margin past a period beyond which a callback's sleep was a missed wake-up (the truth's side of
+    the missed wake-up rule: 0.5 ms at 2 ms sampling)."""
+    return round(rules.wake_margin_intervals * interval_ns)
+
+
+def min_stall_ns(period_ns: np.ndarray, interval_ns: int, rules: StallRules = DEFAULT_RULES) -> np.ndarray:
+    """Per thread: the least stall (beyond its normal busy time) reported, and the shortest run that is
+    significant in an exact episode: half the period of a periodic thread, two intervals otherwise."""
+    if rules.min_stall_ns is not None:
+        return np.full(len(period_ns), float(rules.min_stall_ns))
+    return np.where(np.isnan(period_ns), MIN_STALL_INTERVALS * interval_ns, np.maximum(period_ns / 2.0, 0.0))
+
+
+def spike_min_ns(interval_ns: int) -> int:
+    """The smallest CPU time per window that can be a spike: a quarter interval."""
+    return int(interval_ns * SPIKE_MIN_INTERVALS)
+
+
+def take_reclaim(reclaim_ns: np.ndarray, parts: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Carve reclaim time out of fault, then run, then io. Returns the parts left and the reclaim placed
+    (reclaim beyond what those parts hold is not placed)."""
+    out = dict(parts)
+    remaining = reclaim_ns.copy()
+    for name in RECLAIM_TAKEN_FROM:
+        take = np.minimum(remaining, out[name])
+        out[name] = out[name] - take
+        remaining = remaining - take
+    return out, reclaim_ns - remaining
+
+
+def decide(components: np.ndarray, causes: Sequence[str] = CAUSES) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per episode (a row of ns per cause): the total stall, the verdict (the cause with the most ns), and
+    that cause's share of the total (0 for an empty episode). The /proc and the exact rules both end here.
+    """
+    stall = components.sum(axis=1)
+    top = components.argmax(axis=1)
+    share = np.divide(components[np.arange(len(top)), top], stall, out=np.zeros(len(top)), where=stall > 0)
+    return stall, np.array(causes)[top], share.round(3)

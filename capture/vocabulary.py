@@ -1,0 +1,39 @@
+"""The words every layer shares: scheduling policy names, the thread state alphabet, durations.
+
+Defined once here, at the bottom, so that the samplers that write a capture, the analyses that read it,
+the lab and the CLI name things the same way. Imports nothing of the project (and no numpy: the recorder
+imports it).
+"""
+
+from __future__ import annotations
+
+import re
+
+# Scheduling policies as stat field 41 and sched_getscheduler(2) give them (include/uapi/linux/sched.h).
+POLICY_NAMES = {0: "OTHER", 1: "FIFO", 2: "RR", 3: "BATCH", 5: "IDLE", 6: "DEADLINE", 7: "EXT"}
+RT_POLICIES = (1, 2, 6)  # SCHED_FIFO, SCHED_RR, SCHED_DEADLINE
+
+
+def policy_name(policy: int) -> str:
+    """OTHER, FIFO, RR...; the number itself for a policy this table does not know."""
+    return POLICY_NAMES.get(int(policy), str(int(policy)))
+
+
+# The state letter (stat field 3), as analyses code it in one byte: its index here; 0 = not known.
+# Letters from fs/proc/array.c task_state_array: R running/runnable, S sleeping (interruptible),
+# D disk sleep (uninterruptible), T stopped, t tracing stop, X dead, Z zombie, P parked, I idle
+# (kernel threads); W, K, N from older kernels.
+STATE_ALPHABET = "?RSDTtXZPIWKN"
+
+# Durations on the command line and in --span: a number with a unit, or plain seconds.
+DURATION_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "": 1_000_000_000}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ns|us|µs|ms|s|)\s*$", re.IGNORECASE)
+
+
+def parse_duration_ns(text: str) -> int:
+    """ "2ms" -> 2_000_000; "500us" -> 500_000; "0.002" (seconds) -> 2_000_000. ValueError otherwise."""
+    match = _DURATION.match(text)
+    if not match:
+        raise ValueError(f"{text!r} is not a duration (examples: 2ms, 500us, 0.002, 20s)")
+    number, unit = match.groups()
+    return round(float(number) * DURATION_UNITS_NS[unit.lower()])

@@ -1,0 +1,204 @@
+"""The report view: every section a bug report needs, built from the same views the analysis commands
+print (stalls, summary, spikes, jitter, system) and the plots; renderers (forensics.render) format it."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pandas as pd
+
+from capture.format import Capture
+from forensics.progress import Progress
+from forensics.render import Report, Section
+
+KV = {"item": "", "value": ""}
+UNKNOWN = {"what": "not known", "why": "why", "so": "what it means here"}
+STEPS = 8
+
+
+def _part(section: Section, level: int = 3, title: str | None = None) -> Section:
+    return dataclasses.replace(section, level=level, title=(title or section.title).strip())
+
+
+def _kv(rows: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame({"item": list(rows), "value": [str(v) for v in rows.values()]})
+
+
+def build_report(
+    cap: Capture,
+    name: str,
+    *,
+    span: str | None = None,
+    top: int = 4,
+    spike_limit: int = 10,
+    progress: Progress | None = None,
+) -> Report:
+    """The report's sections, from the same builders the analysis commands print (stalls, summarize,
+    spikes, jitter, system) and the plots; nothing here decides a verdict."""
+    from analyses.jitter import jitter
+    from analyses.source import capture_origin_ns
+    from analyses.span import resolve_span
+    from analyses.system import system_figures
+    from analyses.threads import thread_profiles
+    from forensics import __version__
+    from forensics.describe import describe_capture
+    from forensics.plots import figure_bytes
+    from forensics.views.jitter import STATS as JITTER_COLUMNS
+    from forensics.views.spikes import spikes_report
+    from forensics.views.stalls import stalls_report
+    from forensics.views.summary import summary_report
+    from forensics.views.system import COLUMNS as SYSTEM_COLUMNS
+
+    def step(what: str) -> None:
+        if progress is not None:
+            progress.step(what)
+
+    t_range = resolve_span(cap, span)
+    where = f" ({span})" if span else ""
+    described = describe_capture(cap)["sections"]
+    out = Report(title=f"Spike and stall report: {name}{where}", origin_ns=capture_origin_ns(cap))
+    out.sections.append(
+        Section(
+            "about",
+            "How to read this report",
+            None,
+            empty="",
+            text=(
+                f"Made by spike-stall-forensics {__version__} from the capture {name}{where}. Times are seconds "
+                "since the capture's first sample. Each thread was read every sampling interval; a window is the "
+                "time between two reads. A stall episode is a run of windows in which a watched thread (real-time "
+                "or periodic) was kept from its work; its verdict names the largest cause: run (on CPU), "
+                "runqueue (waiting for a CPU), io (blocked in D), fault (page faults), lock (asleep, missing its "
+                "wake-up), reclaim, or unknown. The last section says what this capture could not tell."
+            ),
+        )
+    )
+    out.sections.append(Section("machine", "The machine", _kv(described["Machine"]), KV))
+    out.sections.append(Section("sources", "Kernel sources live while recording", _kv(described["Sources"]), KV))
+    timing = dict(described["Timing"])
+    out.sections.append(Section("timing", "How the capture was taken", _kv(timing), KV))
+    out.sections.append(_part(Section("targets", "Targets", _kv(described["Targets"]), KV)))
+    out.sections.append(_part(Section("contents", "Contents (rows)", _kv(described["Contents (rows)"]), KV)))
+
+    step("finding stalls")
+    profiles = thread_profiles(cap, t_range=t_range)
+    stalls = stalls_report(cap, name, t_range=t_range, profiles=profiles)
+    episodes = stalls.section("stalls").frame
+
+    step("drawing the timeline")
+    from capture.errors import ForensicsError
+
+    try:
+        from forensics.plots.data import timeline_data
+        from forensics.plots.timeline import draw_timeline
+
+        data = timeline_data(cap, name + where, top=top, t_range=t_range, profiles=profiles, stalls=episodes)
+        image: bytes | None = figure_bytes(draw_timeline(data))
+        alt = (
+            f"Timeline of {', '.join(data.threads['comm'].astype(str))}: per window, on CPU (blue), waiting for a "
+            f"CPU (orange), blocked in D (red); {len(data.stalls)} stall episodes shaded and labelled by verdict"
+            + (f"; {data.deadline_label}" if data.deadline_label else "")
+            + (f"; {len(data.markers)} markers" if len(data.markers) else "")
+            + "."
+        )
+    except ForensicsError as err:
+        image, alt = None, str(err)
+    out.sections.append(
+        Section(
+            "timeline_plot",
+            "Timeline",
+            None,
+            empty="" if image else f"(no picture: {alt})",
+            image=image,
+            image_alt=alt,
+        )
+    )
+    out.sections.append(_part(stalls.section("stalls"), 2, "Verdicts: stall episodes (evidence under each)"))
+    out.sections.append(_part(stalls.section("threads"), 3, "Watched threads"))
+
+    step("summarising (the five views)")
+    summary = summary_report(cap, name + where, t_range=t_range)
+    if summary.sections:
+        out.sections.append(Section("views", "The five views", None, empty="", text=(
+            "The views of `forensics summarize`: (1) when the busiest threads ran, (2) run against wait per "
+            "thread, (3) where the watched threads ran, (4) page faults over time, (5) the worst episodes."
+        )))  # fmt: skip
+        for section in summary.sections:
+            out.sections.append(_part(section))
+    else:
+        out.sections.append(Section("views", "The five views", None, empty="; ".join(summary.notes)))
+
+    step("finding spikes")
+    spikes = spikes_report(cap, name, t_range=t_range, limit=spike_limit, top=3)
+    out.sections.append(
+        _part(spikes.section("spikes"), 2, f"Worst CPU spikes (up to {spike_limit}, by how far they stand out)")
+    )
+    out.sections.append(_part(spikes.section("burners"), 3, "Evidence: who burned the CPU in each spike"))
+
+    step("wake-up jitter")
+    stats, hist = jitter(cap, t_range=t_range)
+    jitter_image = None
+    if len(stats) and len(hist):
+        from forensics.plots.data import JitterData
+        from forensics.plots.jitter import draw_jitter
+
+        jitter_image = figure_bytes(draw_jitter(JitterData(f"{name}: intervals between wake-ups", stats, hist, 0)))
+    out.sections.append(
+        Section(
+            "jitter",
+            "Wake-up jitter of the periodic threads",
+            stats,
+            JITTER_COLUMNS,
+            detail="flag",
+            empty="(no periodic thread)",
+            image=jitter_image,
+            image_alt="Histogram of intervals between wake-ups; bins at 2x, 3x, 4x the period (lost wake-ups) in red.",
+        )
+    )
+    step("benchmark figures")
+    figures = system_figures(cap, t_range=t_range, profiles=profiles)
+    out.sections.append(Section("system", "Benchmark figures (as `forensics system`)", figures, SYSTEM_COLUMNS))
+    out.sections.append(
+        Section(
+            "unknown",
+            "What could not be known",
+            unknowns(cap, figures, stalls.notes, has_truth=not cap.truth.empty),
+            UNKNOWN,
+            empty="(nothing: every source was live and the recording finished cleanly)",
+        )
+    )
+    return out
+
+
+def unknowns(cap: Capture, figures: pd.DataFrame, stall_notes: list[str], *, has_truth: bool) -> pd.DataFrame:
+    """One row per thing this capture cannot tell, why, and what that means for the verdicts (the missing
+    sources' rows from the table of analyses.data_sources)."""
+    from analyses.data_sources import unknown_rows
+
+    sources = cap.sources
+    rows: list[tuple[str, str, str]] = []
+    if cap.trailer is None:
+        rows.append((
+            "achieved interval, missed ticks, recorder CPU",
+            "the capture has no trailer: the recorder did not finish (killed?)",
+            "the timing of the sampling itself is unknown; what was written reads back and is analysed",
+        ))  # fmt: skip
+    for warning in cap.warnings:
+        if "trailer" not in warning:
+            rows.append(("part of the capture", warning, "only what reads back is analysed"))
+    rows += unknown_rows(sources)
+    for row in figures.itertuples(index=False):
+        if isinstance(row.source, str) and row.source.startswith("unknown"):
+            rows.append(
+                (str(row.figure), row.source.removeprefix("unknown: ").removeprefix("unknown"), "shown unknown")
+            )
+    for note in stall_notes:
+        rows.append(("verdicts", note, "listed causes are never reported as a silent zero"))
+    if not has_truth:
+        rows.append((
+            "whether the verdicts are right",
+            "no ground truth: not a lab capture",
+            "verdicts rest on the rules in `forensics stalls --help` (scored on the lab in the README)",
+        ))  # fmt: skip
+    return pd.DataFrame(rows, columns=["what", "why", "so"])

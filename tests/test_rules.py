@@ -1,0 +1,94 @@
+"""One test per verdict rule of analyses.rules, at its boundary: each fails if its rule or its default
+threshold changes (DESIGN.md, "The rules", says why each value)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analyses import rules
+from analyses.source import STATE_CODE, STATE_D
+
+MS = 1_000_000
+US = 1_000
+A = np.array
+
+
+def test_causes_are_one_list_in_component_order() -> None:
+    assert rules.CAUSES == ("run", "runqueue", "io", "fault", "lock", "reclaim", "unknown")
+
+
+def test_hot_window_is_half_of_its_wall_time_busy() -> None:
+    wall = A([2 * MS, 2 * MS, 20 * MS])
+    busy = A([1 * MS, 1 * MS - 1, 5 * MS])  # the last: a 5 ms burst averaged away in a 20 ms window
+    assert rules.is_hot(busy, wall).tolist() == [True, False, False]
+    assert rules.is_hot(A([5 * MS]), A([20 * MS]), busy_fraction=0.25).tolist() == [True]
+
+
+def test_fault_storm_is_twenty_faults_per_ms_on_cpu() -> None:
+    on = A([1 * MS, 1 * MS, 1 * MS, 0])
+    faults = A([20, 19, 0, 50])  # at the bar, under it, none, faults without CPU time
+    assert rules.is_fault_storm(faults, on).tolist() == [True, False, False, False]
+    assert rules.is_fault_storm(A([19]), A([1 * MS]), rate_per_ms=10).tolist() == [True]
+
+
+def test_blocked_in_d_is_a_read_in_d_at_either_end_of_the_window() -> None:
+    d, s, r = int(STATE_D), int(STATE_CODE["S"]), int(STATE_CODE["R"])
+    end = A([d, r, s, r])
+    start = A([r, d, s, r])
+    off = A([3, 5, 7, 11])
+    assert rules.read_in_d(end, start, d).tolist() == [True, True, False, False]
+    assert rules.blocked_ns(end, start, off, d).tolist() == [3, 5, 0, 0]
+
+
+def test_missed_wake_up_is_a_period_plus_a_quarter_interval() -> None:
+    period = A([5.333 * MS, np.nan])
+    limit = rules.wake_limit_ns(period, 2 * MS)
+    assert limit[0] == 5.333 * MS + 0.5 * MS
+    assert np.isnan(limit[1])  # not periodic: no wake-up to miss
+    assert rules.wake_limit_ns(A([4.0 * MS]), 8 * MS)[0] == 6 * MS  # the margin follows the interval
+
+
+def test_overslept_margin_of_the_truth_is_the_missed_wake_up_margin() -> None:
+    assert rules.overslept_margin_ns(2 * MS) == 500 * US
+    assert rules.overslept_margin_ns(4 * MS) == 1 * MS
+    period = A([5 * MS])
+    assert rules.wake_limit_ns(period, 2 * MS)[0] == period[0] + rules.overslept_margin_ns(2 * MS)
+
+
+def test_min_stall_is_half_a_period_or_two_intervals() -> None:
+    got = rules.min_stall_ns(A([6 * MS, np.nan]), 2 * MS)
+    assert got.tolist() == [3 * MS, 4 * MS]
+    fixed = rules.min_stall_ns(A([6 * MS, np.nan]), 2 * MS, rules.StallRules(min_stall_ns=1 * MS))
+    assert fixed.tolist() == [1 * MS, 1 * MS]
+
+
+def test_smallest_spike_is_a_quarter_interval() -> None:
+    assert rules.spike_min_ns(2 * MS) == 500 * US
+    assert rules.SPIKE_FACTOR == 5.0
+
+
+def test_reclaim_is_taken_from_fault_then_run_then_io() -> None:
+    parts = {"fault": A([3, 0]), "run": A([4, 2]), "io": A([10, 1])}
+    left, placed = rules.take_reclaim(A([5, 10]), parts)
+    assert left["fault"].tolist() == [0, 0]
+    assert left["run"].tolist() == [2, 0]
+    assert left["io"].tolist() == [10, 0]
+    assert placed.tolist() == [5, 3]  # reclaim beyond fault + run + io is not placed
+
+
+def test_the_verdict_is_the_largest_component() -> None:
+    components = A([[1, 5, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0, 0], [2, 0, 2, 0, 0, 0, 0]])
+    stall, verdict, share = rules.decide(components)
+    assert stall.tolist() == [6, 0, 4]
+    assert verdict.tolist() == ["runqueue", "run", "run"]  # a tie goes to the earlier cause
+    assert share.tolist() == [0.833, 0.0, 0.5]
+
+
+def test_exact_path_thresholds() -> None:
+    # The exact rules' margins, from measurements quoted beside them in analyses.rules.
+    assert rules.MINOR_NS == 100 * US
+    assert rules.FAULT_GAP_NS == 1 * MS
+    assert rules.LOCK_OVERSLEEP == 1.25
+    assert rules.USUAL_WAKER_SHARE == 0.2
+    assert rules.BLKIO_SLACK_PER_WAIT_NS == 20 * US
+    assert rules.BLKIO_COVER_SHARE == 0.5
