@@ -394,11 +394,12 @@ ENGINE_STATUS_SCHEMA = pa.schema(
     ]
 )
 ENGINE_SCHEMAS: dict[str, pa.Schema] = {
-    "sched_switch": SCHED_SWITCH_SCHEMA,
-    "sched_wakeup": SCHED_WAKEUP_SCHEMA,
-    "page_faults": PAGE_FAULTS_SCHEMA,
-    "block_rq": BLOCK_RQ_SCHEMA,
-    "ebpf_lost": EBPF_LOST_SCHEMA,
+    "engine_cycles": ENGINE_CYCLES_SCHEMA,
+    "engine_nodes": ENGINE_NODES_SCHEMA,
+    "xruns": XRUNS_SCHEMA,
+    "engine_clients": ENGINE_CLIENTS_SCHEMA,
+    "engine_graph": ENGINE_GRAPH_SCHEMA,
+    "engine_status": ENGINE_STATUS_SCHEMA,
 }
 
 SCHEMAS: dict[str, pa.Schema] = {
