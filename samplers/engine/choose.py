@@ -25,7 +25,7 @@ class JackChoice:
     wait_s: float
 
 
-def command_server(command: tuple[str, ...]) -> str | None | bool:
+def command_server(command: tuple[str, ...]) -> str | bool | None:
     """False when the command is not a JACK server; else its -n/--name (None: the default server)."""
     if not command or Path(command[0]).name not in JACK_SERVERS:
         return False

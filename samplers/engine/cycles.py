@@ -7,8 +7,9 @@ the client) belongs to the client's latest record that woke before it and has no
 
 A cycle is emitted when it is EMIT_AFTER_US old. Its end is the latest finish of its clients, null
 when one of them was never seen finishing. A client's `xrun` is jack2's own test (JackEngine::CheckXRun:
-at the next cycle's start a signaled client must have finished): its finish came after the next cycle
-start we saw (or the nominal one when we missed it); null when its finish was never seen.
+at the next cycle's start a signaled client must have finished): it was signaled again while its
+finish stamp was still older than its wake-up, or its finish came after the next cycle start we saw
+(or the nominal one when we missed it); null when neither its finish nor its re-signal was seen.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class _Node:
     awake_us: int | None = None
     finish_us: int | None = None
     status: int | None = None
+    late: bool = False  # re-signaled (the next cycle came) before it finished: jack2's xrun test
 
 
 @dataclass
@@ -62,6 +64,10 @@ class CycleAssembler:
             client = self.clients.setdefault(ref, _Client(last=(s, a, f)))
             ls, la, lf = client.last
             if s and s != ls:
+                if client.records:
+                    prev = client.records[-1][1]
+                    # Not finished since it woke: the finish stamp is older than its wake-up.
+                    prev.late = prev.finish_us is None and f < (prev.awake_us or prev.signal_us)
                 key = self._cycle_of(s)
                 if key is None:
                     self.unplaced += 1
@@ -75,7 +81,9 @@ class CycleAssembler:
                 if node is not None:
                     node.awake_us = a
             if f and f != lf:
-                node = self._latest(client, lambda n, f=f: n.finish_us is None and (n.awake_us or n.signal_us) <= f)
+                node = self._latest(
+                    client, lambda n, f=f: n.finish_us is None and n.awake_us is not None and n.awake_us <= f
+                )
                 if node is not None:
                     node.finish_us = f
             if client.records:
@@ -120,7 +128,9 @@ class CycleAssembler:
                         "awake_ns": self.to_ns(n.awake_us) if n.awake_us is not None else None,
                         "finish_ns": self.to_ns(n.finish_us) if n.finish_us is not None else None,
                         "status": n.status,
-                        "xrun": None if n.finish_us is None else bool(n.finish_us > check),
+                        "xrun": True
+                        if n.late or (n.finish_us is not None and n.finish_us > check)
+                        else (None if n.finish_us is None else False),
                     }
                 )
         self.starts = [s for s in self.starts if s in self.nodes or s >= self.starts[-1]]

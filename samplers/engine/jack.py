@@ -292,8 +292,19 @@ class JackSource:
                 self._row("engine_graph", t_ns=t_ns, event="snapshot", dst_client=client, dst_port=short)
         return list(dict.fromkeys(owners))
 
+    @staticmethod
+    def _poller_priority() -> str:
+        """SCHED_FIFO 1 for this thread only (libjack's threads exist already and keep theirs): a
+        SCHED_OTHER poller starves exactly when a client hogs a CPU, and misses the late cycles."""
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+        except OSError:
+            return "OTHER (SCHED_FIFO not permitted)"
+        return "FIFO 1"
+
     def run(self) -> None:
         t0 = time.monotonic_ns()
+        self.meta["poller_policy"] = self._poller_priority()
         self._open_timing()
         present = self._graph(t0)
         self._controls()

@@ -71,7 +71,9 @@ def main() -> None:
             for offset in range(0, size, mmap.PAGESIZE):
                 pages[offset] = 1
             pages.close()
-        done.put({"cue": cue, "arg": arg, "start_ns": start, "end_ns": time.monotonic_ns(), "tid": threading.get_native_id()})
+        done.put(
+            {"cue": cue, "arg": arg, "start_ns": start, "end_ns": time.monotonic_ns(), "tid": threading.get_native_id()}
+        )
 
     client.activate()
     with open(args.truth, "a") as truth:
