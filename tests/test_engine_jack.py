@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from forensics.capture import load
-from tests.jack_fixtures import catch_load, jackd, wait_engine_started
+from tests.jack_fixtures import LV2_PLUGINS, catch_load, jackd, wait_engine_started
 
 pytestmark = [pytest.mark.slow]
 
@@ -67,3 +67,114 @@ def test_spins_are_xruns_and_late_cycles_naming_the_client(tmp_path: Path) -> No
     # The client became a recording target although it is not jackd's child.
     cue_pid = capture.engine_clients.query("name == 'cue'")["pid"].dropna().iloc[0]
     assert int(cue_pid) in set(capture.threads["pid"])
+
+
+def test_server_killed_mid_recording_ends_the_source_with_an_event(tmp_path: Path) -> None:
+    out = tmp_path / "killed.ssf"
+    with jackd(tmp_path) as server:
+        rec = catch_load(server, out, "--jack", server.name, "-d", "6s", "-p", str(server.process.pid))
+        wait_engine_started(out)
+        time.sleep(1.0)
+        server.process.kill()
+        server.process.wait()
+        _, err = _finish(rec)
+    capture = load(out)
+    assert capture.complete, err
+    ended = capture.events[capture.events["kind"] == "engine_source_ended"]
+    assert len(ended) == 1 and "went away" in ended["text"].iloc[0]
+    assert len(capture.engine_status) > 5  # what came before the death is kept
+    assert "Traceback" not in err
+
+
+def test_without_a_server_records_threads_and_says_so_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    out = tmp_path / "noserver.ssf"
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "forensics.cli.catch_load",
+                "-q",
+                "-o",
+                str(out),
+                "--jack",
+                "nosuchserver-x",
+                "-d",
+                "2s",
+                "-p",
+                str(sleeper.pid),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "JACK" in line]
+    assert lines == ["catch-load: no JACK data recorded: no JACK server 'nosuchserver-x' is running"], result.stderr
+    capture = load(out)
+    assert len(capture.samples) > 100
+    assert (capture.events["kind"] == "engine_source_unavailable").sum() == 1
+    assert capture.meta["sources"]["engine"]["unavailable"].startswith("no JACK data recorded")
+
+
+def test_quiet_run_records_no_xrun_the_engine_did_not_report(tmp_path: Path) -> None:
+    """60 s of a quiet graph (fluidsynth and a jalv plugin): every xrun row is one the engine reported
+    (a callback, or a server-log XRun line), and each callback has a log line from the server beside it."""
+    out = tmp_path / "quiet.ssf"
+    with jackd(tmp_path, extra=()) as server:
+        server.start(
+            "fluidsynth",
+            "-a",
+            "jack",
+            "-n",
+            "-r",
+            "48000",
+            "-i",
+            "-s",
+            "/usr/share/sounds/sf2/TimGM6mb.sf2",
+            stdin=subprocess_devnull(),
+            stdout=subprocess_devnull(),
+            stderr=subprocess_devnull(),
+        )
+        server.jalv("p0", LV2_PLUGINS[0])
+        server.wait_ports("p0:in", "fluidsynth:left")
+        rec = catch_load(
+            server,
+            out,
+            "--jack",
+            server.name,
+            "--jack-log",
+            str(server.log),
+            "-d",
+            "60s",
+            "-p",
+            str(server.process.pid),
+        )
+        _finish(rec, timeout=120)
+        log_lines = [line for line in server.log.read_text().splitlines() if "XRun" in line]
+    capture = load(out)
+    xruns = capture.xruns
+    assert set(xruns["source"].astype(str)) <= {"callback", "server-log"}
+    logged = xruns[xruns["source"] == "server-log"]
+    assert all(text in log_lines for text in logged["text"])  # verbatim from the server
+    callbacks = xruns[xruns["source"] == "callback"]["t_ns"].to_numpy()
+    log_times = logged["t_ns"].to_numpy()
+    for t in callbacks:  # the server logged each xrun it notified (the file is followed at 20 Hz)
+        assert ((log_times > t - 500_000_000) & (log_times < t + 500_000_000)).any()
+    names = set(capture.engine_clients["name"])
+    assert {"fluidsynth", "p0"} <= names
+    assert capture.engine_clients.query("name == 'p0'")["pid"].notna().all()
+    assert len(capture.engine_nodes) > 1000
+
+
+def subprocess_devnull() -> int:
+    import subprocess
+
+    return subprocess.DEVNULL
