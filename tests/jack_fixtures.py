@@ -20,8 +20,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 CUE_CLIENT = REPO / "tests" / "workloads" / "jack_cue_client.py"
 LV2_PLUGINS = [  # four plugins with one audio in and out, from lsp-plugins-lv2 and x42-plugins
-    "http://lsp-plug.in/plugins/lv2/comp_delay_x2_mono",
-    "http://lsp-plug.in/plugins/lv2/para_equalizer_x8_mono",
+    "http://lsp-plug.in/plugins/lv2/comp_delay_mono",
+    "http://lsp-plug.in/plugins/lv2/para_equalizer_x16_mono",
     "http://lsp-plug.in/plugins/lv2/compressor_mono",
     "http://lsp-plug.in/plugins/lv2/limiter_mono",
 ]

@@ -178,3 +178,76 @@ def subprocess_devnull() -> int:
     import subprocess
 
     return subprocess.DEVNULL
+
+
+def _graph_capture(tmp_path: Path, name: str, series: bool) -> Path:
+    """jackd at 256 frames with fluidsynth, and the four plugins: 4 jalv clients in series, or one ecasound."""
+    import shutil
+
+    out = tmp_path / f"{name}.ssf"
+    work = tmp_path / name
+    work.mkdir()
+    with jackd(work) as server:
+        server.start(
+            "fluidsynth",
+            "-a",
+            "jack",
+            "-n",
+            "-r",
+            "48000",
+            "-i",
+            "-s",
+            "/usr/share/sounds/sf2/TimGM6mb.sf2",
+            stdin=subprocess_devnull(),
+            stdout=subprocess_devnull(),
+            stderr=subprocess_devnull(),
+        )
+        if series:
+            for i, uri in enumerate(LV2_PLUGINS):
+                server.jalv(f"p{i}", uri)
+            server.wait_ports(*(f"p{i}:in" for i in range(4)), "fluidsynth:left")
+            chain = ["fluidsynth:left", *(f"p{i}:in p{i}:out" for i in range(4)), "system:playback_1"]
+            hops = " ".join(chain).split()
+            for src, dst in zip(hops[::2], hops[1::2], strict=True):
+                server.connect(src, dst)
+        else:
+            assert shutil.which("ecasound")
+            plugins = ["-elv2:" + uri for uri in LV2_PLUGINS]
+            server.start(
+                "ecasound",
+                "-q",
+                "-G:jack,eca,notransport",
+                "-f:f32_le,1,48000",
+                "-i",
+                "jack,fluidsynth",
+                "-o",
+                "jack,system",
+                *plugins,
+                stdout=subprocess_devnull(),
+                stderr=subprocess_devnull(),
+            )
+            server.wait_ports("eca:in_1", "eca:out_1", "fluidsynth:left", timeout=60)
+        time.sleep(1.0)
+        rec = catch_load(server, out, "-d", "8s", "-p", str(server.process.pid))  # on by default: a target is jackd
+        _finish(rec)
+    return out
+
+
+def test_compare_series_against_chain_prints_engine_cycle_ends(tmp_path: Path, run_module) -> None:  # type: ignore[no-untyped-def]
+    series = _graph_capture(tmp_path, "series", series=True)
+    chain = _graph_capture(tmp_path, "chain", series=False)
+    for path, clients in ((series, {"p0", "p1", "p2", "p3"}), (chain, {"eca"})):
+        capture = load(path)
+        assert clients <= set(capture.engine_nodes["name"].astype(str)), path
+    result = run_module("forensics", "compare", str(series), str(chain))
+    assert result.returncode == 0, result.stderr
+    rows = {
+        line.split()[0] + " " + line.split()[1] + " " + line.split()[2]: line
+        for line in result.stdout.splitlines()
+        if line.strip().startswith(("cycle end", "deadline misses "))
+    }
+    for figure in ("cycle end p50", "cycle end p99"):
+        line = next(v for k, v in rows.items() if k.startswith(figure))
+        assert "unknown" not in line, result.stdout
+    assert "jack engine cycles" in result.stdout
+    print(result.stdout)
