@@ -107,11 +107,20 @@ class JackServer:
         return process
 
     def stop(self) -> None:
-        for process in [*self.children, self.process]:
+        for process in self.children:
             if process.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+        # SIGTERM first: jackd then leaves jack2's server registry, which has 8 slots per machine and
+        # reclaims a dead server's slot only for a server of the same name (common/shm.c).
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
 
 
 @dataclass
@@ -135,10 +144,11 @@ class CueClient:
 
 
 @contextlib.contextmanager
-def jackd(tmp: Path, period: int = 256, extra: tuple[str, ...] = ()) -> Iterator[JackServer]:
-    """`jackd -n <unique> -R -d dummy -r 48000 -p PERIOD`, its output in a log file; killed at the end."""
+def jackd(tmp: Path, period: int = 256, extra: tuple[str, ...] = (), name: str | None = None) -> Iterator[JackServer]:
+    """`jackd -n <unique> -R -d dummy -r 48000 -p PERIOD`, its output in a log file; stopped at the end.
+    A test that SIGKILLs the server gives a fixed `name`: its registry slot is reclaimed by the next run."""
     need_jack()
-    name = f"t{uuid.uuid4().hex[:10]}"
+    name = name or f"t{uuid.uuid4().hex[:10]}"
     log = tmp / "jackd.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def test_spins_are_xruns_and_late_cycles_naming_the_client(tmp_path: Path) -> No
 
 def test_server_killed_mid_recording_ends_the_source_with_an_event(tmp_path: Path) -> None:
     out = tmp_path / "killed.ssf"
-    with jackd(tmp_path) as server:
+    with jackd(tmp_path, name=f"forensics-killed-{os.getuid()}") as server:
         rec = catch_load(server, out, "--jack", server.name, "-d", "6s", "-p", str(server.process.pid))
         wait_engine_started(out)
         time.sleep(1.0)
