@@ -77,6 +77,7 @@ class JackSource:
         self.driver_refnum = -1
         self.meta: dict[str, Any] = {"kind": ENGINE, "server": server or "default"}
         self.lock = threading.Lock()
+        self.last: tuple[float, tuple[int, int]] = (0.0, (0, 1))  # period us, (buffer size, rate) as last read
 
     # output ------------------------------------------------------------------------------------
     def _row(self, table: str, **row: Any) -> None:
@@ -225,6 +226,9 @@ class JackSource:
 
     # callbacks (libjack's notification thread: only stamp and queue) ---------------------------
     def _on_xrun(self, delayed_usecs: float) -> None:
+        # JACK-Client passes jack_get_xrun_delayed_usecs(): the delay the DRIVER last measured
+        # (JackEngineControl::fXrunDelayedUsecs, set only by driver xruns); an xrun of a client that
+        # did not finish repeats the previous value. Stored as reported.
         self._row("xruns", t_ns=time.monotonic_ns(), delay_us=float(delayed_usecs), client=None, source="callback")
 
     def _on_shutdown(self, status: Any, reason: str) -> None:
@@ -315,6 +319,7 @@ class JackSource:
         self._event("engine_source_started", f"JACK server {self.meta['server']!r} ({self.meta['version']})")
         last_status = self._status(t0, None)
         period_us = 1e6 * last_status[0] / last_status[1]
+        self.last = (period_us, last_status)
         poll_s = min(0.002, max(0.0005, period_us / 4e6))
         next_status = t0 + STATUS_NS
         next_send = t0 + SEND_NS
@@ -362,6 +367,7 @@ class JackSource:
             if now >= next_status:
                 last_status = self._status(now, last_status)
                 period_us = 1e6 * last_status[0] / last_status[1]
+                self.last = (period_us, last_status)
                 next_status += STATUS_NS
             if now >= next_offset:
                 self._measure_offset()
@@ -497,7 +503,13 @@ def main(argv: list[str] | None = None) -> int:
                 while source.stop_reason is None:
                     select.select([], [], [], 0.2)
         return 0
-    source.run()
+    try:
+        source.run()
+    except Exception as err:  # a failing libjack call must end the source, never lose what it recorded
+        source.stop_reason = f"the JACK source failed: {type(err).__name__}: {err}"
+        with contextlib.suppress(Exception):
+            source._finish(*source.last)
+        print(f"catch-load: {source.stop_reason}", file=sys.stderr)
     # A dead server can leave libjack's threads hanging in close: leave without it.
     sys.stdout.flush()
     os._exit(0)
