@@ -61,7 +61,7 @@ class CycleAssembler:
         for ref in refnums:
             row = slots[ref]
             s, a, f, status = int(row["signaled"]), int(row["awake"]), int(row["finished"]), int(row["status"])
-            client = self.clients.setdefault(ref, _Client(last=(s, a, f)))
+            client = self.clients.setdefault(ref, _Client())
             ls, la, lf = client.last
             if s and s != ls:
                 if client.records:
