@@ -90,7 +90,7 @@ def test_late_without_a_seen_finish_is_still_late() -> None:
     """The poller missed the spin's finish (overwritten at once by the next cycle's): the re-signal while
     the finish stamp was older than the wake-up is jack2's 'not finished' by itself."""
     asm = CycleAssembler(0, to_ns=lambda us: us)
-    t1, t2, t3 = 1000, 6333, 11666
+    t1, t2, t3 = 10_000, 15_333, 20_666
     for start, client in [
         (t1, (t1, t1 + 10, t1 - 4000, 2)),  # woke, running
         (t2, (t2, t1 + 10, t1 - 4000, 1)),  # re-signaled: not finished
