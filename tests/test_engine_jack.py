@@ -252,3 +252,94 @@ def test_compare_series_against_chain_prints_engine_cycle_ends(tmp_path: Path, r
         assert "unknown" not in line, result.stdout
     assert "jack engine cycles" in result.stdout
     print(result.stdout)
+
+
+def test_without_libjack_records_threads_and_says_so_in_one_line(tmp_path: Path) -> None:
+    """libjack cannot be absent on a machine that runs the other tests: a `jack` module that raises what
+    JACK-Client raises without it (OSError 'JACK library not found') stands in for the missing library."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "nolibjack"
+    fake.mkdir()
+    (fake / "jack.py").write_text("raise OSError('JACK library not found')\n")
+    out = tmp_path / "nolib.ssf"
+    env = dict(os.environ, PYTHONPATH=f"{fake}{os.pathsep}{Path(__file__).resolve().parent.parent}")
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), "--jack", "-d", "2s", "-p",
+             str(sleeper.pid)],
+            capture_output=True, text=True, timeout=60, env=env,
+        )  # fmt: skip
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if "JACK" in line]
+    assert lines == ["catch-load: no JACK data recorded: JACK library not found (install libjack-jackd2-0)"], (
+        result.stderr
+    )
+    capture = load(out)
+    assert len(capture.samples) > 100
+    assert capture.meta["sources"]["engine"]["unavailable"].startswith("no JACK data recorded")
+
+
+def test_catch_load_starting_jackd_keeps_its_log_lines_and_follows_its_clients(tmp_path: Path) -> None:
+    """`catch-load -- jackd ...`: jackd's output passes through (echoed), its 'client = NAME was not
+    finished' lines are stored with times, and a client started later becomes a target."""
+    import json
+    import subprocess
+    import sys
+    import uuid
+
+    from tests.jack_fixtures import CUE_CLIENT, REPO, env_with, need_jack
+
+    need_jack()
+    name = f"t{uuid.uuid4().hex[:10]}"
+    env = env_with(name)
+    out = tmp_path / "launched.ssf"
+    rec = subprocess.Popen(
+        [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), "-d", "60s", "--",
+         "jackd", "-n", name, "-R", "-d", "dummy", "-r", "48000", "-p", "256"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    cue = None
+    try:
+        assert subprocess.run(["jack_wait", "-w", "-t", "15"], env=env, capture_output=True).returncode == 0
+        wait_engine_started(out)
+        control = tmp_path / "ctl"
+        truth = tmp_path / "truth"
+        os.mkfifo(control)
+        cue = subprocess.Popen(
+            [sys.executable, str(CUE_CLIENT), "--name", "cue", "--server", name, "--control", str(control),
+             "--truth", str(truth)], env=env,
+        )  # fmt: skip
+        fd = os.open(control, os.O_WRONLY)
+        time.sleep(1.5)
+        for _ in range(3):
+            os.write(fd, b"spin 20\n")
+            time.sleep(0.6)
+        os.write(fd, b"quit\n")
+        os.close(fd)
+        cue.wait(timeout=10)
+        time.sleep(0.5)
+    finally:
+        if cue is not None and cue.poll() is None:
+            cue.kill()
+        jackd_pids = subprocess.run(["pgrep", "-f", f"^jackd -n {name} "], capture_output=True, text=True).stdout
+        for pid in jackd_pids.split():
+            os.kill(int(pid), 15)  # SIGTERM: jackd leaves the server registry
+        _, err = rec.communicate(timeout=60)
+    assert rec.returncode == 0, err
+    assert "JACK server starting in realtime mode" in err  # jackd's own output still reaches the terminal
+    spins = [json.loads(line) for line in truth.read_text().splitlines() if '"spin"' in line]
+    capture = load(out)
+    blamed = capture.xruns[(capture.xruns["source"] == "server-log") & (capture.xruns["client"] == "cue")]
+    times = blamed["t_ns"].to_numpy()
+    hit = sum(bool(((times >= s["start_ns"]) & (times <= s["end_ns"] + 100_000_000)).any()) for s in spins)
+    assert len(spins) == 3 and hit >= 2, (hit, blamed)
+    cue_pids = set(capture.engine_clients.query("name == 'cue'")["pid"].dropna().astype(int))
+    assert cue_pids and cue_pids <= set(capture.threads["pid"])
+    ended = capture.events[capture.events["kind"] == "engine_source_ended"]["text"].tolist()
+    assert len(ended) == 1

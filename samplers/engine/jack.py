@@ -44,7 +44,9 @@ STATUS_NS = 50_000_000  # cpu_load() and buffer size at 20 Hz
 SEND_NS = 250_000_000
 OFFSET_NS = 1_000_000_000
 GRAPH_SETTLE_NS = 100_000_000  # one snapshot for a burst of graph-order callbacks
-CONTROLS_NS = 1_000_000_000  # re-read client pids/refnums at most this often when something is unknown
+# A registering client's segment is complete a little after the notification: look its pid up again.
+PID_RETRY_NS = 100_000_000
+PID_TRIES = 10
 XRUN_LINE = re.compile(r"JackEngine::XRun: client = (.+?) was not finished(?:, state = (\w+))?")
 DRIVER_XRUN_LINE = re.compile(r"(\w+)::\w+ XRun = (\d+(?:\.\d+)?) usec")
 
@@ -326,6 +328,7 @@ class JackSource:
         next_offset = t0 + OFFSET_NS
         graph_due: int | None = None
         controls_due: int | None = None
+        pending: dict[str, tuple[int, int]] = {}  # registered clients whose pid is being looked up
         while self.stop_reason is None:
             now = time.monotonic_ns()
             if self.assembler is not None:
@@ -340,13 +343,13 @@ class JackSource:
                     break
                 if kind == "client":
                     name, registered = args
-                    if registered:
-                        controls_due = now  # its pid: now that the server has its segment
-                        self.events.put(("client-pid", t_ns, (name,)))
+                    if registered:  # stored once its pid is known (or after PID_TRIES lookups)
+                        pending[name] = (t_ns, 0)
+                        controls_due = now
                     else:
+                        if name in pending:  # gone before its pid was found: it still came
+                            self._row("engine_clients", t_ns=pending.pop(name)[0], event="registered", name=name)
                         self._row("engine_clients", t_ns=t_ns, event="unregistered", name=name, pid=self.pids.get(name))
-                elif kind == "client-pid":
-                    self._clients(t_ns, "registered", [args[0]])
                 elif kind == "graph":
                     graph_due = graph_due or t_ns + GRAPH_SETTLE_NS
                 elif kind == "connect":
@@ -364,6 +367,15 @@ class JackSource:
             if controls_due is not None and now >= controls_due:
                 self._controls()
                 controls_due = None
+                for name, (t_reg, tries) in list(pending.items()):
+                    if name in self.pids or tries + 1 >= PID_TRIES or self.jackd_pid is None:
+                        del pending[name]
+                        pid = self.pids.get(name)
+                        self._row("engine_clients", t_ns=t_reg, event="registered", name=name, pid=pid)
+                        self._pid(pid)
+                    else:
+                        pending[name] = (t_reg, tries + 1)
+                        controls_due = now + PID_RETRY_NS
             if now >= next_status:
                 last_status = self._status(now, last_status)
                 period_us = 1e6 * last_status[0] / last_status[1]

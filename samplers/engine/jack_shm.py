@@ -168,7 +168,9 @@ def server_pid(graph_inode: int, proc: str = "/proc") -> int | None:
 def client_controls(jackd_pid: int) -> list[ClientControl]:
     """Every external client's name, refnum and pid, from the server's JackClientControl segments."""
     out: list[ClientControl] = []
-    controls = [m for m in _mappings(jackd_pid) if m[2].endswith("(deleted)") and m[1] - m[0] <= 1 << 16]
+    # Small segments: the clients' controls (unlinked once attached, but a new client's may not be yet)
+    # and the engine control; each is checked below (a name, a refnum in range, a live pid).
+    controls = [m for m in _mappings(jackd_pid) if m[1] - m[0] <= 1 << 16]
     if not controls:
         return out
     try:
@@ -183,8 +185,9 @@ def client_controls(jackd_pid: int) -> list[ClientControl]:
                 continue
             name = raw[CONTROL_NAME_AT : CONTROL_NAME_AT + CONTROL_NAME_FIELD].split(b"\0", 1)[0]
             refnum, pid = struct.unpack_from("<ii", raw, CONTROL_REFNUM_AT)
-            if name and 0 <= refnum < CLIENT_NUM and pid > 0:
-                out.append(ClientControl(name.decode(errors="replace"), refnum, pid))
+            text = name.decode(errors="replace")
+            if text.isprintable() and 0 <= refnum < CLIENT_NUM and pid > 0 and os.path.exists(f"/proc/{pid}"):
+                out.append(ClientControl(text, refnum, pid))
     finally:
         os.close(mem)
     return out
