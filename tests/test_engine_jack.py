@@ -252,6 +252,14 @@ def test_compare_series_against_chain_prints_engine_cycle_ends(tmp_path: Path, r
         assert "unknown" not in line, result.stdout
     assert "jack engine cycles" in result.stdout
     print(result.stdout)
+    system = run_module("forensics", "system", str(series))
+    assert system.returncode == 0, system.stderr
+    assert "XRUN count (engine)" in system.stdout and "Cycle maximum (engine)" in system.stdout
+    assert "jack engine cycles" in system.stdout
+    info = run_module("forensics", "info", str(chain))
+    assert "Engine" in info.stdout and "jack2 shared graph segment" in info.stdout
+    dump = run_module("forensics", "dump", str(chain), "--table", "engine_nodes")
+    assert dump.returncode == 0 and dump.stdout.startswith("t_ns,engine,node_id,name,signal_ns")
 
 
 def test_without_libjack_records_threads_and_says_so_in_one_line(tmp_path: Path) -> None:
