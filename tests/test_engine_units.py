@@ -100,3 +100,17 @@ def test_late_without_a_seen_finish_is_still_late() -> None:
     _, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
     by_cycle = {n["t_ns"]: n for n in nodes}
     assert by_cycle[t1]["xrun"] is True and by_cycle[t1]["finish_ns"] is None
+
+
+def test_in_jack_graph_reads_the_semaphore_mappings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from samplers.engine.choose import in_jack_graph
+
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "maps").write_text(
+        f"7f00-7f01 rw-s 00000000 00:1b 14   /dev/shm/jack_sem.{os.getuid()}_studio_cue\n"
+    )
+    assert in_jack_graph(42, "studio", proc=str(tmp_path))
+    assert not in_jack_graph(42, "other", proc=str(tmp_path))
+    assert not in_jack_graph(43, "studio", proc=str(tmp_path))

@@ -214,7 +214,7 @@ def catch_load(
         command = (sys.executable, "-m", "lab", *lab_argv, "--truth", str(truth_path))
     if no_jack and (jack is not None or jack_log):
         raise ForensicsError("--no-jack contradicts --jack/--jack-log: give one")
-    jack_choice = choose_jack(jack, no_jack, command)
+    jack_choice = choose_jack(jack, no_jack, command, pids, later=bool(match or command))
     spec = TargetSpec(pids=list(pids), match=regex, children=children)
     options = RecorderOptions(
         output=str(out),

@@ -1,9 +1,10 @@
 """Whether a recording runs the JACK source, and with which server: decided before anything starts.
 
 On by default when the launched command is a JACK server (its clients are then followed), or when a
-JACK server of that name is reachable (its clients are followed once a target turns out to be one of
-them: jackd itself or a client). `--jack [SERVER]` asks for it (a missing server or libjack is then
-said in one line); `--no-jack` turns it off.
+JACK server is reachable and a target given by pid is jackd or one of its clients, or targets will only
+appear later (--match, a command): then the clients are followed once a target turns out to be one.
+`--jack [SERVER]` asks for it (a missing server or libjack is then said in one line); `--no-jack` turns
+it off.
 """
 
 from __future__ import annotations
@@ -47,8 +48,23 @@ def server_reachable(server: str | None) -> bool:
     return Path(JACK_TMP_DIR, f"jack_{name}_{os.getuid()}_0").exists()
 
 
-def choose_jack(jack: str | None, no_jack: bool, command: tuple[str, ...]) -> JackChoice | None:
-    """`jack`: None when --jack was not given, "" for --jack without a name, else the server name."""
+def in_jack_graph(pid: int, server: str | None, proc: str = "/proc") -> bool:
+    """True when the process is a JACK server or client of `server`: jack2 maps one semaphore file per
+    client, named jack_sem.<uid>_<server>_<client>, in the server and in every client (JackPosixSemaphore)."""
+    name = server or os.environ.get("JACK_DEFAULT_SERVER") or "default"
+    marker = f"/jack_sem.{os.getuid()}_{name}_"
+    try:
+        with open(f"{proc}/{pid}/maps") as fh:
+            return any(marker in line for line in fh)
+    except OSError:
+        return False
+
+
+def choose_jack(
+    jack: str | None, no_jack: bool, command: tuple[str, ...], pids: tuple[int, ...] = (), later: bool = False
+) -> JackChoice | None:
+    """`jack`: None when --jack was not given, "" for --jack without a name, else the server name.
+    `pids`: the targets given now; `later`: targets will appear later (--match, a command)."""
     if no_jack:
         return None
     launched = command_server(command)
@@ -57,6 +73,10 @@ def choose_jack(jack: str | None, no_jack: bool, command: tuple[str, ...]) -> Ja
         return JackChoice(server, True, True, launched is not False, 10.0 if launched is not False else 0.0)
     if launched is not False:
         return JackChoice(launched if isinstance(launched, str) else None, False, True, True, 10.0)
-    if server_reachable(None):
+    if not server_reachable(None):
+        return None
+    if any(in_jack_graph(pid, None) for pid in pids):
+        return JackChoice(None, False, True, False, 0.0)
+    if later:  # a target may join the graph: run it, follow the clients once one is a target
         return JackChoice(None, False, False, False, 0.0)
     return None
