@@ -5,7 +5,8 @@
 Starts its own jackd (dummy driver, unique name) with two jalv clients in series, then measures the same
 graph three times in turn: without the source, with the source (samplers/engine/jack.py: passive client
 + the shared-memory poller), and without again. Per arm: switch-ins per cycle of jackd's threads, of the
-clients' threads, and of the source's own threads (schedstat field 3, /proc), and JACK's cpu_load().
+clients' threads, and of the source's own threads (schedstat field 3, /proc), JACK's cpu_load(), and
+the source's own CPU time.
 Printed side by side, with the ratio with/without. The source's threads are outside the graph: their
 wake-ups are its own cost (CPU), not a wake-up in the graph's cycle.
 """
@@ -37,6 +38,11 @@ def switches(pid: int) -> int:
     return total
 
 
+def cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime (stat fields 14, 15)
+
+
 def cpu_load(server: str) -> float:
     import jack
 
@@ -49,10 +55,13 @@ def cpu_load(server: str) -> float:
 def arm(server, clients: list[int], seconds: float, period_s: float, source: int | None) -> dict[str, float]:  # type: ignore[no-untyped-def]
     pids = {"jackd": [server.process.pid], "clients": clients, "source": [source] if source else []}
     before = {k: sum(switches(p) for p in v) for k, v in pids.items()}
+    ticks = cpu_ticks(source) if source else 0
     time.sleep(seconds)
     after = {k: sum(switches(p) for p in v) for k, v in pids.items()}
     cycles = seconds / period_s
     out = {f"{k} wake-ups/cycle": (after[k] - before[k]) / cycles for k in pids}
+    hz = os.sysconf("SC_CLK_TCK")
+    out["source CPU % of a core"] = 100.0 * (cpu_ticks(source) - ticks) / hz / seconds if source else 0.0
     out["graph wake-ups/cycle"] = out["jackd wake-ups/cycle"] + out["clients wake-ups/cycle"]
     out["cpu_load %"] = cpu_load(server.name)
     return out

@@ -62,6 +62,7 @@ def test_spins_are_xruns_and_late_cycles_naming_the_client(tmp_path: Path) -> No
         # The cycle whose callback ran the spin: it started at most one period before the spin began.
         seen_late += bool(((late["t_ns"] >= start - 6_000_000) & (late["t_ns"] <= end)).any())
         seen_log += bool(((log_blames >= start) & (log_blames <= end + 200_000_000)).any())
+    print(f"of 10 spins: {seen_xrun} xrun callbacks, {seen_late} late cycles naming cue, {seen_log} log lines")
     assert seen_xrun >= 9, f"xrun callbacks for {seen_xrun} of 10 spins"
     assert seen_late >= 9, f"late cycles naming the client for {seen_late} of 10 spins"
     assert seen_log >= 9, f"server-log lines naming the client for {seen_log} of 10 spins"
@@ -169,6 +170,14 @@ def test_quiet_run_records_no_xrun_the_engine_did_not_report(tmp_path: Path) -> 
     log_times = logged["t_ns"].to_numpy()
     for t in callbacks:  # the server logged each xrun it notified (the file is followed at 20 Hz)
         assert ((log_times > t - 500_000_000) & (log_times < t + 500_000_000)).any()
+    # Clients the per-cycle data calls late: each is an xrun the engine notified (jack2 checks at the
+    # next cycle and notifies at once).
+    late = capture.engine_nodes[capture.engine_nodes["xrun"] == True]["t_ns"].to_numpy()  # noqa: E712
+    for t in late:
+        assert ((callbacks >= t) & (callbacks <= t + 200_000_000)).any(), f"late cycle at {t} the engine never reported"
+    print(
+        f"quiet 60 s: {len(callbacks)} xrun callbacks, {len(logged)} server-log lines, {len(late)} late client-cycles"
+    )
     names = set(capture.engine_clients["name"])
     assert {"fluidsynth", "p0"} <= names
     assert capture.engine_clients.query("name == 'p0'")["pid"].notna().all()
