@@ -4,9 +4,9 @@
 
 Starts its own jackd (dummy driver, unique name) with two jalv clients in series, then measures the same
 graph three times in turn: without the source, with the source (samplers/engine/jack.py: passive client
-+ the shared-memory poller), and without again. Per arm: switch-ins per cycle of jackd's threads, of the
-clients' threads, and of the source's own threads (schedstat field 3, /proc), JACK's cpu_load(), and
-the source's own CPU time.
++ the shared-memory poller), and without again. Per arm and per cycle: wake-ups (voluntary switches, i.e.
+sleeps, /proc/<pid>/task/<tid>/status) and preemptions (nonvoluntary switches) of jackd's threads, of the
+clients' threads and of the source's own, JACK's cpu_load(), and the source's own CPU time.
 Printed side by side, with the ratio with/without. The source's threads are outside the graph: their
 wake-ups are its own cost (CPU), not a wake-up in the graph's cycle.
 """
@@ -28,12 +28,16 @@ sys.path.insert(0, str(REPO))
 from tests.jack_fixtures import LV2_PLUGINS, jackd  # noqa: E402
 
 
-def switches(pid: int) -> int:
+def switches(pid: int, kind: str = "voluntary_ctxt_switches") -> int:
+    """Sum over the process's threads: voluntary switches are sleeps (each one a later wake-up);
+    nonvoluntary ones are preemptions (on this shared machine, mostly by others' work)."""
     total = 0
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[2])
-        except (OSError, IndexError):
+            for line in Path(f"/proc/{pid}/task/{tid}/status").read_text().splitlines():
+                if line.startswith(kind + ":"):
+                    total += int(line.split()[1])
+        except OSError:
             continue
     return total
 
@@ -54,12 +58,14 @@ def cpu_load(server: str) -> float:
 
 def arm(server, clients: list[int], seconds: float, period_s: float, source: int | None) -> dict[str, float]:  # type: ignore[no-untyped-def]
     pids = {"jackd": [server.process.pid], "clients": clients, "source": [source] if source else []}
-    before = {k: sum(switches(p) for p in v) for k, v in pids.items()}
+    kinds = ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+    before = {(k, c): sum(switches(p, c) for p in v) for k, v in pids.items() for c in kinds}
     ticks = cpu_ticks(source) if source else 0
     time.sleep(seconds)
-    after = {k: sum(switches(p) for p in v) for k, v in pids.items()}
+    after = {(k, c): sum(switches(p, c) for p in v) for k, v in pids.items() for c in kinds}
     cycles = seconds / period_s
-    out = {f"{k} wake-ups/cycle": (after[k] - before[k]) / cycles for k in pids}
+    out = {f"{k} wake-ups/cycle": (after[k, kinds[0]] - before[k, kinds[0]]) / cycles for k in pids}
+    out.update({f"{k} preemptions/cycle": (after[k, kinds[1]] - before[k, kinds[1]]) / cycles for k in pids})
     hz = os.sysconf("SC_CLK_TCK")
     out["source CPU % of a core"] = 100.0 * (cpu_ticks(source) - ticks) / hz / seconds if source else 0.0
     out["graph wake-ups/cycle"] = out["jackd wake-ups/cycle"] + out["clients wake-ups/cycle"]
