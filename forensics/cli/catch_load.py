@@ -256,7 +256,9 @@ def _engine_options(choice: JackChoice | None, jack_log: str | None) -> dict[str
     return {
         "kind": "jack",
         "server": choice.server,
-        "explicit": choice.explicit,
+        # Say in one line what could not be recorded whenever JACK data was expected (asked for, or a
+        # target is jackd or a client); quiet only when it was a guess (targets not known yet).
+        "explicit": choice.explicit or choice.follow,
         "follow": choice.follow,
         "wait_s": choice.wait_s,
         "log_file": jack_log,
