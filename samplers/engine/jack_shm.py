@@ -186,7 +186,7 @@ def client_controls(jackd_pid: int) -> list[ClientControl]:
             name = raw[CONTROL_NAME_AT : CONTROL_NAME_AT + CONTROL_NAME_FIELD].split(b"\0", 1)[0]
             refnum, pid = struct.unpack_from("<ii", raw, CONTROL_REFNUM_AT)
             text = name.decode(errors="replace")
-            if text.isprintable() and 0 <= refnum < CLIENT_NUM and pid > 0 and os.path.exists(f"/proc/{pid}"):
+            if text and text.isprintable() and 0 <= refnum < CLIENT_NUM and pid > 0 and os.path.exists(f"/proc/{pid}"):
                 out.append(ClientControl(text, refnum, pid))
     finally:
         os.close(mem)
