@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from forensics.capture import load
+from forensics.export.perfetto_engine import ENGINE_PID
 from tests.jack_fixtures import LV2_PLUGINS, catch_load, jackd, wait_engine_started
 
 pytestmark = [pytest.mark.slow]
@@ -269,6 +271,14 @@ def test_compare_series_against_chain_prints_engine_cycle_ends(tmp_path: Path, r
     assert "Engine" in info.stdout and "jack2 shared graph segment" in info.stdout
     dump = run_module("forensics", "dump", str(chain), "--table", "engine_nodes")
     assert dump.returncode == 0 and dump.stdout.startswith("t_ns,engine,node_id,name,signal_ns")
+    trace = tmp_path / "series.json"
+    export = run_module("forensics", "export", str(series), "--format", "perfetto", "-o", str(trace))
+    assert export.returncode == 0, export.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    tracks = {e["args"]["name"] for e in events if e.get("name") == "thread_name" and e["pid"] == ENGINE_PID}
+    assert {f"p{i} (busy per cycle)" for i in range(4)} <= tracks
+    busy = [e for e in events if e.get("cat") == "engine" and e["ph"] == "X"]
+    assert len(busy) > 4 * 1000  # a slice per client per cycle (8 s at 187.5 cycles/s)
 
 
 def test_without_libjack_records_threads_and_says_so_in_one_line(tmp_path: Path) -> None:
@@ -305,7 +315,6 @@ def test_without_libjack_records_threads_and_says_so_in_one_line(tmp_path: Path)
 def test_catch_load_starting_jackd_keeps_its_log_lines_and_follows_its_clients(tmp_path: Path) -> None:
     """`catch-load -- jackd ...`: jackd's output passes through (echoed), its 'client = NAME was not
     finished' lines are stored with times, and a client started later becomes a target."""
-    import json
     import subprocess
     import sys
     import uuid
