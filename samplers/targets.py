@@ -137,6 +137,8 @@ class Discovery:
         if not self.follows_new_processes:
             return []
         engine_new = self._engine_clients()
+        if self.spec.match is None and not self.spec.children and self.spec.command_pid is None:
+            return engine_new  # only the engine's clients to follow: no need to list /proc
         pids = list_pids(self.procfs)
         alive = set(pids)
         for gone in [p for p in self._seen if p not in alive]:
