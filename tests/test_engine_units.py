@@ -114,3 +114,34 @@ def test_in_jack_graph_reads_the_semaphore_mappings(tmp_path) -> None:  # type: 
     assert in_jack_graph(42, "studio", proc=str(tmp_path))
     assert not in_jack_graph(42, "other", proc=str(tmp_path))
     assert not in_jack_graph(43, "studio", proc=str(tmp_path))
+
+
+def test_discovery_follows_engine_clients_once_a_target_is_one() -> None:
+    """The engine's client pids arrive on a pipe; without --jack they are followed only once a target is
+    among them (a real sleeping process stands for each client)."""
+    import os
+    import subprocess
+
+    from samplers.procfs import ProcPaths
+    from samplers.targets import Discovery, TargetSpec
+
+    a = subprocess.Popen(["sleep", "30"])
+    b = subprocess.Popen(["sleep", "30"])
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    try:
+        spec = TargetSpec(pids=[a.pid], engine_pids_fd=read_end)
+        discovery = Discovery(spec, ProcPaths())
+        assert [p.pid for p in discovery.initial()] == [a.pid]
+        os.write(write_end, f"{b.pid}\n".encode())
+        assert discovery.scan() == []  # a is not a client: b is not followed
+        os.write(write_end, f"{a.pid}\n".encode())
+        found = discovery.scan()
+        assert [(p.pid, p.why) for p in found] == [(b.pid, "engine")]
+        assert discovery.scan() == []
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+        os.close(read_end)
+        os.close(write_end)
