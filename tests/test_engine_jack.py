@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from forensics.capture import load
+from forensics.errors import CaptureWarning
 from forensics.export.perfetto_engine import ENGINE_PID
 from tests.jack_fixtures import LV2_PLUGINS, catch_load, jackd, wait_engine_started
 
@@ -369,3 +370,24 @@ def test_catch_load_starting_jackd_keeps_its_log_lines_and_follows_its_clients(t
     assert cue_pids and cue_pids <= set(capture.threads["pid"])
     ended = capture.events[capture.events["kind"] == "engine_source_ended"]["text"].tolist()
     assert len(ended) == 1
+
+
+def test_a_killed_recorder_leaves_no_jack_client_behind(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+
+    out = tmp_path / "sigkill.ssf"
+    with jackd(tmp_path) as server:
+        rec = catch_load(server, out, "--jack", server.name, "-d", "60s", "-p", str(server.process.pid))
+        wait_engine_started(out)
+        children = subprocess.run(["pgrep", "-P", str(rec.pid)], capture_output=True, text=True).stdout.split()
+        rec.send_signal(signal.SIGKILL)
+        rec.wait()
+        end = time.monotonic() + 10
+        while time.monotonic() < end and any(Path(f"/proc/{pid}").exists() for pid in children):
+            time.sleep(0.1)
+        alive = [pid for pid in children if Path(f"/proc/{pid}").exists()]
+        assert not alive, f"children of the killed recorder still run: {alive}"
+    with pytest.warns(CaptureWarning, match="no trailer"):
+        capture = load(out)  # without a trailer, with what was written
+    assert not capture.complete and len(capture.samples) > 0

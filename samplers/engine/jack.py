@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import ctypes.util
 import os
 import queue
@@ -47,6 +48,7 @@ GRAPH_SETTLE_NS = 100_000_000  # one snapshot for a burst of graph-order callbac
 # A registering client's segment is complete a little after the notification: look its pid up again.
 PID_RETRY_NS = 100_000_000
 PID_TRIES = 10
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 XRUN_LINE = re.compile(r"JackEngine::XRun: client = (.+?) was not finished(?:, state = (\w+))?")
 DRIVER_XRUN_LINE = re.compile(r"(\w+)::\w+ XRun = (\d+(?:\.\d+)?) usec")
 
@@ -93,6 +95,7 @@ class JackSource:
         frames.write_all(self.rows_fd, frame)
 
     def _send(self) -> None:
+        """Hand the rows to the writer. If the writer is gone (the recording was killed), stop."""
         with self.lock:
             rows, self.rows = self.rows, {}
         out = []
@@ -104,7 +107,11 @@ class JackSource:
                 )
             )
         if out:
-            frames.write_all(self.rows_fd, b"".join(out))
+            try:
+                frames.write_all(self.rows_fd, b"".join(out))
+            except BrokenPipeError:
+                self.stop_reason = "the capture writer is gone"
+                raise
 
     def _send_meta(self) -> None:
         frames.write_all(self.rows_fd, frames.encode_json(frames.META, {"sources": {"engine": self.meta}}))
@@ -486,6 +493,10 @@ def main(argv: list[str] | None = None) -> int:
         source.stop_reason = source.stop_reason or "recording ended"
 
     signal.signal(signal.SIGTERM, stop)
+    # A recorder killed with SIGKILL cannot stop us: the kernel sends SIGTERM when it dies (prctl
+    # PR_SET_PDEATHSIG), so no passive client outlives the recording.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the recorder decides the end
     if args.log_fd is not None or args.log_file:
         # From the start: jackd's first lines must not block on a full pipe while we wait for it.
@@ -518,10 +529,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         source.run()
     except Exception as err:  # a failing libjack call must end the source, never lose what it recorded
-        source.stop_reason = f"the JACK source failed: {type(err).__name__}: {err}"
-        with contextlib.suppress(Exception):
-            source._finish(*source.last)
-        print(f"catch-load: {source.stop_reason}", file=sys.stderr)
+        if not isinstance(err, BrokenPipeError):  # a gone writer: the recording was killed, nothing to say
+            source.stop_reason = f"the JACK source failed: {type(err).__name__}: {err}"
+            with contextlib.suppress(Exception):
+                source._finish(*source.last)
+            print(f"catch-load: {source.stop_reason}", file=sys.stderr)
     # A dead server can leave libjack's threads hanging in close: leave without it.
     sys.stdout.flush()
     os._exit(0)
