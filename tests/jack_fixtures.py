@@ -107,8 +107,16 @@ class JackServer:
         return process
 
     def stop(self) -> None:
+        # Clients first, with SIGTERM (they close their JACK client: the server then removes its
+        # semaphore file from /dev/shm), SIGKILL after a grace time.
         for process in self.children:
             if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+        for process in self.children:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait()

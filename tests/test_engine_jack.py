@@ -149,7 +149,7 @@ def test_quiet_run_records_no_xrun_the_engine_did_not_report(tmp_path: Path) -> 
             stderr=subprocess_devnull(),
         )
         server.jalv("p0", LV2_PLUGINS[0])
-        server.wait_ports("p0:in", "fluidsynth:left")
+        server.wait_ports("p0:in", "fluidsynth:left", timeout=90)  # a soundfont load is slow under load
         rec = catch_load(
             server,
             out,
@@ -218,7 +218,7 @@ def _graph_capture(tmp_path: Path, name: str, series: bool) -> Path:
         if series:
             for i, uri in enumerate(LV2_PLUGINS):
                 server.jalv(f"p{i}", uri)
-            server.wait_ports(*(f"p{i}:in" for i in range(4)), "fluidsynth:left")
+            server.wait_ports(*(f"p{i}:in" for i in range(4)), "fluidsynth:left", timeout=90)
             chain = ["fluidsynth:left", *(f"p{i}:in p{i}:out" for i in range(4)), "system:playback_1"]
             hops = " ".join(chain).split()
             for src, dst in zip(hops[::2], hops[1::2], strict=True):
@@ -239,7 +239,7 @@ def _graph_capture(tmp_path: Path, name: str, series: bool) -> Path:
                 stdout=subprocess_devnull(),
                 stderr=subprocess_devnull(),
             )
-            server.wait_ports("eca:in_1", "eca:out_1", "fluidsynth:left", timeout=60)
+            server.wait_ports("eca:in_1", "eca:out_1", "fluidsynth:left", timeout=90)
         time.sleep(1.0)
         rec = catch_load(server, out, "-d", "8s", "-p", str(server.process.pid))  # on by default: a target is jackd
         _finish(rec)

@@ -534,7 +534,12 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(Exception):
                 source._finish(*source.last)
             print(f"catch-load: {source.stop_reason}", file=sys.stderr)
-    # A dead server can leave libjack's threads hanging in close: leave without it.
+    if source.client is not None and not (source.stop_reason or "").startswith("the JACK server went away"):
+        # Close the client while the server is there (it removes the client's semaphore file); a server
+        # in trouble can leave jack_client_close hanging: give it a moment, then leave without it.
+        closer = threading.Thread(target=source.client.close, daemon=True)
+        closer.start()
+        closer.join(timeout=2.0)
     sys.stdout.flush()
     os._exit(0)
 
