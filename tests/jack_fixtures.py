@@ -129,6 +129,10 @@ class JackServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        # What a killed server or client leaves in jack2's tmp dir, for this test's server name only.
+        for stale in [*Path("/dev/shm").glob(f"jack_sem.{os.getuid()}_{self.name}_*"),
+                      Path(f"/dev/shm/jack_{self.name}_{os.getuid()}_0")]:  # fmt: skip
+            stale.unlink(missing_ok=True)
 
 
 @dataclass
