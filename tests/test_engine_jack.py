@@ -358,6 +358,8 @@ def test_catch_load_starting_jackd_keeps_its_log_lines_and_follows_its_clients(t
         for pid in jackd_pids.split():
             os.kill(int(pid), 15)  # SIGTERM: jackd leaves the server registry
         _, err = rec.communicate(timeout=60)
+        for stale in Path("/dev/shm").glob(f"jack_sem.{os.getuid()}_{name}_*"):  # clients of the dead server
+            stale.unlink(missing_ok=True)
     assert rec.returncode == 0, err
     assert "JACK server starting in realtime mode" in err  # jackd's own output still reaches the terminal
     spins = [json.loads(line) for line in truth.read_text().splitlines() if '"spin"' in line]
