@@ -25,7 +25,7 @@ def engine_cycles(cap: Capture, t_range: tuple[int | None, int | None] | None = 
     cycles = cap.table("engine_cycles")
     if cycles.empty:
         return pd.DataFrame(columns=["t_ns", "end_ns", "period_ns", "end_rel_ns", "missed", "engine"])
-    cycles = cycles[cycles["end_ns"].notna()].copy()
+    cycles = cycles[cycles["end_ns"].notna() & cycles["period_ns"].notna()].copy()
     if t_range is not None:
         lo, hi = t_range
         if lo is not None:
@@ -84,5 +84,5 @@ def xrun_figures(cap: Capture, t_range: tuple[int | None, int | None] | None = N
         "per_hour": distinct * HOUR_NS / span_ns if span_ns and not np.isnan(span_ns) else float("nan"),
         "delay_max_us": float(delays.max()) if len(delays) else float("nan"),
         "blamed": blamed.value_counts().to_dict(),
-        "counted_from": ", ".join(sorted(set(counted["source"].astype(str)))) or "none",
+        "counted_from": ", ".join(sorted(set(counted["source"].astype(str)))) or "none reported",
     }
