@@ -145,3 +145,39 @@ def test_discovery_follows_engine_clients_once_a_target_is_one() -> None:
             p.wait()
         os.close(read_end)
         os.close(write_end)
+
+
+def test_engine_analyses_on_a_synthetic_capture() -> None:
+    import pandas as pd
+
+    from analyses.engine import engine_cycles, xrun_figures
+    from forensics.capture import Capture
+
+    period = 5_333_333
+    starts = [i * period for i in range(5)]
+    ends = [s + 400_000 for s in starts]
+    ends[2] = starts[2] + 21_000_000  # one cycle ends after the next one was due
+    cap = Capture.from_frames(
+        meta={"sources": {"engine": {"kind": "jack"}}},
+        engine_cycles=pd.DataFrame(
+            {"t_ns": starts, "engine": "jack", "end_ns": pd.array([*ends[:4], None], dtype="Int64"),
+             "period_ns": period}
+        ),
+        xruns=pd.DataFrame(
+            {"t_ns": [ends[2], ends[2] + 30_000, ends[2] + 60_000, 10**10], "engine": "jack",
+             "delay_us": [85.0, 85.0, None, 33.0], "client": [None, None, "cue", None],
+             "source": ["callback", "callback", "server-log", "callback"], "text": None}
+        ),
+        engine_status=pd.DataFrame(
+            {"t_ns": [0, 3_600_000_000_000], "engine": "jack", "quantum_frames": 256, "rate_hz": 48000}
+        ),
+    )  # fmt: skip
+    cycles = engine_cycles(cap)
+    assert len(cycles) == 4  # the cycle without an end is not counted
+    assert cycles["missed"].tolist() == [False, False, True, False]
+    figures = xrun_figures(cap)
+    assert figures is not None
+    assert figures["reports"] == 3 and figures["xruns"] == 2  # two callbacks within one period: one xrun
+    assert figures["per_hour"] == 2.0 and figures["delay_max_us"] == 85.0
+    assert figures["blamed"] == {"cue": 1} and figures["counted_from"] == "callback"
+    assert xrun_figures(Capture.from_frames(meta={})) is None
