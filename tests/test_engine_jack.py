@@ -53,6 +53,9 @@ def test_spins_are_xruns_and_late_cycles_naming_the_client(tmp_path: Path) -> No
     capture = load(out)
     engine = capture.meta["sources"]["engine"]
     assert engine["kind"] == "jack" and engine["in_graph"] is False
+    # The passive client is never signaled in a cycle (its slot would give it rows like the cue's).
+    assert engine["client_name"] in set(capture.engine_clients["name"])
+    assert engine["client_name"] not in set(capture.engine_nodes["name"].astype(str))
     xruns = capture.xruns
     callbacks = xruns[xruns["source"] == "callback"]["t_ns"].to_numpy()
     nodes = capture.engine_nodes
