@@ -1,8 +1,9 @@
 """Two captures side by side (A/B arms: N clients in series vs one chain, before vs after a tuning).
 
 Figures, each with A, B and the change in % of A:
-    cycle end p50 / p99   from the lab's cycles (end - nominal start of each cycle; a graph's cycle ends
-                          with its last stage)
+    cycle end p50 / p99   from the engine's own cycles when the capture has them (JACK, PipeWire: start
+                          to the last client's finish), else the lab's cycles (end - nominal start of each
+                          cycle; a graph's cycle ends with its last stage)
     deadline misses       count, and per hour
     wake-ups per cycle    switch-ins of the periodic threads (the graph's) / cycles (lab cycles, else periods
                           of the main periodic thread): N clients in series wake N threads a cycle, a
@@ -19,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.cycles import lab_cycles
+from analyses.engine import engine_cycles, xrun_figures
 from analyses.stalls import find_stalls
 from analyses.system import cpu_loads, main_periodic_thread
 from analyses.threads import thread_profiles
@@ -44,7 +46,17 @@ def capture_figures(cap: Capture) -> dict[str, tuple[float, str]]:
     for w in iter_raw_windows(cap, ["pid", "run_ns", "wait_ns", "slices", "minflt"]):
         minflt += float(w["minflt"].sum())
     cycles = lab_cycles(cap)
-    if len(cycles):
+    engine = engine_cycles(cap)
+    if len(engine):  # the engine's own cycle ends come first: they are what the user's xruns come from
+        span = float(engine["end_ns"].max() - engine["t_ns"].min())
+        # Cycles the engine ran in the span (the source may not have seen every one end).
+        n_cycles = duration / float(engine["period_ns"].median())
+        out["cycle end p50"] = (float(np.percentile(engine["end_rel_ns"], 50)) / 1e3, "us")
+        out["cycle end p99"] = (float(np.percentile(engine["end_rel_ns"], 99)) / 1e3, "us")
+        out["deadline misses"] = (float(engine["missed"].sum()), "")
+        out["deadline misses per hour"] = (float(engine["missed"].sum()) * HOUR_NS / span if span else np.nan, "/h")
+        cycles_source = f"{engine['engine'].iloc[0]} engine cycles"
+    elif len(cycles):
         n_cycles = float(len(cycles))
         span = float(cycles["end_ns"].max() - cycles["start_ns"].min())
         out["cycle end p50"] = (float(np.percentile(cycles["end_rel_ns"], 50)) / 1e3, "us")
@@ -59,6 +71,9 @@ def capture_figures(cap: Capture) -> dict[str, tuple[float, str]]:
             out[name] = (np.nan, "us" if "p" in name.split()[-1] else "")
         cycles_source = "periods of the main periodic thread" if main is not None else "none"
     out["cycles"] = (n_cycles, cycles_source)
+    xruns = xrun_figures(cap)
+    if xruns is not None:
+        out["engine xruns"] = (float(xruns["xruns"]), f"reported by {xruns['engine']} ({xruns['counted_from']})")
     periodic_switches = float(profiles.loc[profiles["periodic"].to_numpy(bool), "switches"].sum())
     out["wake-ups per cycle"] = (periodic_switches / n_cycles if n_cycles else np.nan, "periodic threads")
     out["  all recorded threads"] = (switches / n_cycles if n_cycles else np.nan, "switch-ins per cycle")

@@ -16,10 +16,13 @@ figures are exact; otherwise they are estimated for the main periodic thread fro
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
 from analyses.cycles import lab_cycles, proc_cycles
+from analyses.engine import engine_cycles, xrun_figures
 from analyses.threads import thread_profiles
 from capture.format import Capture
 
@@ -126,6 +129,7 @@ def system_figures(
                 add("Delay maximum", float(delay.max()) / 1e3, "us", source)
                 add("Cycle maximum", float(clean["cycle_ns"].max()) / 1e3, "us", source)
                 add("Average DSP load", 100.0 * float(clean["cycle_ns"].mean()) / period, "%", source)
+    _engine_figures(cap, t_range, add)
     loads = cpu_loads(cap, t_range)
     labels = {
         "user": "Average CPU user load",
@@ -153,3 +157,29 @@ def system_figures(
     )
     add("Duration", duration / 1e9, "s", "samples")
     return pd.DataFrame(rows)
+
+
+def _engine_figures(
+    cap: Capture, t_range: tuple[int | None, int | None] | None, add: Callable[[str, float, str, str], None]
+) -> None:
+    """The engine's own figures, beside those from cycles: xruns it reported, and its cycle maxima."""
+    xruns = xrun_figures(cap, t_range)
+    if xruns is None:
+        return
+    span = xruns["span_ns"] / 1e9
+    source = f"{xruns['engine']} ({xruns['counted_from']}, {xruns['reports']} reports over {span:.1f} s)"
+    add("XRUN count (engine)", float(xruns["xruns"]), "", source)
+    add("XRUN rate (engine)", xruns["per_hour"], "/hour", source)
+    add(
+        "XRUN delay maximum (engine)",
+        xruns["delay_max_us"],
+        "us",
+        source if xruns["delay_max_us"] == xruns["delay_max_us"] else "unknown: the engine reported no delay",
+    )
+    cycles = engine_cycles(cap, t_range)
+    if len(cycles):
+        csource = f"{xruns['engine']} engine cycles ({len(cycles)})"
+        add("Cycle maximum (engine)", float(cycles["end_rel_ns"].max()) / 1e3, "us", csource)
+        add("Deadline misses (engine)", float(cycles["missed"].sum()), "", csource)
+    else:
+        add("Cycle maximum (engine)", np.nan, "us", "unknown: the capture has no engine cycle ends")

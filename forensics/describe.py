@@ -95,9 +95,33 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
         "Targets": target_rows,
         "Contents (rows)": content,
     }
+    engine = sources.get("engine")
+    if isinstance(engine, dict):
+        sections["Engine"] = engine_rows(engine, counts)
     if cap.warnings:
         sections["Warnings"] = {str(i + 1): w for i, w in enumerate(cap.warnings)}
     return {"sections": sections, "meta": meta, "trailer": trailer, "rows": counts}
+
+
+def engine_rows(engine: dict[str, Any], counts: dict[str, int]) -> dict[str, str]:
+    """What the engine source recorded (meta["sources"]["engine"]), or why it could not."""
+    if engine.get("unavailable"):
+        return {"source": str(engine.get("kind", "?")), "recorded": f"nothing: {engine['unavailable']}"}
+    rows = {
+        "source": f"{engine.get('kind', '?')} {engine.get('version', '')}".strip(),
+        "server": str(engine.get("server", "unknown")),
+        "clock offset": f"{engine.get('clock_offset_ns', 'unknown')} ns to CLOCK_MONOTONIC "
+        f"(engine clock {engine.get('jack_clock', engine.get('clock', 'unknown'))}, "
+        f"drift {engine.get('clock_offset_drift_ns', 'unknown')} ns)",
+        "per-cycle timing": str(engine.get("cycles", "unknown")),
+        "xruns reported": str(counts.get("xruns", 0)),
+        "cycles observed": str(counts.get("engine_cycles", 0)),
+    }
+    if engine.get("dsp_load"):
+        rows["DSP load"] = str(engine["dsp_load"])
+    if engine.get("client_pids"):
+        rows["client pids"] = str(engine["client_pids"])
+    return rows
 
 
 def _first_column(cap: Capture, name: str) -> list[str] | None:

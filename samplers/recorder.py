@@ -63,6 +63,9 @@ class RecorderOptions:
     stdin_markers: bool = False
     procfs: str = "/proc"
     meta: dict[str, Any] = field(default_factory=dict)
+    # An engine source run beside the recording (samplers/engine): {"kind": "jack", "server": name or None,
+    # "explicit": bool, "log_fd": fd of the server's output or None, "log_file": path or None, "wait_s": s}
+    engine: dict[str, Any] | None = None
 
 
 @dataclass

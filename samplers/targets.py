@@ -26,6 +26,10 @@ class TargetSpec:
     children: bool = False
     command_pid: int | None = None  # the launched command; its descendants are always followed
     exclude: set[int] = field(default_factory=set)  # the recorder and its writer
+    # An engine source's clients (JACK clients are not the server's children): pids arrive one per
+    # line on this pipe. Followed when asked (engine_follow) or once a target is one of them.
+    engine_pids_fd: int = -1
+    engine_follow: bool = False
 
     def describe(self) -> dict[str, object]:
         return {
@@ -43,7 +47,7 @@ class ProcessInfo:
     ppid: int
     comm: str
     cmdline: str
-    why: str  # "pid", "match", "child", "command"
+    why: str  # "pid", "match", "child", "command", "engine"
 
 
 def read_process(procfs: ProcPaths, pid: int) -> tuple[StatLine, str] | None:
@@ -94,10 +98,17 @@ class Discovery:
         # A process caught between fork and exec still carries its parent's name: look again at new
         # non-matching processes for a few scans before deciding they are not targets.
         self._recheck: dict[int, int] = {}
+        self.engine_pids: set[int] = set()
+        self._engine_buffer = b""
 
     @property
     def follows_new_processes(self) -> bool:
-        return self.spec.match is not None or self.spec.children or self.spec.command_pid is not None
+        return (
+            self.spec.match is not None
+            or self.spec.children
+            or self.spec.command_pid is not None
+            or self.spec.engine_pids_fd >= 0
+        )
 
     def initial(self) -> list[ProcessInfo]:
         """The targets that exist now. An explicit pid that does not exist is an error."""
@@ -125,6 +136,9 @@ class Discovery:
         """New processes that became targets since the last scan (by match or as descendants)."""
         if not self.follows_new_processes:
             return []
+        engine_new = self._engine_clients()
+        if self.spec.match is None and not self.spec.children and self.spec.command_pid is None:
+            return engine_new  # only the engine's clients to follow: no need to list /proc
         pids = list_pids(self.procfs)
         alive = set(pids)
         for gone in [p for p in self._seen if p not in alive]:
@@ -177,7 +191,32 @@ class Discovery:
                 self._recheck.pop(pid, None)
         for gone in [p for p in self._recheck if p not in alive]:
             del self._recheck[gone]
-        return new
+        return engine_new + new
+
+    def _engine_clients(self) -> list[ProcessInfo]:
+        """The engine's client processes reported since the last scan, once they are to be followed."""
+        fd = self.spec.engine_pids_fd
+        if fd < 0:
+            return []
+        try:
+            while chunk := os.read(fd, 4096):  # non-blocking: BlockingIOError when empty
+                self._engine_buffer += chunk
+        except BlockingIOError:
+            pass
+        except OSError:
+            return []
+        *lines, self._engine_buffer = self._engine_buffer.split(b"\n")
+        self.engine_pids.update(int(x) for x in lines if x.strip().isdigit())
+        if not self.spec.engine_follow and not self.engine_pids & set(self.targets):
+            return []
+        self.spec.engine_follow = True
+        found = []
+        for pid in sorted(self.engine_pids - set(self.targets) - self.spec.exclude):
+            info = read_process(self.procfs, pid)
+            if info is not None:
+                found.append(self._accept(pid, info, "engine"))
+        self.engine_pids &= set(self.targets) | self.spec.exclude  # gone ones are not looked at again
+        return found
 
     def still_alive(self, pid: int) -> bool:
         """False once the process exited, became a zombie, or its pid was reused."""

@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -69,9 +71,53 @@ class CaptureSink:
         self.finished = False
         self.final: dict[str, Any] = {}
         self.cpu_at_ready = time.process_time_ns()
+        # Frames of an engine source (samplers/engine), read from their own pipe by a thread.
+        self.engine_frames: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
+        self.engine_thread: threading.Thread | None = None
+        self.engine_rows: dict[str, list[dict[str, list[Any]]]] = {}
+
+    def follow_engine(self, fd: int) -> None:
+        def drain() -> None:
+            for frame in frames.read_frames(fd):
+                self.engine_frames.put(frame)
+            self.engine_frames.put(None)
+
+        self.engine_thread = threading.Thread(target=drain, name="engine-drain", daemon=True)
+        self.engine_thread.start()
+
+    def take_engine(self, wait_end_s: float = 0.0) -> None:
+        """Handle the engine frames received so far (until its pipe's end, waiting up to wait_end_s)."""
+        if self.engine_thread is None:
+            return
+        deadline = time.monotonic() + wait_end_s
+        while True:
+            try:
+                item = (
+                    self.engine_frames.get(timeout=max(0.0, deadline - time.monotonic()))
+                    if wait_end_s
+                    else (self.engine_frames.get_nowait())
+                )
+            except queue.Empty:
+                return
+            if item is None:
+                self.engine_thread = None
+                return
+            kind, payload = item
+            if kind == frames.TABLE:  # buffered: written with the next chunk, not as a chunk each
+                spec = json.loads(payload)
+                self.engine_rows.setdefault(spec["name"], []).append(spec["rows"])
+            elif kind == frames.META:
+                patch = json.loads(payload)
+                self.sources = {**self.sources, **patch.get("sources", {})}
+                if self.writer is not None:
+                    self.writer.update_meta({**patch, "sources": self.sources})
+            elif kind == frames.EVENT:
+                self.events.append(json.loads(payload))
 
     # frame handling -------------------------------------------------------------------------------
     def handle(self, kind: int, payload: bytes) -> None:
+        if self.engine_thread is not None and kind != frames.TRAILER:
+            self.take_engine()
         if kind == frames.TICK:
             tick, layout_id, tick_ns, *_ = frames.TICK_HEADER.unpack_from(payload)
             layout = self.layouts[layout_id]
@@ -89,6 +135,8 @@ class CaptureSink:
             self.sources = {**self.sources, **patch.get("sources", {})}
             if self.writer is None:
                 self.writer = CaptureWriter(self.output, patch)
+                if "engine" in self.sources:  # the engine source spoke first
+                    self.writer.update_meta({"sources": self.sources})
                 if self.ebpf is not None:  # what the recorder could not know: the probes are live
                     self.sources["ebpf"] = True
                     self.writer.update_meta({"sources": self.sources, "ebpf": self.ebpf.meta()})
@@ -121,6 +169,7 @@ class CaptureSink:
             self.writer.append(spec["name"], spec["rows"])
         elif kind == frames.TRAILER:
             trailer = json.loads(payload)
+            self.take_engine(wait_end_s=10.0)  # the session stopped the source before sending this
             self.stop_ebpf()
             self.flush()
             if self.ebpf_stats is not None:
@@ -194,6 +243,17 @@ class CaptureSink:
             names = THREADS_SCHEMA.names
             self.writer.append("threads", {n: [r.get(n) for r in self.threads] for n in names})
             self.threads = []
+        for name, parts in self.engine_rows.items():
+            engine_columns = sorted({c for part in parts for c in part})
+            n = [len(next(iter(part.values()), [])) for part in parts]
+            self.writer.append(
+                name,
+                {
+                    c: [v for part, k in zip(parts, n, strict=True) for v in part.get(c, [None] * k)]
+                    for c in engine_columns
+                },
+            )
+        self.engine_rows = {}
         if self.events:
             names = ("t_ns", "kind", "pid", "tid", "text")
             self.writer.append("events", {n: [r.get(n) for r in self.events] for n in names})
@@ -322,6 +382,7 @@ class CaptureSink:
         """EOF: keep what arrived. No trailer unless the recorder sent one."""
         if self.finished:
             return
+        self.take_engine(wait_end_s=2.0)
         self.stop_ebpf()
         self.flush()
         if self.writer is not None:
@@ -331,9 +392,14 @@ class CaptureSink:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     ebpf = "--ebpf" in args
+    engine_fd: int | None = None
+    if "--engine-fd" in args:
+        at = args.index("--engine-fd")
+        engine_fd = int(args[at + 1])
+        args = args[:at] + args[at + 2 :]
     paths = [a for a in args if a != "--ebpf"]
     if len(paths) != 1:
-        print("usage: python -m samplers.writer_process OUTPUT [--ebpf] < frames", file=sys.stderr)
+        print("usage: python -m samplers.writer_process OUTPUT [--ebpf] [--engine-fd FD] < frames", file=sys.stderr)
         return 2
     # Ctrl-C reaches the whole foreground process group: the writer must not die before the recorder
     # has sent its trailer. It ends on EOF instead.
@@ -345,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(OSError):
         os.nice(10)
     sink = CaptureSink(paths[0], ebpf=pump)
+    if engine_fd is not None:
+        sink.follow_engine(engine_fd)
     # Tell the recorder we are ready: until the imports above are done (and the probes attached),
     # frames would only fill the pipe and block its first ticks.
     os.write(sys.stdout.fileno(), b"R")

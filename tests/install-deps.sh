@@ -20,10 +20,24 @@ APT_PACKAGES=(
     libbpfcc
     util-linux        # setpriv, unshare: the no-privilege and tracefs-mount tests
     chromium          # the report test opens the html report headless and looks for console errors
+    jackd2            # real JACK server (dummy driver) for the engine-source tests
+    libjack-jackd2-0  # libjack for JACK-Client
+    jalv              # LV2 host: real JACK clients
+    lsp-plugins-lv2   # LV2 plugins the tests load (series vs chain)
+    x42-plugins
+    fluidsynth        # a real softsynth client
+    timgm6mb-soundfont
+    ecasound          # several LV2 plugins in one JACK client (the chain)
+    stress-ng
+    pipewire          # the PipeWire engine source and its JACK API
+    pipewire-bin
+    pipewire-jack
 )
 
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
+# jackd2 asks whether to enable real-time limits: answer before the install, or it stops there.
+echo "jackd2 jackd/tweak_rt_limits boolean false" | debconf-set-selections
 apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}"
 
 # BCC's TRACEPOINT_PROBE reads event formats from tracefs; some systems do not mount it at boot.

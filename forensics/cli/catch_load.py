@@ -21,6 +21,7 @@ from forensics import __version__
 from forensics.cli import run_cli
 from forensics.cli.options import DURATION
 from forensics.describe import fmt_ns
+from samplers.engine.choose import JackChoice, choose_jack
 from samplers.metadata import recording_meta
 from samplers.procfs import ProcPaths
 from samplers.recorder import Recorder, RecorderOptions, Status
@@ -36,7 +37,8 @@ def _default_output() -> str:
 EPILOG = """\b
 Examples:
   catch-load --lab                          record the built-in lab (no audio hardware needed)
-  catch-load --match jackd --children       wait for jackd, record it and its clients
+  catch-load --match jackd                  wait for jackd, record it, its clients and its xruns
+  catch-load -d 60s -o x.ssf -- jackd -R -d dummy -p 256   start jackd, record it, its clients, its log
   catch-load -p 1234 -p 5678 -d 30s -o load.ssf
   catch-load -- my-plugin-host --load foo.so   launch a command and record it until it exits
 
@@ -118,6 +120,26 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
     "state the thread left in, who woke whom, page faults, block requests. Without root or BCC it says so "
     "and records without them.",
 )
+@click.option(
+    "--jack",
+    "jack",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[SERVER]",
+    help="Record the JACK server's own view beside the threads: xruns with the delay it reports, buffer size, "
+    "rate, cpu_load(), clients with their pids, ports and connections, per-client cycle times (jack2), and "
+    "follow every client as a target. On by default when the command is jackd, or when a server is running "
+    "and a target is one of its clients. A passive client: it is never woken in the graph's cycle.",
+)
+@click.option("--no-jack", is_flag=True, help="Do not record JACK data even when a server is running.")
+@click.option(
+    "--jack-log",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Follow this jackd log for its 'client = NAME was not finished' xrun lines (automatic when catch-load "
+    "starts jackd itself).",
+)
 @click.option("--cpu", type=int, default=None, help="Pin the sampler to this CPU.")
 @click.option(
     "--rt-priority",
@@ -146,6 +168,9 @@ def catch_load(
     delayacct: bool,
     schedstats: bool,
     ebpf: bool,
+    jack: str | None,
+    no_jack: bool,
+    jack_log: str | None,
     cpu: int | None,
     rt_priority: int | None,
     redact: bool,
@@ -187,6 +212,9 @@ def catch_load(
         os.close(truth_fd)
         truth_path = Path(truth_name)
         command = (sys.executable, "-m", "lab", *lab_argv, "--truth", str(truth_path))
+    if no_jack and (jack is not None or jack_log):
+        raise ForensicsError("--no-jack contradicts --jack/--jack-log: give one")
+    jack_choice = choose_jack(jack, no_jack, command, pids, later=bool(match or command))
     spec = TargetSpec(pids=list(pids), match=regex, children=children)
     options = RecorderOptions(
         output=str(out),
@@ -200,6 +228,7 @@ def catch_load(
         redact=redact,
         mark_on_new_process=mark_on_new_process,
         stdin_markers=stdin_markers,
+        engine=_engine_options(jack_choice, jack_log),
     )
     guard = _switch_on(delayacct, schedstats, quiet)
     try:
@@ -219,6 +248,23 @@ def catch_load(
         if guard is not None:
             for message in guard.restore():
                 click.echo(f"catch-load: {message}", err=True)
+
+
+def _engine_options(choice: JackChoice | None, jack_log: str | None) -> dict[str, Any] | None:
+    if choice is None:
+        return None
+    return {
+        "kind": "jack",
+        "server": choice.server,
+        # Say in one line what could not be recorded whenever JACK data was expected (asked for, or a
+        # target is jackd or a client); quiet only when it was a guess (targets not known yet).
+        "explicit": choice.explicit or choice.follow,
+        "follow": choice.follow,
+        "wait_s": choice.wait_s,
+        "log_file": jack_log,
+        # When catch-load starts jackd, its output passes through the source (echoed, XRun lines kept).
+        "log_fd": os.pipe() if choice.launches_server and not jack_log else None,
+    }
 
 
 def _switch_on(delayacct: bool, schedstats: bool, quiet: bool) -> SysctlGuard | None:
@@ -252,6 +298,9 @@ def _record(
     launched: subprocess.Popen[bytes] | None = None
     interval = options.interval_ns
     status_line = _StatusLine(enabled=not quiet and sys.stderr.isatty())
+    log_pipe = options.engine.get("log_fd") if options.engine else None
+    if options.engine is not None and log_pipe is not None:
+        options.engine["log_fd"] = log_pipe[0]  # the source reads jackd's output; the command writes it
     session = RecordingSession(spec, options, on_status=status_line.show)
     recorder = session.recorder
 
@@ -268,12 +317,16 @@ def _record(
             launched = subprocess.Popen(
                 list(command),
                 stdin=subprocess.DEVNULL if options.stdin_markers else None,
+                stdout=log_pipe[1] if log_pipe is not None else None,
+                stderr=log_pipe[1] if log_pipe is not None else None,
                 env=package_env() if lab_argv is not None else None,
             )
         except OSError as err:
             session.abandon()
             raise ForensicsError(f"cannot run {command[0]!r}: {err.strerror}") from err
         spec.command_pid = launched.pid
+    if log_pipe is not None:
+        os.close(log_pipe[1])
 
     meta = recording_meta(
         spec,

@@ -256,6 +256,14 @@ def perfetto_trace(
     if len(system) and t_range is not None:
         system = system[in_span(system["t_ns"].to_numpy(), t_range)]
     events.extend(machine_events(system, markers, origin))
+    from forensics.export.perfetto_engine import engine_events
+
+    xruns, nodes = cap.table("xruns"), cap.table("engine_nodes")
+    if t_range is not None:
+        xruns = xruns[in_span(xruns["t_ns"].to_numpy(), t_range)]
+        nodes = nodes[in_span(nodes["t_ns"].to_numpy(), t_range)]
+    engine = (cap.sources.get("engine") or {}).get("kind", "engine")
+    events.extend(engine_events(xruns, nodes, origin, engine))
     watched = select_threads(profiles)["tid"].astype(int).tolist()
     head = metadata_events(profiles, episodes, watched)
     other = {

@@ -1,0 +1,137 @@
+"""Assembling JACK cycles from polled snapshots of jack2's client timing slots.
+
+Each slot holds only the latest signaled/awake/finished times of its client; a poll every quarter
+period sees each value at least once while the cycle runs. A value belongs to the cycle whose start
+(the driver's fFinishedAt) precedes it; a finish that comes late (after the next cycle re-signaled
+the client) belongs to the client's latest record that woke before it and has no finish yet.
+
+A cycle is emitted when it is EMIT_AFTER_US old. Its end is the latest finish of its clients, null
+when one of them was never seen finishing. A client's `xrun` is jack2's own test (JackEngine::CheckXRun:
+at the next cycle's start a signaled client must have finished): it was signaled again while its
+finish stamp was still older than its wake-up, or its finish came after the next cycle start we saw
+(or the nominal one when we missed it); null when neither its finish nor its re-signal was seen.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+EMIT_AFTER_US = 500_000
+KEEP_STARTS = 4096
+
+
+@dataclass
+class _Node:
+    signal_us: int
+    awake_us: int | None = None
+    finish_us: int | None = None
+    status: int | None = None
+    late: bool = False  # re-signaled (the next cycle came) before it finished: jack2's xrun test
+
+
+@dataclass
+class _Client:
+    last: tuple[int, int, int] = (0, 0, 0)
+    records: list[tuple[int, _Node]] = field(default_factory=list)  # (cycle start, node), oldest first
+
+
+class CycleAssembler:
+    def __init__(self, driver_refnum: int, to_ns: Callable[[int], int]) -> None:
+        self.driver = driver_refnum
+        self.to_ns = to_ns
+        self.starts: list[int] = []  # cycle starts seen, us, ascending
+        self.nodes: dict[int, dict[int, _Node]] = {}  # cycle start -> refnum -> node
+        self.clients: dict[int, _Client] = {}
+        self.polls = 0
+        self.unplaced = 0  # values whose cycle start was never seen (the poller was late): not recorded
+
+    def observe(self, slots: np.ndarray, refnums: list[int]) -> None:
+        self.polls += 1
+        start = int(slots[self.driver]["finished"])
+        if start and (not self.starts or start > self.starts[-1]):
+            self.starts.append(start)
+            self.nodes[start] = {}
+            if len(self.starts) > KEEP_STARTS:
+                del self.starts[: len(self.starts) - KEEP_STARTS]
+        for ref in refnums:
+            row = slots[ref]
+            s, a, f, status = int(row["signaled"]), int(row["awake"]), int(row["finished"]), int(row["status"])
+            client = self.clients.setdefault(ref, _Client())
+            ls, la, lf = client.last
+            if s and s != ls:
+                if client.records:
+                    prev = client.records[-1][1]
+                    # Not finished since it woke: the finish stamp is older than its wake-up.
+                    prev.late = prev.finish_us is None and f < (prev.awake_us or prev.signal_us)
+                key = self._cycle_of(s)
+                if key is None:
+                    self.unplaced += 1
+                else:
+                    node = _Node(s)
+                    self.nodes.setdefault(key, {})[ref] = node
+                    client.records.append((key, node))
+                    del client.records[:-16]
+            if a and a != la:
+                # The newest node signalled by then and not yet awake (records are in signal order).
+                woken = next((n for _, n in reversed(client.records) if n.signal_us <= a and n.awake_us is None), None)
+                if woken is not None:
+                    woken.awake_us = a
+            if f and f != lf:
+                finished = next(
+                    (
+                        n
+                        for _, n in reversed(client.records)
+                        if n.finish_us is None and n.awake_us is not None and n.awake_us <= f
+                    ),
+                    None,
+                )
+                if finished is not None:
+                    finished.finish_us = f
+            if client.records:
+                client.records[-1][1].status = status
+            client.last = (s, a, f)
+
+    def _cycle_of(self, t_us: int) -> int | None:
+        i = bisect.bisect_right(self.starts, t_us) - 1
+        return self.starts[i] if i >= 0 else None
+
+    def take(self, now_us: int, period_us: float, names: dict[int, str], flush: bool = False) -> tuple[list, list]:
+        """Rows of the cycles old enough to be complete (all of them with flush): (cycles, nodes)."""
+        cycles: list[dict[str, Any]] = []
+        nodes: list[dict[str, Any]] = []
+        for i, start in enumerate(self.starts):
+            if start not in self.nodes:
+                continue
+            if not flush and now_us - start < EMIT_AFTER_US:
+                break
+            members = self.nodes.pop(start)
+            following = self.starts[i + 1] if i + 1 < len(self.starts) else None
+            # The next start we saw is the check only if it is the very next cycle.
+            check = following if following is not None and following - start < 1.5 * period_us else start + period_us
+            finishes = [n.finish_us for n in members.values()]
+            known = [f for f in finishes if f is not None]
+            end = max(known) if known and len(known) == len(finishes) else None
+            t_ns = self.to_ns(start)
+            cycles.append({"t_ns": t_ns, "end_ns": self.to_ns(end) if end is not None else None})
+            for ref, n in sorted(members.items()):
+                nodes.append(
+                    {
+                        "t_ns": t_ns,
+                        "node_id": ref,
+                        "name": names.get(ref, f"refnum {ref}"),
+                        "signal_ns": self.to_ns(n.signal_us),
+                        "awake_ns": self.to_ns(n.awake_us) if n.awake_us is not None else None,
+                        "finish_ns": self.to_ns(n.finish_us) if n.finish_us is not None else None,
+                        "status": n.status,
+                        "xrun": True
+                        if n.late or (n.finish_us is not None and n.finish_us > check)
+                        else (None if n.finish_us is None else False),
+                    }
+                )
+        self.starts = [s for s in self.starts if s in self.nodes or s >= self.starts[-1]]
+        return cycles, nodes

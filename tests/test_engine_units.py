@@ -1,0 +1,183 @@
+"""The JACK source's pure parts: cycle assembly from slot snapshots, the choice to run it, the log lines."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from samplers.engine.choose import choose_jack, command_server
+from samplers.engine.cycles import CycleAssembler
+from samplers.engine.jack import DRIVER_XRUN_LINE, XRUN_LINE
+from samplers.engine.jack_shm import _DTYPE, CLIENT_NUM, TIMING
+
+PERIOD_US = 5333.0
+
+
+def _slots(driver_start: int, client: tuple[int, int, int, int]) -> np.ndarray:
+    slots = np.zeros(CLIENT_NUM, dtype=_DTYPE)
+    slots[0] = (driver_start, 0, driver_start, 3)
+    slots[2] = client
+    return slots
+
+
+def test_timing_struct_is_jack2s_packed_layout() -> None:
+    assert TIMING.size == 28 == _DTYPE.itemsize  # 3 x jack_time_t + jack_client_state_t, packed
+
+
+def test_a_client_that_spins_through_the_next_cycle_is_late_in_its_cycle_only() -> None:
+    asm = CycleAssembler(0, to_ns=lambda us: us * 1000)
+    t1, t2, t3, t4 = 1000, 6333, 11666, 16999
+    polls = [
+        (t1, (t1, t1 + 10, t1 + 100, 3)),  # cycle 1: done in 100 us
+        (t2, (t2, t2 + 7, t1 + 100, 2)),  # cycle 2: woke, running (spinning)
+        (t3, (t3, t2 + 7, t1 + 100, 1)),  # cycle 3 re-signals it while its finish is still cycle 1's
+        (t4, (t3, t2 + 7, t1 + 100, 1)),
+        (t4, (t3, t2 + 7, t2 + 20_007, 3)),  # the spin ends 20 ms after it woke
+        (t4, (t3, t2 + 20_010, t2 + 20_007, 2)),  # it wakes for cycle 3 at once
+        (t4, (t3, t2 + 20_010, t2 + 20_100, 3)),
+    ]
+    for start, client in polls:
+        asm.observe(_slots(start, client), [2])
+    cycles, nodes = asm.take(10**9, PERIOD_US, {0: "system", 2: "cue"}, flush=True)
+    by_cycle = {n["t_ns"] // 1000: n for n in nodes}
+    assert by_cycle[t1]["xrun"] is False and by_cycle[t1]["finish_ns"] == (t1 + 100) * 1000
+    assert by_cycle[t2]["xrun"] is True and by_cycle[t2]["finish_ns"] == (t2 + 20_007) * 1000
+    assert by_cycle[t2]["awake_ns"] == (t2 + 7) * 1000
+    assert by_cycle[t3]["awake_ns"] == (t2 + 20_010) * 1000 and by_cycle[t3]["xrun"] is True
+    ends = {c["t_ns"] // 1000: c["end_ns"] for c in cycles}
+    assert ends[t1] == (t1 + 100) * 1000 and ends[t2] == (t2 + 20_007) * 1000
+    assert ends[t4] is None  # no client ran in it (as far as seen): its end is unknown, not made up
+    assert {n["name"] for n in nodes} == {"cue"}
+
+
+def test_a_value_from_a_cycle_never_seen_starting_is_not_placed() -> None:
+    asm = CycleAssembler(0, to_ns=lambda us: us)
+    asm.observe(_slots(5000, (4000, 4010, 4100, 3)), [2])  # signaled before the first start we saw
+    _, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
+    assert nodes == [] and asm.unplaced == 1
+
+
+def test_cycles_are_kept_until_old_enough() -> None:
+    asm = CycleAssembler(0, to_ns=lambda us: us)
+    asm.observe(_slots(1000, (1000, 1010, 1100, 3)), [2])
+    assert asm.take(1000 + 1000, PERIOD_US, {}) == ([], [])
+    cycles, _ = asm.take(1000 + 10**6, PERIOD_US, {})
+    assert len(cycles) == 1
+
+
+def test_choose_jack() -> None:
+    assert command_server(("jackd", "-n", "studio", "-R", "-d", "dummy")) == "studio"
+    assert command_server(("/usr/bin/jackd", "-R", "-d", "alsa", "-n", "3")) is None  # -n after -d: driver's
+    assert command_server(("ardour",)) is False
+    launched = choose_jack(None, False, ("jackd", "-nstudio", "-d", "dummy"))
+    assert launched is not None and launched.server == "studio" and launched.follow and launched.launches_server
+    assert choose_jack(None, True, ("jackd",)) is None
+    explicit = choose_jack("", False, ())
+    assert explicit is not None and explicit.explicit and explicit.server is None
+
+
+def test_server_log_lines() -> None:
+    line = "JackEngine::XRun: client = cue was not finished, state = Running"
+    m = XRUN_LINE.search(line)
+    assert m is not None and m.group(1) == "cue" and m.group(2) == "Running"
+    m = DRIVER_XRUN_LINE.search("JackTimedDriver::Process XRun = 21 usec")
+    assert m is not None and float(m.group(2)) == 21.0
+    assert XRUN_LINE.search("JackEngine::XRun: client = my client: 2 was not finished, state = Triggered").group(1) == (
+        "my client: 2"
+    )
+
+
+def test_late_without_a_seen_finish_is_still_late() -> None:
+    """The poller missed the spin's finish (overwritten at once by the next cycle's): the re-signal while
+    the finish stamp was older than the wake-up is jack2's 'not finished' by itself."""
+    asm = CycleAssembler(0, to_ns=lambda us: us)
+    t1, t2, t3 = 10_000, 15_333, 20_666
+    for start, client in [
+        (t1, (t1, t1 + 10, t1 - 4000, 2)),  # woke, running
+        (t2, (t2, t1 + 10, t1 - 4000, 1)),  # re-signaled: not finished
+        (t3, (t2, t1 + 20_050, t1 + 20_100, 3)),  # its finish for t1 was never seen, only t2's
+    ]:
+        asm.observe(_slots(start, client), [2])
+    _, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
+    by_cycle = {n["t_ns"]: n for n in nodes}
+    assert by_cycle[t1]["xrun"] is True and by_cycle[t1]["finish_ns"] is None
+
+
+def test_in_jack_graph_reads_the_semaphore_mappings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import os
+
+    from samplers.engine.choose import in_jack_graph
+
+    (tmp_path / "42").mkdir()
+    (tmp_path / "42" / "maps").write_text(
+        f"7f00-7f01 rw-s 00000000 00:1b 14   /dev/shm/jack_sem.{os.getuid()}_studio_cue\n"
+    )
+    assert in_jack_graph(42, "studio", proc=str(tmp_path))
+    assert not in_jack_graph(42, "other", proc=str(tmp_path))
+    assert not in_jack_graph(43, "studio", proc=str(tmp_path))
+
+
+def test_discovery_follows_engine_clients_once_a_target_is_one() -> None:
+    """The engine's client pids arrive on a pipe; without --jack they are followed only once a target is
+    among them (a real sleeping process stands for each client)."""
+    import os
+    import subprocess
+
+    from samplers.procfs import ProcPaths
+    from samplers.targets import Discovery, TargetSpec
+
+    a = subprocess.Popen(["sleep", "30"])
+    b = subprocess.Popen(["sleep", "30"])
+    read_end, write_end = os.pipe()
+    os.set_blocking(read_end, False)
+    try:
+        spec = TargetSpec(pids=[a.pid], engine_pids_fd=read_end)
+        discovery = Discovery(spec, ProcPaths())
+        assert [p.pid for p in discovery.initial()] == [a.pid]
+        os.write(write_end, f"{b.pid}\n".encode())
+        assert discovery.scan() == []  # a is not a client: b is not followed
+        os.write(write_end, f"{a.pid}\n".encode())
+        found = discovery.scan()
+        assert [(p.pid, p.why) for p in found] == [(b.pid, "engine")]
+        assert discovery.scan() == []
+    finally:
+        for p in (a, b):
+            p.kill()
+            p.wait()
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_engine_analyses_on_a_synthetic_capture() -> None:
+    import pandas as pd
+
+    from analyses.engine import engine_cycles, xrun_figures
+    from capture.format import Capture
+
+    period = 5_333_333
+    starts = [i * period for i in range(5)]
+    ends = [s + 400_000 for s in starts]
+    ends[2] = starts[2] + 21_000_000  # one cycle ends after the next one was due
+    cap = Capture.from_frames(
+        meta={"sources": {"engine": {"kind": "jack"}}},
+        engine_cycles=pd.DataFrame(
+            {"t_ns": starts, "engine": "jack", "end_ns": pd.array([*ends[:4], None], dtype="Int64"),
+             "period_ns": period}
+        ),
+        xruns=pd.DataFrame(
+            {"t_ns": [ends[2], ends[2] + 30_000, ends[2] + 60_000, 10**10], "engine": "jack",
+             "delay_us": [85.0, 85.0, None, 33.0], "client": [None, None, "cue", None],
+             "source": ["callback", "callback", "server-log", "callback"], "text": None}
+        ),
+        engine_status=pd.DataFrame(
+            {"t_ns": [0, 3_600_000_000_000], "engine": "jack", "quantum_frames": 256, "rate_hz": 48000}
+        ),
+    )  # fmt: skip
+    cycles = engine_cycles(cap)
+    assert len(cycles) == 4  # the cycle without an end is not counted
+    assert cycles["missed"].tolist() == [False, False, True, False]
+    figures = xrun_figures(cap)
+    assert figures is not None
+    assert figures["reports"] == 3 and figures["xruns"] == 2  # two callbacks within one period: one xrun
+    assert figures["per_hour"] == 2.0 and figures["delay_max_us"] == 85.0
+    assert figures["blamed"] == {"cue": 1} and figures["counted_from"] == "callback"
+    assert xrun_figures(Capture.from_frames(meta={})) is None
