@@ -315,6 +315,80 @@ EBPF_SCHEMAS: dict[str, pa.Schema] = {
     "ebpf_lost": EBPF_LOST_SCHEMA,
 }
 
+# One row per engine cycle the source observed (PipeWire: every profiler record; JACK: where observable).
+ENGINE_CYCLES_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),  # the driver's cycle start (signal/wake-up of the driver), capture clock
+        ("engine", _DICT_STR),
+        ("driver", pa.string()),  # driver node/client name
+        ("cycle", pa.int64()),  # engine's own cycle counter, null when it has none
+        ("quantum_frames", pa.int32()),
+        ("rate_hz", pa.int32()),
+        ("period_ns", pa.int64()),  # nominal period = quantum / rate
+        ("delay_ns", pa.int64()),  # how late the driver woke vs its nominal time, null if unknown
+        ("end_ns", pa.int64()),  # when the last node of the cycle finished, capture clock, null if unknown
+        ("xruns_total", pa.int64()),  # engine's cumulative xrun counter at this cycle, null if none
+    ]
+)
+# One row per node (client) per cycle: the engine's own per-client timing.
+ENGINE_NODES_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),  # the cycle's t_ns (joins engine_cycles)
+        ("engine", _DICT_STR),
+        ("node_id", pa.int32()),
+        ("name", _DICT_STR),  # client/node name
+        ("signal_ns", pa.int64()),  # when the node was signalled (made runnable), capture clock
+        ("awake_ns", pa.int64()),  # when it woke up
+        ("finish_ns", pa.int64()),  # when it finished its process call
+        ("status", pa.int16()),  # engine's status code (PipeWire: activation status; JACK: state)
+        ("xrun", pa.bool_()),  # the engine counted this node late/xrun in this cycle, null if unknown
+    ]
+)
+# One row per xrun the ENGINE reported (never inferred by us).
+XRUNS_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),  # when the engine reported it, capture clock
+        ("engine", _DICT_STR),
+        ("delay_us", pa.float64()),  # delay the engine reports (JACK xrun callback delayed_usecs), null if none
+        ("client", pa.string()),  # the client the engine blamed, null if it named none
+        ("source", _DICT_STR),  # "callback" | "server-log" | "profiler" | ...
+        ("text", pa.string()),  # the raw line/record it came from, when there is one
+    ]
+)
+# Clients (nodes) and their processes: at start (event "present") and as they come and go.
+ENGINE_CLIENTS_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),
+        ("engine", _DICT_STR),
+        ("event", _DICT_STR),  # "present" | "registered" | "unregistered"
+        ("name", pa.string()),
+        ("pid", pa.int32()),  # null when the engine does not say
+        ("node_id", pa.int32()),  # PipeWire node id; null on JACK
+    ]
+)
+# Ports and connections: a snapshot at start and at every graph change ("connected"/"disconnected"/"snapshot").
+ENGINE_GRAPH_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),
+        ("engine", _DICT_STR),
+        ("event", _DICT_STR),
+        ("src_client", pa.string()),
+        ("src_port", pa.string()),
+        ("dst_client", pa.string()),
+        ("dst_port", pa.string()),
+    ]
+)
+# Engine-level status at ~20 Hz and on change: buffer size, rate, the engine's own (smoothed) DSP load.
+ENGINE_STATUS_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),
+        ("engine", _DICT_STR),
+        ("quantum_frames", pa.int32()),
+        ("rate_hz", pa.int32()),
+        ("dsp_load_percent", pa.float64()),  # JACK cpu_load(): smoothed by JACK, not a per-cycle figure
+    ]
+)
+
 SCHEMAS: dict[str, pa.Schema] = {
     "samples": SAMPLES_SCHEMA,
     "sched": SCHED_SCHEMA,
@@ -327,6 +401,12 @@ SCHEMAS: dict[str, pa.Schema] = {
     "cycles": CYCLES_SCHEMA,
     "taskstats": TASKSTATS_SCHEMA,
     **EBPF_SCHEMAS,
+    "engine_cycles": ENGINE_CYCLES_SCHEMA,
+    "engine_nodes": ENGINE_NODES_SCHEMA,
+    "xruns": XRUNS_SCHEMA,
+    "engine_clients": ENGINE_CLIENTS_SCHEMA,
+    "engine_graph": ENGINE_GRAPH_SCHEMA,
+    "engine_status": ENGINE_STATUS_SCHEMA,
 }
 
 

@@ -179,6 +179,13 @@ class Discovery:
             del self._recheck[gone]
         return new
 
+    def adopt(self, pid: int, why: str) -> ProcessInfo | None:
+        """A process another source names as a target (an engine's client), unless gone or known."""
+        if pid in self.targets or pid in self.spec.exclude:
+            return None
+        info = read_process(self.procfs, pid)
+        return None if info is None else self._accept(pid, info, why)
+
     def still_alive(self, pid: int) -> bool:
         """False once the process exited, became a zombie, or its pid was reused."""
         info = read_process(self.procfs, pid)

@@ -118,6 +118,14 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
     "state the thread left in, who woke whom, page faults, block requests. Without root or BCC it says so "
     "and records without them.",
 )
+@click.option(
+    "--pipewire/--no-pipewire",
+    "pipewire",
+    default=None,
+    help="Record PipeWire's profiler stream beside the threads: per cycle the driver's times, quantum, rate "
+    "and xrun count, each node's signal/awake/finish/status, and which process owns each node (its clients "
+    "become targets). Default: on when a target is a PipeWire client or the daemon.",
+)
 @click.option("--cpu", type=int, default=None, help="Pin the sampler to this CPU.")
 @click.option(
     "--rt-priority",
@@ -146,6 +154,7 @@ def catch_load(
     delayacct: bool,
     schedstats: bool,
     ebpf: bool,
+    pipewire: bool | None,
     cpu: int | None,
     rt_priority: int | None,
     redact: bool,
@@ -200,6 +209,7 @@ def catch_load(
         redact=redact,
         mark_on_new_process=mark_on_new_process,
         stdin_markers=stdin_markers,
+        pipewire={None: "auto", True: "on", False: "off"}[pipewire],
     )
     guard = _switch_on(delayacct, schedstats, quiet)
     try:
@@ -291,6 +301,8 @@ def _record(
         if explicit_taskstats:  # the default (rt) says nothing when it cannot run; `info` shows it
             for note in session.recorder.notes:
                 click.echo(f"catch-load: {note}", err=True)
+        for note in session.recorder.engines.notes:  # an engine a target uses, not recorded: say so
+            click.echo(f"catch-load: {note}", err=True)
         if launched is not None:
             try:
                 launched.wait(timeout=30)
