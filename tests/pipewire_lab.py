@@ -59,13 +59,15 @@ class Daemon:
             time.sleep(0.2)
         raise AssertionError(f"no PipeWire client {app_name!r} after {timeout_s} s")
 
-    def spin_client(self, name: str, truth: Path, spin_ms: float = 20.0) -> subprocess.Popen[bytes]:
+    def spin_client(
+        self, name: str, truth: Path, spin_ms: float = 20.0, link_to: str = "self"
+    ) -> subprocess.Popen[bytes]:
         ready = truth.with_suffix(".ready")
         env = {**self.env, "PIPEWIRE_QUANTUM": QUANTUM}
         proc = subprocess.Popen(
             [
                 *("pw-jack", sys.executable, SPIN_CLIENT, "--name", name, "--truth", str(truth)),
-                *("--ready", str(ready), "--spin-ms", str(spin_ms)),
+                *("--ready", str(ready), "--spin-ms", str(spin_ms), "--link-to", link_to),
             ],
             env=env,
         )

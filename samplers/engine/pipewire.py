@@ -187,6 +187,7 @@ class ProfileTables:
         self.incomplete = 0
         self.repeated = 0  # incomplete records that repeat the previous one's report
         self.resolved = 0  # late finishes found in a later record
+        self.completed_late = 0  # `complete` records of a cycle first reported unfinished
         self.last_start: int | None = None
         self.last_report_clock: int | None = None
         # node id -> (node row, cycle row, its awake time, the cycle's start): awaiting the late finish
@@ -212,6 +213,9 @@ class ProfileTables:
             or (period and self.last_start is not None and 0 <= start - self.last_start < period // 2)
         ):
             self.repeated += 1
+            return
+        if complete and start == self.last_start:  # the cycle reported unfinished has now finished
+            self._completed_late(rec, start)
             return
         self.last_start = start
         same_clock = _monotonic_clock(rec.clock_name)
@@ -276,6 +280,23 @@ class ProfileTables:
             s["dsp_load_percent"].append(100.0 * rec.cpu_load[0])
             self.last_status = key
             self.last_status_ns = start
+
+    def _completed_late(self, rec: Record, start: int) -> None:
+        """A `complete` record for a cycle already in the table (it was first reported unfinished):
+        its nodes' finish times and the cycle's end, where that row has not left yet."""
+        self.completed_late += 1
+        c, n = self.cycles, self.nodes
+        if not c["t_ns"] or c["t_ns"][-1] != start:
+            return
+        finish = {f.id: f.finish for f in rec.followers if f.finish >= start}
+        i = len(n["t_ns"]) - 1
+        while i >= 0 and n["t_ns"][i] == start:
+            if n["finish_ns"][i] is None and n["node_id"][i] in finish:
+                n["finish_ns"][i] = finish[n["node_id"][i]]
+                self.late.pop(n["node_id"][i], None)
+            i -= 1
+        c["end_ns"][-1] = max(finish.values()) if finish else None
+        self.waiting.pop(len(c["t_ns"]) - 1, None)
 
     def _resolve(self, rec: Record, now: int) -> None:
         """Late finishes: a node that was awake in an unfinished cycle, now with a finish after that
@@ -479,6 +500,7 @@ class PipeWireSource:
             "incomplete_records": self.tables.incomplete,
             "repeated_incomplete_records": self.tables.repeated,
             "late_finishes_resolved": self.tables.resolved,
+            "late_completions": self.tables.completed_late,
             "xrun_rule": "a node block whose status is not finished (pw-top's ERR), and the driver's xrun count",
             "cycle_column": "module-profiler's record counter",
         }

@@ -1,12 +1,13 @@
 """A JACK client (JACK-Client over libjack, or PipeWire's libjack through `pw-jack`) whose process
 callback spins for a known time on cue: a late client of known identity inside a real graph.
 
-    python -m tests.workloads.pw_spin_client --name spin --spin-ms 20 --truth truth.jsonl [--ready FILE]
+    pw-jack python3 tests/workloads/pw_spin_client.py --name spin --spin-ms 20 --truth truth.jsonl [--ready FILE]
 
 Cue: SIGUSR1. The callback that takes the cue writes nothing itself (no I/O in the real-time thread);
 it stamps CLOCK_MONOTONIC at the start and end of the spin into a slot that the main thread writes to
 the truth file as one JSON line {"cue_ns", "start_ns", "end_ns", "frames"} (ground truth for tests).
-SIGTERM ends it. Connects its output to its input so the node has a link in the graph.
+SIGTERM ends it. Links its output to its own input (a node with a link in the graph), to nothing, or to
+another client's input (`--link-to spin2:in`: clients in series).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ def main() -> int:
     parser.add_argument("--spin-ms", type=float, default=20.0)
     parser.add_argument("--truth", required=True)
     parser.add_argument("--ready", default=None, help="file written once the client is active")
+    parser.add_argument("--link-to", default="self", help="input port fed by our output: self, none, or a port name")
     args = parser.parse_args()
     spin_ns = int(args.spin_ms * 1e6)
     cues: list[int] = []  # appended by the signal handler (main thread)
@@ -51,7 +53,10 @@ def main() -> int:
     signal.signal(signal.SIGUSR1, lambda *_: cues.append(time.monotonic_ns()))
     signal.signal(signal.SIGTERM, lambda *_: (stop.set(), wake.set()))
     client.activate()
-    client.connect(out, inp)
+    if args.link_to == "self":
+        client.connect(out, inp)
+    elif args.link_to != "none":
+        client.connect(out, args.link_to)
     if args.ready:
         with open(args.ready, "w") as fh:
             fh.write(str(client.blocksize))
