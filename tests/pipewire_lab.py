@@ -27,10 +27,10 @@ def require_pipewire() -> None:
     missing = [tool for tool in ("pipewire", "pw-jack", "pw-dump") if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"needs PipeWire (apt: pipewire pipewire-bin pipewire-jack): {', '.join(missing)} missing")
-    try:
-        import jack  # noqa: F401
-    except (ImportError, OSError) as err:
-        pytest.skip(f"needs JACK-Client (PyPI) and libjack: {err}")
+    # The test client runs under pw-jack (PipeWire's libjack on LD_LIBRARY_PATH): check it can import.
+    probe = subprocess.run(["pw-jack", sys.executable, "-c", "import jack"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"needs JACK-Client (PyPI) under pw-jack: {probe.stderr.strip().splitlines()[-1:]}")
 
 
 @dataclass

@@ -14,6 +14,7 @@ from samplers.engine.pipewire import (
     Block,
     ProfileTables,
     Record,
+    block_from_fields,
     parse_profile,
     socket_path,
 )
@@ -157,3 +158,17 @@ def test_socket_path_follows_the_client_rules(tmp_path) -> None:  # type: ignore
     assert socket_path({"XDG_RUNTIME_DIR": str(tmp_path)}) == str(tmp_path / "pipewire-0")
     assert socket_path({"PIPEWIRE_REMOTE": "/x/y"}) == "/x/y"
     assert socket_path({}) == "/run/pipewire/pipewire-0"
+
+
+def test_a_node_xrun_counter_where_the_version_has_one() -> None:
+    # 1.x blocks end with the node's own xrun count (spa/param/profiler.h); 0.3.65's stop at the latency.
+    fields = [31, "a", 0, 1, 2, 3, 3, (256, 48000), 4]
+    assert block_from_fields(fields).xrun_count == 4 and block_from_fields(fields[:8]).xrun_count is None
+    tables = ProfileTables()
+    for n, count in enumerate((4, 4, 5)):  # a step of the counter is an xrun row naming the node
+        start = 10_000_000 + n * P
+        node = Block(31, "a", start, start + 1, start + 2, start + 3, 3, count)
+        tables.add(_rec(Block(27, "D", start - P, start, start + 5, start + 6, 3), [node], start))
+    out = tables.take()
+    assert out["engine_nodes"]["xrun"] == [False, False, True]
+    assert out["xruns"]["client"] == ["a"] and "xrun count 4 -> 5" in out["xruns"]["text"][0]

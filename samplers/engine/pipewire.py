@@ -45,7 +45,7 @@ PROFILER_INFO = 0x10001  # Struct(Long count, Float cpu_load x3[, Int xrun_count
 PROFILER_CLOCK = 0x10002  # Struct(Int flags, Int id, String name, Long nsec, Fraction rate, Long position,
 #                           Long duration, Long delay, Double rate_diff, Long next_nsec)
 PROFILER_DRIVER_BLOCK = 0x10003  # Struct(Int id, String name, Long prev_signal, Long signal, Long awake,
-#                                  Long finish, Int status[, Fraction latency])
+#                                  Long finish, Int status[, Fraction latency][, Int xrun_count (1.x)])
 PROFILER_FOLLOWER_BLOCK = 0x20001  # same fields; its prev_signal is the driver's signal
 # src/pipewire/private.h: pw_node_activation.status
 STATUS_NAMES = {0: "not-triggered", 1: "triggered", 2: "awake", 3: "finished", 4: "inactive"}
@@ -90,6 +90,7 @@ class Block:
     awake: int
     finish: int
     status: int
+    xrun_count: int | None = None  # the node's own counter: a 9th field from 1.x on (profiler.h), else None
 
 
 @dataclass
@@ -109,8 +110,9 @@ class Record:
     has_latency: bool = False
 
 
-def _block(values: list[Any]) -> Block:
-    return Block(*(int(v) for v in values[:1]), str(values[1]), *(int(v) for v in values[2:7]))
+def block_from_fields(values: list[Any]) -> Block:
+    xruns = int(values[8]) if len(values) > 8 and isinstance(values[8], int) else None
+    return Block(int(values[0]), str(values[1]), *(int(v) for v in values[2:7]), xruns)
 
 
 def parse_profile(value: Any) -> list[Record]:
@@ -128,10 +130,10 @@ def parse_profile(value: Any) -> list[Record]:
             elif key == PROFILER_CLOCK:
                 clock = item
             elif key == PROFILER_DRIVER_BLOCK:
-                driver = _block(item)
+                driver = block_from_fields(item)
                 has_latency = len(item) > 7
             elif key == PROFILER_FOLLOWER_BLOCK:
-                followers.append(_block(item))
+                followers.append(block_from_fields(item))
         if info is None or clock is None or driver is None:
             continue
         records.append(
@@ -180,9 +182,15 @@ class ProfileTables:
         self.xruns: dict[str, list[Any]] = {k: [] for k in XRUN_COLUMNS}
         self.status: dict[str, list[Any]] = {k: [] for k in STATUS_COLUMNS}
         self.last_xrun_count: dict[int, int] = {}
+        self.last_node_xruns: dict[int, int] = {}
         self.last_status: tuple[int, int] | None = None
         self.last_status_ns = 0
-        self.seen: dict[str, Any] = {"info_xrun_count": None, "block_latency": None, "clock_names": set()}
+        self.seen: dict[str, Any] = {
+            "info_xrun_count": None,
+            "block_latency": None,
+            "block_xrun_count": None,
+            "clock_names": set(),
+        }
         self.records = 0
         self.incomplete = 0
         self.repeated = 0  # incomplete records that repeat the previous one's report
@@ -198,6 +206,7 @@ class ProfileTables:
         self.records += 1
         self.seen["info_xrun_count"] = rec.xrun_count is not None
         self.seen["block_latency"] = rec.has_latency
+        self.seen["block_xrun_count"] = rec.driver.xrun_count is not None
         self.seen["clock_names"].add(rec.clock_name)
         unfinished = [f for f in rec.followers if f.status != FINISHED]
         complete = not unfinished and rec.driver.status == FINISHED
@@ -223,6 +232,7 @@ class ProfileTables:
         # nsec = next_time): the driver's own signal minus it is how late it woke.
         delay = start - rec.clock_nsec if complete and same_clock else None
         ends = [f.finish for f in rec.followers if f.finish >= start]
+        reported_at = rec.clock_nsec if same_clock and not complete else start
         cycle_row = len(self.cycles["t_ns"])
         c = self.cycles
         c["t_ns"].append(start)
@@ -249,8 +259,8 @@ class ProfileTables:
             n["awake_ns"].append(awake)
             n["finish_ns"].append(f.finish if f.finish >= start else None)
             n["status"].append(f.status)
-            n["xrun"].append(f.status != FINISHED)
-        reported_at = rec.clock_nsec if same_clock and not complete else start
+            counted = self._node_xruns(f, reported_at)
+            n["xrun"].append(f.status != FINISHED or counted)
         if not complete:
             self.incomplete += 1
             self.last_report_clock = rec.clock_nsec
@@ -280,6 +290,17 @@ class ProfileTables:
             s["dsp_load_percent"].append(100.0 * rec.cpu_load[0])
             self.last_status = key
             self.last_status_ns = start
+
+    def _node_xruns(self, f: Block, t_ns: int) -> bool:
+        """The node's own xrun counter stepped (versions whose blocks carry it): an xrun row naming it."""
+        if f.xrun_count is None:
+            return False
+        before = self.last_node_xruns.get(f.id)
+        self.last_node_xruns[f.id] = f.xrun_count
+        if before is None or f.xrun_count <= before:
+            return False
+        self._xrun(t_ns, f.name, f"node {f.name} (node {f.id}) xrun count {before} -> {f.xrun_count}")
+        return True
 
     def _completed_late(self, rec: Record, start: int) -> None:
         """A `complete` record for a cycle already in the table (it was first reported unfinished):
@@ -496,6 +517,7 @@ class PipeWireSource:
             "driver_clock_names": sorted(seen["clock_names"]),  # type: ignore[arg-type]
             "profiler_info_has_xrun_count": seen["info_xrun_count"],
             "profiler_blocks_have_latency": seen["block_latency"],
+            "profiler_blocks_have_xrun_count": seen["block_xrun_count"],
             "records": self.tables.records,
             "incomplete_records": self.tables.incomplete,
             "repeated_incomplete_records": self.tables.repeated,
