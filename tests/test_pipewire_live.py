@@ -37,6 +37,7 @@ def test_spins_are_xruns_naming_the_client_and_its_late_cycle(tmp_path: Path) ->
         # graph's client becomes a target through the engine.
         recorder = catch_load(daemon.env, "-p", str(daemon.pid), "-o", str(out))
         daemon.wait_for_client("catch-load")
+        latecomer = daemon.spin_client("latecomer", tmp_path / "late.jsonl")  # joins while recording
         time.sleep(1.0)
         for _ in range(SPINS):
             spin.send_signal(signal.SIGUSR1)
@@ -54,8 +55,12 @@ def test_spins_are_xruns_naming_the_client_and_its_late_cycle(tmp_path: Path) ->
     assert engine["clock_check_lag_ns"]["min"] >= 0  # no record arrived before it ended: one clock
 
     clients = capture.table("engine_clients")
+    events = {name: set(group["event"].astype(str)) for name, group in clients.groupby("name")}
+    assert events["spinner"] == {"present"} and events["latecomer"] == {"registered"}
     assert spin.pid in set(clients.loc[clients["name"] == "spinner", "pid"])
-    assert spin.pid in set(capture.table("threads")["pid"])  # adopted as a target through the engine
+    assert events["Dummy-Driver"] == {"present"}
+    recorded = set(capture.table("threads")["pid"])
+    assert {spin.pid, latecomer.pid} <= recorded  # adopted as targets through the engine
 
     xruns = capture.table("xruns")
     nodes = capture.table("engine_nodes")

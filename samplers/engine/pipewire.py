@@ -59,6 +59,7 @@ EV_CORE_INFO, EV_CORE_DONE, EV_CORE_PING, EV_CORE_ERROR = 0, 1, 2, 3
 EV_GLOBAL, EV_GLOBAL_REMOVE = 0, 1
 EV_PROFILE = 0
 PROFILER_TYPE = "PipeWire:Interface:Profiler"
+SYNC_SEQ = 1
 _HEADER = struct.Struct("<IIII")  # id, opcode << 24 | size, seq, n_fds
 STATUS_EVERY_NS = 50_000_000  # engine_status at ~20 Hz, and on every change
 FLUSH_EVERY_NS = 1_000_000_000  # rows leave this process at least this often (the profiler's own pace)
@@ -523,7 +524,8 @@ class PipeWireSource:
             "repeated_incomplete_records": self.tables.repeated,
             "late_finishes_resolved": self.tables.resolved,
             "late_completions": self.tables.completed_late,
-            "xrun_rule": "a node block whose status is not finished (pw-top's ERR), and the driver's xrun count",
+            "xrun_rule": "a node block whose status is not finished (pw-top's ERR); the driver's xrun count; "
+            "a node's own xrun count where the blocks carry one",
             "cycle_column": "module-profiler's record counter",
         }
 
@@ -591,7 +593,10 @@ class PipeWireSource:
                 ping, _ = pod.parse(body)
                 conn.send(CORE_ID, CORE_PONG, pod.struct_(pod.int_(ping[0]), pod.int_(ping[1])))
             elif opcode == EV_CORE_DONE:
-                self.synced = True
+                # Only the answer to our sync: the daemon also sends done(-1, 0) once the access
+                # module has granted this client its permissions (the globals come after that).
+                done, _ = pod.parse(body)
+                self.synced = self.synced or (done[0] == CORE_ID and done[1] == SYNC_SEQ)
             elif opcode == EV_CORE_ERROR:
                 err, _ = pod.parse(body)
                 if err[0] in (CORE_ID, PROFILER_ID, REGISTRY_ID):
@@ -621,7 +626,7 @@ class PipeWireSource:
             props = {"application.name": "catch-load", "application.process.id": str(os.getpid())}
             conn.send(CLIENT_ID, CLIENT_UPDATE_PROPERTIES, pod.struct_(pod.dict_(props)))
             conn.send(CORE_ID, CORE_GET_REGISTRY, pod.struct_(pod.int_(3), pod.int_(REGISTRY_ID)))
-            conn.send(CORE_ID, CORE_SYNC, pod.struct_(pod.int_(CORE_ID), pod.int_(1)))
+            conn.send(CORE_ID, CORE_SYNC, pod.struct_(pod.int_(CORE_ID), pod.int_(SYNC_SEQ)))
             last_flush = self.clock()
             while self.stop_reason is None:
                 ready, _, _ = select.select([conn.sock], [], [], 0.25)
