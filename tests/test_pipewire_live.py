@@ -59,6 +59,9 @@ def test_spins_are_xruns_naming_the_client_and_its_late_cycle(tmp_path: Path) ->
     assert events["spinner"] == {"present"} and events["latecomer"] == {"registered"}
     assert spin.pid in set(clients.loc[clients["name"] == "spinner", "pid"])
     assert events["Dummy-Driver"] == {"present"}
+    graph = capture.table("engine_graph")
+    late_links = graph[graph["src_client"] == "latecomer"]
+    assert set(late_links["event"].astype(str)) == {"connected"} and set(late_links["dst_port"]) == {"in"}
     recorded = set(capture.table("threads")["pid"])
     assert {spin.pid, latecomer.pid} <= recorded  # adopted as targets through the engine
 
@@ -181,8 +184,13 @@ def test_compare_series_against_chain_from_engine_cycles(tmp_path: Path, run_mod
     series = _record_graph(tmp_path, "series", 4)
     chain = _record_graph(tmp_path, "chain", 1)
     for path, clients in ((series, 4), (chain, 1)):
-        names = set(load(path).table("engine_nodes")["name"].astype(str))
+        capture = load(path)
+        names = set(capture.table("engine_nodes")["name"].astype(str))
         assert len({n for n in names if n.startswith(path.stem)}) == clients
+        graph = capture.table("engine_graph")
+        links = set(zip(graph["src_client"], graph["src_port"], graph["dst_client"], graph["dst_port"], strict=True))
+        wanted = {(f"series{i}", "out", f"series{i + 1}", "in") for i in range(clients - 1)}
+        assert links == wanted and set(graph["event"].astype(str)) <= {"snapshot"}  # linked before recording
     result = run_module("forensics", "compare", str(series), str(chain), "--json")
     assert result.returncode == 0, result.stderr
     figures = {row["figure"]: row for row in json.loads(result.stdout)["sections"]["figures"]}

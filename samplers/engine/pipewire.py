@@ -469,6 +469,10 @@ class PipeWireSource:
         self.bound = False
         self.targets_sent: set[int] = set()
         self.clients_rows: dict[str, list[Any]] = {k: [] for k in ("t_ns", "event", "name", "pid", "node_id")}
+        graph_columns = ("t_ns", "event", "src_client", "src_port", "dst_client", "dst_port")
+        self.graph_rows: dict[str, list[Any]] = {k: [] for k in graph_columns}
+        self.ports: dict[int, str] = {}  # port global id -> port.name
+        self.links: dict[int, tuple[str, str, str, str]] = {}  # link global id -> its two ends
         self.min_lag_ns: int | None = None
         self.max_lag_ns: int | None = None
         self.batches = 0
@@ -486,12 +490,13 @@ class PipeWireSource:
         out = b""
         for name, rows in self.tables.take(final).items():
             out += frames.encode_json(frames.TABLE, {"name": name, "rows": rows, "stream": True})
-        if self.clients_rows["t_ns"]:
-            rows = {k: list(v) for k, v in self.clients_rows.items()}
-            rows["engine"] = [ENGINE] * len(rows["t_ns"])
-            out += frames.encode_json(frames.TABLE, {"name": "engine_clients", "rows": rows, "stream": True})
-            for values in self.clients_rows.values():
-                values.clear()
+        for name, table in (("engine_clients", self.clients_rows), ("engine_graph", self.graph_rows)):
+            if table["t_ns"]:
+                rows = {k: list(v) for k, v in table.items()}
+                rows["engine"] = [ENGINE] * len(rows["t_ns"])
+                out += frames.encode_json(frames.TABLE, {"name": name, "rows": rows, "stream": True})
+                for values in table.values():
+                    values.clear()
         if out:
             self._write(out)
 
@@ -548,6 +553,19 @@ class PipeWireSource:
         elif kind == "PipeWire:Interface:Client":
             pid = props.get("application.process.id") or props.get("pipewire.sec.pid")
             self.client_pids[gid] = int(pid) if pid and str(pid).isdigit() else None
+        elif kind == "PipeWire:Interface:Port":
+            self.ports[gid] = str(props.get("port.name") or f"port {gid}")
+        elif kind == "PipeWire:Interface:Link":
+            ends = [props.get(f"link.{side}.{what}") for side in ("output", "input") for what in ("node", "port")]
+            if all(str(e).isdigit() for e in ends):
+                out_node, out_port, in_node, in_port = (int(str(e)) for e in ends)
+                self.links[gid] = (
+                    self.nodes.get(out_node, (f"node {out_node}", None))[0],
+                    self.ports.get(out_port, f"port {out_port}"),
+                    self.nodes.get(in_node, (f"node {in_node}", None))[0],
+                    self.ports.get(in_port, f"port {in_port}"),
+                )
+                self._graph_row("connected" if self.synced else "snapshot", self.links[gid])
         elif kind == "PipeWire:Interface:Node":
             name = props.get("node.name") or f"node {gid}"
             client = int(props["client.id"]) if str(props.get("client.id", "")).isdigit() else None
@@ -557,10 +575,20 @@ class PipeWireSource:
 
     def _global_remove(self, body: memoryview) -> None:
         (gid,) = pod.parse(body)[0][:1]
+        if gid in self.links:
+            self._graph_row("disconnected", self.links.pop(gid))
+        self.ports.pop(gid, None)
         if gid in self.nodes:
             name, client = self.nodes.pop(gid)
             self._client_row("unregistered", name, self._pid(client), gid)
         self.client_pids.pop(gid, None)
+
+    def _graph_row(self, event: str, link: tuple[str, str, str, str]) -> None:
+        r = self.graph_rows
+        r["t_ns"].append(self.clock())
+        r["event"].append(event)
+        for column, value in zip(("src_client", "src_port", "dst_client", "dst_port"), link, strict=True):
+            r[column].append(value)
 
     def _client_row(self, event: str, name: str, pid: int | None, node_id: int) -> None:
         r = self.clients_rows
