@@ -37,6 +37,7 @@ EPILOG = """\b
 Examples:
   catch-load --lab                          record the built-in lab (no audio hardware needed)
   catch-load --match jackd --children       wait for jackd, record it and its clients
+  catch-load -p $(pidof pipewire)           the PipeWire graph: the daemon, its clients, their cycles
   catch-load -p 1234 -p 5678 -d 30s -o load.ssf
   catch-load -- my-plugin-host --load foo.so   launch a command and record it until it exits
 
