@@ -532,6 +532,7 @@ class PipeWireSource:
             "xrun_rule": "a node block whose status is not finished (pw-top's ERR); the driver's xrun count; "
             "a node's own xrun count where the blocks carry one",
             "cycle_column": "module-profiler's record counter",
+            "dsp_load": "the driver's cpu_load[0]: PipeWire's fast running average of (finish - signal) / period",
         }
 
     def _send_meta(self) -> None:
