@@ -2,7 +2,7 @@
 # written to bench/out/ and quoted in the README (side by side, as ratios).
 PYTHON ?= python3
 
-.PHONY: test lint bench bench-sampler bench-churn bench-analyses bench-exact bench-lab
+.PHONY: test lint bench bench-sampler bench-churn bench-analyses bench-exact bench-lab bench-pipewire
 test:
 	$(PYTHON) -m pytest
 
@@ -26,3 +26,6 @@ bench-exact:  # root: taskstats, BCC start, ring-buffer rate against loss, recor
 bench-lab:
 	$(PYTHON) bench/lab_fidelity.py --repeat 3
 	$(PYTHON) bench/lab_topology.py --stages 4 --seconds 10 --repeat 3
+
+bench-pipewire:  # a headless PipeWire: what the PipeWire source costs the graph
+	$(PYTHON) bench/pipewire_source_cost.py

@@ -47,12 +47,15 @@ def capture_figures(cap: Capture) -> dict[str, tuple[float, str]]:
         minflt += float(w["minflt"].sum())
     cycles = lab_cycles(cap)
     engine = engine_cycles(cap)
+    if len(engine) and engine["engine"].nunique() > 1:  # JACK through PipeWire: the engine with the most cycles
+        engine = engine[engine["engine"] == engine["engine"].value_counts().idxmax()]
     if len(engine):  # the engine's own cycle ends come first: they are what the user's xruns come from
-        span = float(engine["end_ns"].max() - engine["t_ns"].min())
+        span = float(engine["t_ns"].max() - engine["t_ns"].min())
         # Cycles the engine ran in the span (the source may not have seen every one end).
         n_cycles = duration / float(engine["period_ns"].median())
-        out["cycle end p50"] = (float(np.percentile(engine["end_rel_ns"], 50)) / 1e3, "us")
-        out["cycle end p99"] = (float(np.percentile(engine["end_rel_ns"], 99)) / 1e3, "us")
+        ends = engine["end_rel_ns"].dropna().to_numpy(dtype=np.int64)  # NA: only the engine's late flag is known
+        out["cycle end p50"] = (float(np.percentile(ends, 50)) / 1e3 if len(ends) else np.nan, "us")
+        out["cycle end p99"] = (float(np.percentile(ends, 99)) / 1e3 if len(ends) else np.nan, "us")
         out["deadline misses"] = (float(engine["missed"].sum()), "")
         out["deadline misses per hour"] = (float(engine["missed"].sum()) * HOUR_NS / span if span else np.nan, "/h")
         cycles_source = f"{engine['engine'].iloc[0]} engine cycles"

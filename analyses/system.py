@@ -179,7 +179,7 @@ def _engine_figures(
     cycles = engine_cycles(cap, t_range)
     if len(cycles):
         csource = f"{xruns['engine']} engine cycles ({len(cycles)})"
-        add("Cycle maximum (engine)", float(cycles["end_rel_ns"].max()) / 1e3, "us", csource)
+        add("Cycle maximum (engine)", float(cycles["end_rel_ns"].dropna().max()) / 1e3, "us", csource)
         add("Deadline misses (engine)", float(cycles["missed"].sum()), "", csource)
     else:
         add("Cycle maximum (engine)", np.nan, "us", "unknown: the capture has no engine cycle ends")

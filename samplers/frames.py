@@ -35,6 +35,7 @@ TABLE = 7  # JSON: {"name": table, "rows": {column: [values]}}: small tables (la
 TRAILER = 8  # JSON: the trailer; the writer finishes the file and exits
 PROCESSES = 9  # JSON: {"t_ns", "statm": [[pid, "statm text"], ...]}: process memory, at the system rate
 TASKSTATS = 10  # binary, see TASKSTATS_HEADER: raw netlink replies of one tick
+ENGINE_TARGETS = 11  # JSON {"engine", "pids"}: an engine source's clients; the recorder adopts them (not stored)
 
 # TASKSTATS payload: tick and row count, then u32 tid, int64 t_ns (when the query was sent) and u32 reply
 # length (0: the thread was gone) per row, then the replies, one contiguous run of bytes.

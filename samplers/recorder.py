@@ -28,6 +28,7 @@ from typing import Any
 from capture.errors import ForensicsError
 from capture.vocabulary import RT_POLICIES
 from samplers import frames
+from samplers.engine.source import EngineSources
 from samplers.procfs import ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
@@ -61,6 +62,7 @@ class RecorderOptions:
     redact: bool = False
     mark_on_new_process: bool = False
     stdin_markers: bool = False
+    pipewire: str = "off"  # auto | on | off: record the PipeWire profiler stream (samplers/engine)
     procfs: str = "/proc"
     meta: dict[str, Any] = field(default_factory=dict)
     # An engine source run beside the recording (samplers/engine): {"kind": "jack", "server": name or None,
@@ -133,6 +135,7 @@ class Recorder:
         self._process_names: dict[int, tuple[str | None, str | None]] = {}
         self._statm_fds: dict[int, int] = {}
         self._marker_count = 0
+        self.engines = EngineSources(options.pipewire, self.procfs, spec.exclude)
 
     # public control (signal handlers call these; they only set fields) -----------------------------
     def stop(self, reason: str) -> None:
@@ -313,8 +316,19 @@ class Recorder:
                 self._process_exited(pid, t_ns)
         for info in self.discovery.scan():
             self._add_process(info, t_ns, at_start=False)
+        self._engines(t_ns)
         self._scan_threads(t_ns)
         self._update_rt_sources()
+
+    def _engines(self, t_ns: int) -> None:
+        """Start an engine source when a target is its client; store what it sent; record its clients."""
+        self.engines.consider(list(self.processes))
+        stored, pids = self.engines.poll()
+        self._outbox += stored
+        for pid in pids:
+            info = self.discovery.adopt(pid, "engine client")
+            if info is not None:
+                self._add_process(info, t_ns, at_start=False)
 
     def _update_rt_sources(self) -> None:
         """Under --sched rt / --taskstats rt, read those sources for exactly the real-time threads."""
@@ -447,6 +461,7 @@ class Recorder:
             self._add_process(info, found_at, at_start=True)
         if not self.processes and self.spec.match is None and self.spec.command_pid is None:
             raise ForensicsError("no target process found")
+        self._engines(found_at)
         self._update_rt_sources()
         start = self.clock()  # tick 0: after the initial discovery, which opened every fd
 
@@ -572,6 +587,7 @@ class Recorder:
         self._statm_fds.clear()
         if self.taskstats_client is not None:
             self.taskstats_client.close()
+        self._outbox += self.engines.stop()
         self._hand_over()
         return self._trailer(start, end, rusage_start, rusage_end)
 

@@ -218,6 +218,13 @@ class Discovery:
         self.engine_pids &= set(self.targets) | self.spec.exclude  # gone ones are not looked at again
         return found
 
+    def adopt(self, pid: int, why: str) -> ProcessInfo | None:
+        """A process another source names as a target (an engine's client), unless gone or known."""
+        if pid in self.targets or pid in self.spec.exclude:
+            return None
+        info = read_process(self.procfs, pid)
+        return None if info is None else self._accept(pid, info, why)
+
     def still_alive(self, pid: int) -> bool:
         """False once the process exited, became a zombie, or its pid was reused."""
         info = read_process(self.procfs, pid)

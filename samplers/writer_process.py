@@ -140,8 +140,8 @@ class CaptureSink:
                 if self.ebpf is not None:  # what the recorder could not know: the probes are live
                     self.sources["ebpf"] = True
                     self.writer.update_meta({"sources": self.sources, "ebpf": self.ebpf.meta()})
-            else:
-                self.writer.update_meta(patch)
+            else:  # meta patches replace top-level keys: send "sources" whole, merged
+                self.writer.update_meta({**patch, "sources": self.sources} if "sources" in patch else patch)
         elif kind == frames.THREAD:
             row = json.loads(payload)
             self.comm_of[row["tid"]] = row["comm"]
@@ -164,7 +164,8 @@ class CaptureSink:
             self._taskstats(payload)
         elif kind == frames.TABLE:
             spec = json.loads(payload)
-            self.flush()
+            if not spec.get("stream"):  # a table streamed in pieces (an engine's rows) needs no ordering
+                self.flush()
             assert self.writer is not None
             self.writer.append(spec["name"], spec["rows"])
         elif kind == frames.TRAILER:

@@ -39,6 +39,7 @@ Examples:
   catch-load --lab                          record the built-in lab (no audio hardware needed)
   catch-load --match jackd                  wait for jackd, record it, its clients and its xruns
   catch-load -d 60s -o x.ssf -- jackd -R -d dummy -p 256   start jackd, record it, its clients, its log
+  catch-load -p $(pidof pipewire)           the PipeWire graph: the daemon, its clients, their cycles
   catch-load -p 1234 -p 5678 -d 30s -o load.ssf
   catch-load -- my-plugin-host --load foo.so   launch a command and record it until it exits
 
@@ -140,6 +141,14 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
     help="Follow this jackd log for its 'client = NAME was not finished' xrun lines (automatic when catch-load "
     "starts jackd itself).",
 )
+@click.option(
+    "--pipewire/--no-pipewire",
+    "pipewire",
+    default=None,
+    help="Record PipeWire's profiler stream beside the threads: per cycle the driver's times, quantum, rate "
+    "and xrun count, each node's signal/awake/finish/status, and which process owns each node (its clients "
+    "become targets). Default: on when a target is a PipeWire client or the daemon.",
+)
 @click.option("--cpu", type=int, default=None, help="Pin the sampler to this CPU.")
 @click.option(
     "--rt-priority",
@@ -171,6 +180,7 @@ def catch_load(
     jack: str | None,
     no_jack: bool,
     jack_log: str | None,
+    pipewire: bool | None,
     cpu: int | None,
     rt_priority: int | None,
     redact: bool,
@@ -229,6 +239,7 @@ def catch_load(
         mark_on_new_process=mark_on_new_process,
         stdin_markers=stdin_markers,
         engine=_engine_options(jack_choice, jack_log),
+        pipewire={None: "auto", True: "on", False: "off"}[pipewire],
     )
     guard = _switch_on(delayacct, schedstats, quiet)
     try:
@@ -352,6 +363,8 @@ def _record(
         if explicit_taskstats:  # the default (rt) says nothing when it cannot run; `info` shows it
             for note in session.recorder.notes:
                 click.echo(f"catch-load: {note}", err=True)
+        for note in session.recorder.engines.notes:  # an engine a target uses, not recorded: say so
+            click.echo(f"catch-load: {note}", err=True)
         if launched is not None:
             try:
                 launched.wait(timeout=30)

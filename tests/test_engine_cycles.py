@@ -1,0 +1,72 @@
+"""Cycle end and deadline misses from engine rows (canned: the rules, not a recording)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analyses.engine import engine_cycle_ends, engine_cycle_summary
+
+P = 5_333_333  # 256 frames at 48 kHz
+
+
+def _cycles(rows: list[tuple[int, str, int | None]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "t_ns": [r[0] for r in rows],
+            "engine": pd.Categorical([r[1] for r in rows]),
+            "period_ns": [P] * len(rows),
+            "end_ns": pd.array([r[2] for r in rows], dtype="Int64"),
+        }
+    )
+
+
+def _nodes(rows: list[tuple[int, str, int | None, bool | None]]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "t_ns": [r[0] for r in rows],
+            "engine": pd.Categorical([r[1] for r in rows]),
+            "finish_ns": pd.array([r[2] for r in rows], dtype="Int64"),
+            "xrun": pd.array([r[3] for r in rows], dtype="boolean"),
+        }
+    )
+
+
+def test_end_is_the_engines_or_the_last_node_finish_and_a_miss_is_past_the_period() -> None:
+    cycles = _cycles(
+        [
+            (0, "pipewire", 1_000_000),  # the source gave the end
+            (P, "pipewire", None),  # two nodes: the later finish ends it
+            (2 * P, "pipewire", None),  # late: ends 20 ms after its start
+            (3 * P, "pipewire", None),  # unfinished, end unknown, the engine counted the node late
+            (4 * P, "pipewire", None),  # nothing known
+        ]
+    )
+    nodes = _nodes(
+        [
+            (P, "pipewire", P + 200_000, False),
+            (P, "pipewire", P + 900_000, False),
+            (2 * P, "pipewire", 2 * P + 20_000_000, True),
+            (3 * P, "pipewire", None, True),
+            (4 * P, "pipewire", None, None),
+        ]
+    )
+    ends = engine_cycle_ends(cycles, nodes)
+    assert ends["end_rel_ns"].tolist()[:3] == [1_000_000, 900_000, 20_000_000]
+    assert ends["end_rel_ns"].isna().tolist() == [False, False, False, True, True]
+    assert ends["missed"].tolist()[:4] == [False, False, True, True]
+    assert pd.isna(ends["missed"].iloc[4])
+
+    summary = engine_cycle_summary(cycles, nodes).set_index("engine").loc["pipewire"]
+    assert summary["cycles"] == 5 and summary["cycles_with_end"] == 3
+    assert summary["end_p50_ns"] == 1_000_000
+    assert summary["end_p99_ns"] == np.percentile([1_000_000, 900_000, 20_000_000], 99)
+    assert summary["deadline_misses"] == 2 and summary["misses_unknown"] == 1
+
+
+def test_engines_are_summarised_apart() -> None:
+    cycles = _cycles([(0, "jack", 100), (P, "jack", 7_000_000 + P), (0, "pipewire", 300)])
+    summary = engine_cycle_summary(cycles, _nodes([])).set_index("engine")
+    assert summary.loc["jack", "deadline_misses"] == 1 and summary.loc["pipewire", "deadline_misses"] == 0
+    assert summary.loc["jack", "end_max_ns"] == 7_000_000
+    assert engine_cycle_summary(_cycles([]), _nodes([])).empty
