@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyses.span import in_span
 from capture.format import Capture
 
 HOUR_NS = 3_600_000_000_000
@@ -100,13 +101,7 @@ def engine_cycles(cap: Capture, t_range: tuple[int | None, int | None] | None = 
     columns = ["t_ns", "end_ns", "period_ns", "end_rel_ns", "missed", "engine"]
     if ends.empty:
         return pd.DataFrame(columns=columns)
-    if t_range is not None:
-        lo, hi = t_range
-        if lo is not None:
-            ends = ends[ends["t_ns"] >= lo]
-        if hi is not None:
-            ends = ends[ends["t_ns"] <= hi]
-    ends = ends[ends["missed"].notna()].copy()
+    ends = ends[in_span(ends["t_ns"].to_numpy(), t_range) & ends["missed"].notna().to_numpy()].copy()
     ends["end_ns"] = (ends["t_ns"] + ends["end_rel_ns"]).astype("Int64")
     return ends[columns].reset_index(drop=True)
 
@@ -119,25 +114,13 @@ def cycle_observation(cap: Capture) -> tuple[int, int]:
 
 def xrun_figures(cap: Capture, t_range: tuple[int | None, int | None] | None = None) -> dict[str, Any] | None:
     """None when the capture has no engine source; else the figures above (rates NaN when the span is 0)."""
-    sources = cap.meta.get("sources", {})
-    engine = sources.get("engine") if isinstance(sources, dict) else None
-    if not engine or engine.get("unavailable"):
+    engine = cap.sources.get("engine")
+    if not isinstance(engine, dict) or engine.get("unavailable"):
         return None
     xruns = cap.table("xruns")
+    xruns = xruns[in_span(xruns["t_ns"].to_numpy(), t_range)]
     status = cap.table("engine_status", ["t_ns", "quantum_frames", "rate_hz"])
-    if t_range is not None:
-        lo, hi = t_range
-        for name in ("xruns", "status"):
-            frame = xruns if name == "xruns" else status
-            keep = np.ones(len(frame), dtype=bool)
-            if lo is not None:
-                keep &= frame["t_ns"].to_numpy() >= lo
-            if hi is not None:
-                keep &= frame["t_ns"].to_numpy() <= hi
-            if name == "xruns":
-                xruns = frame[keep]
-            else:
-                status = frame[keep]
+    status = status[in_span(status["t_ns"].to_numpy(), t_range)]
     span_ns = float(status["t_ns"].max() - status["t_ns"].min()) if len(status) > 1 else float("nan")
     period_ns = (
         float(1e9 * status["quantum_frames"].iloc[-1] / status["rate_hz"].iloc[-1]) if len(status) else float("nan")
