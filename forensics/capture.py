@@ -377,13 +377,23 @@ def _to_arrow(name: str, data: pa.Table | pd.DataFrame | Mapping[str, Any]) -> p
     return table
 
 
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 class CaptureWriter:
     """Appends records to a capture file; every record is flushed to the kernel as it is written."""
 
     def __init__(self, path: str | os.PathLike[str], meta: Mapping[str, Any]) -> None:
         self.path = Path(path)
         try:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            # Created, never opened over an existing name: a link planted at a predictable name in a
+            # shared directory is not followed (O_NOFOLLOW) and nothing is truncated (O_EXCL). The
+            # recorder removes an old capture first when told to (--force).
+            self._fd = os.open(self.path, _CREATE_FLAGS, 0o644)
+        except FileExistsError:
+            raise CaptureFormatError(
+                f"{self.path} exists already: give another name, or --force to replace it"
+            ) from None
         except OSError as err:
             raise CaptureFormatError(f"cannot write the capture {self.path}: {err.strerror}") from err
         self.bytes_written = 0

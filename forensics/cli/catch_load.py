@@ -21,6 +21,7 @@ from forensics.cli import run_cli
 from forensics.cli.options import DURATION
 from forensics.describe import fmt_ns
 from forensics.errors import ForensicsError
+from forensics.safe_output import check_new_output
 from samplers.machine import cpu_topology, host_info, sources_available
 from samplers.procfs import ProcPaths
 from samplers.recorder import Recorder, RecorderOptions, Status
@@ -30,7 +31,27 @@ from samplers.targets import TargetSpec, missing_process, read_process
 
 
 def _default_output() -> str:
-    return f"catch-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}{SUFFIX}"
+    """catch-DATE-TIME.ssf, or -2, -3... when taken: the name is predictable, so one planted in a shared
+    directory must not stop the recording (the writer creates it exclusively in any case)."""
+    stem = f"catch-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    for n in range(1, 100):
+        name = f"{stem}{SUFFIX}" if n == 1 else f"{stem}-{n}{SUFFIX}"
+        if not os.path.lexists(name):
+            return name
+    raise ForensicsError(f"{stem}{SUFFIX} and 98 more names are taken here: give the capture a name with -o")
+
+
+def _prepare_output(out: Path, force: bool) -> None:
+    """An existing capture is replaced only with --force, and then only the name is removed (a link
+    goes, never its target); the writer then creates the file exclusively."""
+    check_new_output(out, force)
+    if force:
+        try:
+            os.unlink(out)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise ForensicsError(f"cannot replace {out}: {err.strerror}") from None
 
 
 EPILOG = """\b
@@ -64,8 +85,9 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
     "--output",
     type=click.Path(dir_okay=False),
     default=None,
-    help=f"Capture file to write [default: catch-DATE-TIME{SUFFIX}].",
+    help=f"Capture file to write [default: catch-DATE-TIME{SUFFIX}]. An existing file needs --force.",
 )
+@click.option("--force", is_flag=True, help="Replace the capture file if it exists (the name, never a link's target).")
 @click.option(
     "-i",
     "--interval",
@@ -139,6 +161,7 @@ def catch_load(
     match: str | None,
     children: bool,
     output: str | None,
+    force: bool,
     interval: int,
     duration: int | None,
     sched_mode: str,
@@ -178,6 +201,7 @@ def catch_load(
     for pid in pids:  # before anything is created or launched
         if read_process(ProcPaths(), pid) is None:
             raise missing_process(pid)
+    _prepare_output(out, force)
 
     truth_path: Path | None = None
     stdin_markers = sys.stdin.isatty()

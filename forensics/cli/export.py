@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from forensics.capture import Capture, load
-from forensics.cli.artefacts import suffix_of, write_bytes, wrote
+from forensics.cli.artefacts import check_output, force_option, forced, suffix_of, write_bytes, wrote
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import span_option
 from forensics.errors import ForensicsError
@@ -27,6 +27,7 @@ TRACE_SUFFIXES = {".json": "json", ".json.gz": "json.gz"}
               help="perfetto: FILE.json (or FILE.json.gz); csv, parquet: a directory (made if missing).")  # fmt: skip
 @click.option("--thread", "pattern", metavar="REGEX", help="Only these threads (name or process name matches).")
 @span_option
+@force_option
 def export(capture: str, fmt: str, output: str, pattern: str | None, span: str | None) -> None:
     """Write a capture for other tools: a trace for ui.perfetto.dev, or tables for pandas and DuckDB.
 
@@ -49,6 +50,7 @@ def export(capture: str, fmt: str, output: str, pattern: str | None, span: str |
         raise ForensicsError(f"unknown --format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     if fmt == "perfetto":
         compression = suffix_of(output, TRACE_SUFFIXES, "a Perfetto trace")
+        check_output(output)
     elif Path(output).exists() and not Path(output).is_dir():
         raise ForensicsError(f"--format {fmt} writes a directory of tables, and {output} is a file: name a directory")
     with Progress(f"forensics export ({fmt})", 4) as progress:
@@ -157,13 +159,9 @@ def write_tables(
     from forensics.export.frames import export_windows, flat_verdicts
     from forensics.export.tables import TableWriter, plain_samples
 
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ForensicsError(f"cannot make the directory {directory}: {err.strerror}") from err
     profiles = _threads(cap, pattern, t_range)
     tids = profiles["tid"].to_numpy(dtype=np.int32)
-    with TableWriter(directory, fmt) as writer:
+    with TableWriter(directory, fmt, force=forced()) as writer:
         if progress:
             progress.step("samples")
         for chunk in cap.iter_chunks("samples"):
