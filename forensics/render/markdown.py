@@ -15,7 +15,6 @@ import re
 from forensics.render import Report, Section
 from forensics.render.cells import fmt_cell
 
-
 # Markdown's own punctuation in data (a thread may call itself `*[x](javascript:..)*`), escaped with a
 # backslash so it prints as itself; HTML is escaped as the html report does (Markdown passes raw HTML).
 _MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]|~])")
