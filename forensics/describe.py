@@ -132,9 +132,11 @@ def _missed_text(trailer: dict[str, Any]) -> str:
     ticks = trailer.get("ticks")
     if missed is None:
         return "unknown"
-    if ticks:
-        return f"{missed} ({100.0 * missed / (ticks + missed):.3f} %)"
-    return str(missed)
+    text = f"{missed} ({100.0 * missed / (ticks + missed):.3f} %)" if ticks else str(missed)
+    lost = trailer.get("lost_ticks")
+    if lost:  # read, but never reached the file (a writer that fell behind, or the end came first)
+        text += f"; lost {lost} ({100.0 * lost / max(1, ticks or 0):.3f} % of the ticks read: not in the capture)"
+    return text
 
 
 def _cpu_text(trailer: dict[str, Any]) -> str:

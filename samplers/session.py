@@ -13,8 +13,10 @@ import fcntl
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,9 @@ from samplers.recorder import Recorder, RecorderOptions, Status
 from samplers.targets import TargetSpec
 
 F_SETPIPE_SZ = 1031  # fcntl.h: a 1 MiB pipe holds ~25 ticks of 100 threads if the writer stalls
+# From a stop request to the writer's exit (END_DRAIN_NS of it for the hand-over): a stop ends the whole
+# recording within about 2 s whatever the writer does. A writer still busy then finishes on its own.
+WRITER_END_BUDGET_NS = 1_000_000_000
 
 
 def package_env() -> dict[str, str]:
@@ -52,22 +57,35 @@ class RecordingSession:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=package_env(),
+            # Its own process group: Ctrl-C and the terminal's SIGHUP reach the recorder alone (even
+            # while the writer is still importing), and the writer ends on EOF after the trailer.
+            process_group=0,
         )
         assert self.writer.stdin is not None
         with contextlib.suppress(OSError):
             fcntl.fcntl(self.writer.stdin.fileno(), F_SETPIPE_SZ, 1 << 20)
         spec.exclude.update({os.getpid(), self.writer.pid})
         self.recorder = Recorder(spec, options, on_status=on_status)
+        self.recorder.writer_pid = self.writer.pid
         self._ready = False
+        self.notes: list[str] = []  # one-line messages about the end (a writer that could not finish)
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Block until the writer has imported everything (call before launching a command to record)."""
         if self._ready:
             return
         assert self.writer.stdout is not None
-        ready, _, _ = select.select([self.writer.stdout], [], [], timeout_s)
+        deadline = time.monotonic() + timeout_s
+        ready: list[Any] = []
+        while not ready and time.monotonic() < deadline:
+            if self.recorder.stop_reason is not None:  # Ctrl-C while the writer was still starting
+                self.abandon()
+                raise ForensicsError(f"{self.recorder.stop_reason} before the recording started: nothing was recorded")
+            ready, _, _ = select.select([self.writer.stdout], [], [], 0.1)
         if not ready or self.writer.stdout.read(1) != b"R":
-            raise ForensicsError("the capture writer process did not start (its error is above)")
+            code = self.writer.poll()
+            why = f"it exited with status {code}" if code is not None else f"not ready after {timeout_s:.0f} s"
+            raise ForensicsError(f"the capture writer process did not start ({why}; its error, if any, is above)")
         self._ready = True
 
     def record(self, meta: dict[str, Any]) -> dict[str, Any]:
@@ -76,9 +94,18 @@ class RecordingSession:
         try:
             return self.recorder.run(self.writer.stdin.fileno(), meta)
         except BrokenPipeError:
-            raise ForensicsError(
-                "the capture writer process died (its error is above); the capture may be partial"
-            ) from None
+            raise self.writer_failed() from None
+
+    def writer_failed(self) -> ForensicsError:
+        """The writer went away mid-recording: why, in one line (its own error, or the signal)."""
+        try:
+            code = self.writer.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return ForensicsError(f"the capture writer stopped reading; {self.options.output} may be incomplete")
+        why = _writer_error(self.writer) or (
+            f"it was killed by {signal.Signals(-code).name}" if code < 0 else f"it exited with status {code}"
+        )
+        return ForensicsError(f"the capture writer stopped: {why}; {self.options.output} holds what it wrote before")
 
     def add_table(self, name: str, rows: dict[str, list[Any]]) -> None:
         self.recorder.add_table(name, rows)
@@ -88,19 +115,31 @@ class RecordingSession:
 
     def finish(self, trailer: dict[str, Any]) -> None:
         assert self.writer.stdin is not None
+        stopped = self.recorder.stop_requested_ns
+        deadline = (stopped if stopped is not None else time.monotonic_ns()) + WRITER_END_BUDGET_NS
         try:
-            self.recorder.finish(trailer)
+            sent = self.recorder.finish(trailer, max(deadline - time.monotonic_ns(), 200_000_000))
             self.writer.stdin.close()
         except BrokenPipeError:
-            raise ForensicsError("the capture writer process died before the end; the capture has no trailer") from None
-        assert self.writer.stdout is not None
-        report = self.writer.stdout.read()
-        code = self.writer.wait()
-        with contextlib.suppress(ValueError):
-            trailer.update(json.loads(report))
+            raise self.writer_failed() from None
+        if not sent:
+            self.notes.append(
+                f"the capture writer did not take the end of the recording in time: {self.options.output} "
+                "ends without its trailer (the ticks it holds read back; their count is unknown)"
+            )
+        try:
+            code = self.writer.wait(timeout=max(0.2, (deadline - time.monotonic_ns()) * 1e-9))
+        except subprocess.TimeoutExpired:
+            self.notes.append(
+                f"the capture writer (pid {self.writer.pid}) is still finishing {self.options.output}; "
+                "it completes the file on its own"
+            )
+            return
+        error = _writer_error(self.writer, trailer)
         if code != 0:
+            why = error or (f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}")
             raise ForensicsError(
-                f"the capture writer exited with status {code}; {self.options.output} may be incomplete"
+                f"the capture writer failed at the end ({why}); {self.options.output} may be incomplete"
             )
 
     def abandon(self) -> None:
@@ -112,3 +151,22 @@ class RecordingSession:
             self.writer.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.writer.kill()
+
+
+def _writer_error(writer: subprocess.Popen[bytes], report: dict[str, Any] | None = None) -> str | None:
+    """The writer's last words on its stdout: a JSON object, with "error" when it failed."""
+    if writer.stdout is None:
+        return None
+    ready, _, _ = select.select([writer.stdout], [], [], 0.5)
+    if not ready:
+        return None
+    try:
+        last = json.loads(writer.stdout.read() or b"{}")
+    except ValueError:
+        return None
+    if not isinstance(last, dict):
+        return None
+    error = last.pop("error", None)
+    if report is not None:
+        report.update(last)
+    return str(error) if error else None

@@ -11,6 +11,7 @@ or changed its scheduling policy or priority (stat fields 40 and 41).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from forensics.capture import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, CaptureWriter
+from forensics.errors import ForensicsError
 from samplers import frames
 from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat_blob, policy_name
 from samplers.system import PRESSURE_FILES, system_rows
@@ -344,6 +346,14 @@ class CaptureSink:
             columns[column] = pa.array([p.get(field) for p in parsed], type=pa.int64())
         self.writer.append("sched", pa.table(columns, schema=SCHED_SCHEMA))
 
+    def abandon(self) -> None:
+        """After a write error: close the file as it is (what reached it reads back), write no more."""
+        if self.ebpf is not None and self.ebpf_stats is None:
+            with contextlib.suppress(Exception):
+                self.ebpf.stop()
+        if self.writer is not None:
+            self.writer.abandon()
+
     def close(self) -> None:
         """EOF: keep what arrived. No trailer unless the recorder sent one."""
         if self.finished:
@@ -366,10 +376,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(paths) != 1:
         print("usage: python -m samplers.writer_process OUTPUT [--ebpf] < frames", file=sys.stderr)
         return 2
-    # Ctrl-C reaches the whole foreground process group: the writer must not die before the recorder
-    # has sent its trailer. It ends on EOF instead.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Ctrl-C (and SIGHUP when the terminal closes) reaches the whole foreground process group: the
+    # writer must not die before the recorder has sent its trailer. It ends on EOF instead.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     pump = _start_ebpf() if ebpf else None
     # Parsing and compression can wait; the target threads and the recorder's tick cannot. The frame
     # drain thread keeps the pipe empty even when this process gets less CPU.
@@ -384,11 +394,27 @@ def main(argv: list[str] | None = None) -> int:
             sink.handle(kind, payload)
             if sink.finished:
                 break
-    finally:
         sink.close()
-    if sink.finished:  # the recorder prints these in its summary
-        os.write(sys.stdout.fileno(), json.dumps(sink.final).encode())
+    except (OSError, ForensicsError) as err:
+        # The recorder words it as one line (a full disk, a directory gone, no permission).
+        with contextlib.suppress(BrokenPipeError):
+            os.write(sys.stdout.fileno(), json.dumps({"error": _why(err, paths[0])}).encode())
+        sink.abandon()
+        return 1
+    if sink.finished:  # the recorder prints these in its summary (unless it ended before we did)
+        with contextlib.suppress(BrokenPipeError):
+            os.write(sys.stdout.fileno(), json.dumps(sink.final).encode())
     return 0
+
+
+def _why(err: BaseException, output: str) -> str:
+    if isinstance(err, ForensicsError):
+        return str(err)
+    assert isinstance(err, OSError)
+    text = f"cannot write {output}: {err.strerror or err}"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        text += " (the file system is full: free space, or record to another disk with -o)"
+    return text
 
 
 def _start_ebpf() -> Any:

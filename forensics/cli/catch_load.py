@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
@@ -18,7 +19,7 @@ import click
 from forensics import __version__
 from forensics.capture import SUFFIX
 from forensics.cli import run_cli
-from forensics.cli.options import DURATION
+from forensics.cli.options import DURATION, INTERVAL
 from forensics.describe import fmt_ns
 from forensics.errors import ForensicsError
 from forensics.safe_output import check_new_output
@@ -91,7 +92,7 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
 @click.option(
     "-i",
     "--interval",
-    type=DURATION,
+    type=INTERVAL,
     default="2ms",
     show_default=True,
     help="Sampling interval: 2ms, 500us, 0.002 (seconds).",
@@ -227,7 +228,7 @@ def catch_load(
     )
     guard = _switch_on(delayacct, schedstats, quiet)
     try:
-        _record(
+        command_status = _record(
             spec,
             options,
             command,
@@ -242,7 +243,16 @@ def catch_load(
     finally:
         if guard is not None:
             for message in guard.restore():
-                click.echo(f"catch-load: {message}", err=True)
+                _say(message)
+    if command_status:
+        # `catch-load -- CMD` is used in scripts: it fails as CMD failed (128 + N when killed by N).
+        sys.exit(command_status if command_status > 0 else 128 - command_status)
+
+
+def _say(message: str) -> None:
+    """One line on stderr; a terminal that went away (SIGHUP) must not turn the end into a traceback."""
+    with contextlib.suppress(OSError):
+        click.echo(f"catch-load: {message}", err=True)
 
 
 def _switch_on(delayacct: bool, schedstats: bool, quiet: bool) -> SysctlGuard | None:
@@ -272,8 +282,10 @@ def _record(
     regex: re.Pattern[str] | None,
     guard: SysctlGuard | None,
     explicit_taskstats: bool,
-) -> None:
+) -> int:
+    """Record; the launched command's exit status (0 without one)."""
     launched: subprocess.Popen[bytes] | None = None
+    ended_by_us = False  # the recording's end stopped the command: its status is ours, not its own
     interval = options.interval_ns
     status_line = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     session = RecordingSession(spec, options, on_status=status_line.show)
@@ -282,8 +294,9 @@ def _record(
     def on_signal(signum: int, _frame: Any) -> None:
         recorder.stop(f"interrupted ({signal.Signals(signum).name})")
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    # SIGHUP (the terminal closed) ends the recording as SIGTERM does: trailer written, sysctls restored.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, on_signal)
     signal.signal(signal.SIGUSR1, lambda *_: recorder.add_marker("SIGUSR1"))
 
     session.wait_ready()  # a launched command must not start before the recording can
@@ -316,11 +329,17 @@ def _record(
             for note in session.recorder.notes:
                 click.echo(f"catch-load: {note}", err=True)
         if launched is not None:
+            # The command ended the recording (wait long), or a stop request did (it carries on).
             try:
-                launched.wait(timeout=30)
+                launched.wait(timeout=30 if recorder.stop_reason == "the command exited" else 0.2)
             except subprocess.TimeoutExpired:
                 launched.terminate()
-                launched.wait()
+                ended_by_us = True
+                try:
+                    launched.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    launched.kill()
+                    launched.wait()
             trailer["command_exit_code"] = launched.returncode
         if truth_path is not None:
             _store_truth(session, truth_path)
@@ -334,8 +353,14 @@ def _record(
         if truth_path is not None:
             truth_path.unlink(missing_ok=True)
     session.finish(trailer)
+    for note in session.notes:
+        _say(note)
     if not quiet:
-        _print_summary(out, trailer, session.recorder)
+        with contextlib.suppress(OSError):
+            _print_summary(out, trailer, session.recorder)
+    if launched is None or ended_by_us or launched.returncode is None:
+        return 0
+    return launched.returncode
 
 
 def _meta(
@@ -445,6 +470,7 @@ class _StatusLine:
 def _print_summary(out: Path, trailer: dict[str, Any], recorder: Recorder) -> None:
     ticks = trailer["ticks"]
     missed = trailer["missed_ticks"]
+    lost = trailer.get("lost_ticks", 0)
     duration = trailer["duration_ns"]
     cpu = trailer["sampler_cpu_ns"]
     size = out.stat().st_size
@@ -453,7 +479,8 @@ def _print_summary(out: Path, trailer: dict[str, Any], recorder: Recorder) -> No
         f"{recorder.threads_seen} threads in {recorder.processes_seen} processes",
         f"  ticks {ticks}, interval p50 {fmt_ns(trailer['interval_p50_ns'])}, "
         f"p99 {fmt_ns(trailer['interval_p99_ns'])}, max {fmt_ns(trailer['interval_max_ns'])}, "
-        f"missed {missed} ({100.0 * missed / max(1, ticks + missed):.2f} %)",
+        f"missed {missed} ({100.0 * missed / max(1, ticks + missed):.2f} %)"
+        + (f", lost {lost} (read, but the writer fell behind: not in the capture)" if lost else ""),
         f"  sampler CPU {100.0 * cpu / max(1, duration):.1f} % of a core (writer "
         f"{100.0 * trailer.get('writer_cpu_ns', 0) / max(1, duration):.1f} %); file {size / 1e6:.2f} MB "
         f"({size / max(1, recorder.sample_rows):.1f} bytes per thread-sample)",
