@@ -93,7 +93,8 @@ def test_newer_format_version_is_refused_with_a_plain_message(tmp_path: Path) ->
     data = bytearray(path.read_bytes())
     struct.pack_into("<H", data, len(MAGIC), FORMAT_VERSION + 1)
     path.write_bytes(bytes(data))
-    with pytest.raises(CaptureFormatError, match=r"format version 2, newer than this forensics reads \(up to 1\)"):
+    newer = rf"format version {FORMAT_VERSION + 1}, newer than this forensics reads \(up to {FORMAT_VERSION}\)"
+    with pytest.raises(CaptureFormatError, match=newer):
         load(path)
 
 
