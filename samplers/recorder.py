@@ -48,7 +48,8 @@ SLEEP_SLICE_NS = 50_000_000  # a long wait for the next tick wakes this often to
 BACKLOG_BYTES = 16 << 20
 # After a stop request, the backlog gets this long to reach the writer; what does not is dropped
 # (counted as lost), so every stop ends the recording in bounded time whatever the writer does.
-END_DRAIN_NS = 500_000_000
+END_DRAIN_NS = 400_000_000
+CALM_END_NS = 60_000_000_000  # the end without a signal: a writer that takes longer than this is stuck
 
 SCHEDSTAT_BYTES = 128  # "run wait slices\n": three u64 at most 61 bytes
 STAT_BYTES = 1024  # 52 fields of at most 20 digits plus a 64-byte comm (TASK_COMM_LEN 16, escaped)
@@ -150,15 +151,19 @@ class Recorder:
         self.delivered = True  # False once a frame stays cut in the pipe: nothing may follow it
         self.writer_pid: int | None = None  # our writer process, resumed at the end if it was stopped
         self.stop_requested_ns: int | None = None
+        self.urgent = False
         self._process_names: dict[int, tuple[str | None, str | None]] = {}
         self._statm_fds: dict[int, int] = {}
         self._marker_count = 0
 
     # public control (signal handlers call these; they only set fields) -----------------------------
-    def stop(self, reason: str) -> None:
+    def stop(self, reason: str, urgent: bool = False) -> None:
+        """End the recording. `urgent` (a signal: someone wants the recorder gone) bounds the end: what
+        the writer has not taken within about 2 s is dropped and counted, instead of waited for."""
         if self.stop_reason is None:
             self.stop_reason = reason
             self.stop_requested_ns = time.monotonic_ns()
+            self.urgent = urgent
 
     def add_marker(self, text: str) -> None:
         self._markers.append((self.clock(), text))
@@ -697,7 +702,10 @@ class Recorder:
             # It runs at nice 10 so as not to disturb the tick; the ticks are over, and the end is due.
             with contextlib.suppress(OSError):
                 os.setpriority(os.PRIO_PROCESS, self.writer_pid, 0)
-        self.delivered = self._drain(max(stopped_at + END_DRAIN_NS, self.clock() + 100_000_000))
+        # An end the recording chose (duration, the targets exited) waits for the writer: a script that
+        # reads the capture next must find it whole. A stop request by signal is bounded.
+        drain_until = stopped_at + END_DRAIN_NS if self.urgent else self.clock() + CALM_END_NS
+        self.delivered = self._drain(max(drain_until, self.clock() + 100_000_000))
         return self._trailer(start, end, rusage_start, rusage_end)
 
     def _open_taskstats(self) -> None:
@@ -733,13 +741,14 @@ class Recorder:
         return f"FIFO {rt_priority or 1}"
 
     def add_meta(self, patch: dict[str, Any]) -> None:
-        self._deliver(frames.encode_json(frames.META, patch), END_DRAIN_NS)
+        self._deliver(frames.encode_json(frames.META, patch), END_DRAIN_NS if self.urgent else CALM_END_NS)
 
     def add_table(self, name: str, rows: dict[str, list[Any]]) -> None:
         """A small table recorded beside the samples (the lab's ground truth), before `finish`."""
-        self._deliver(frames.encode_json(frames.TABLE, {"name": name, "rows": rows}), END_DRAIN_NS)
+        table = frames.encode_json(frames.TABLE, {"name": name, "rows": rows})
+        self._deliver(table, END_DRAIN_NS if self.urgent else CALM_END_NS)
 
-    def finish(self, trailer: dict[str, Any], budget_ns: int = END_DRAIN_NS) -> bool:
+    def finish(self, trailer: dict[str, Any], budget_ns: int = CALM_END_NS) -> bool:
         """Send the trailer: the writer completes the file and exits. False when it could not be sent
         in time (the writer does not read): the capture then ends without one, and says so."""
         return self._deliver(frames.encode_json(frames.TRAILER, trailer), budget_ns)

@@ -22,13 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from forensics.errors import ForensicsError
-from samplers.recorder import Recorder, RecorderOptions, Status
+from samplers.recorder import CALM_END_NS, Recorder, RecorderOptions, Status
 from samplers.targets import TargetSpec
 
 F_SETPIPE_SZ = 1031  # fcntl.h: a 1 MiB pipe holds ~25 ticks of 100 threads if the writer stalls
 # From a stop request to the writer's exit (END_DRAIN_NS of it for the hand-over): a stop ends the whole
 # recording within about 2 s whatever the writer does. A writer still busy then finishes on its own.
-WRITER_END_BUDGET_NS = 1_000_000_000
+WRITER_END_BUDGET_NS = 800_000_000
 
 
 def package_env() -> dict[str, str]:
@@ -78,9 +78,8 @@ class RecordingSession:
         deadline = time.monotonic() + timeout_s
         ready: list[Any] = []
         while not ready and time.monotonic() < deadline:
-            if self.recorder.stop_reason is not None:  # Ctrl-C while the writer was still starting
-                self.abandon()
-                raise ForensicsError(f"{self.recorder.stop_reason} before the recording started: nothing was recorded")
+            # A stop request meanwhile (Ctrl-C during the writer's imports) is kept: the recording then
+            # ends at its first tick, and the capture says it was interrupted.
             ready, _, _ = select.select([self.writer.stdout], [], [], 0.1)
         if not ready or self.writer.stdout.read(1) != b"R":
             code = self.writer.poll()
@@ -116,7 +115,10 @@ class RecordingSession:
     def finish(self, trailer: dict[str, Any]) -> None:
         assert self.writer.stdin is not None
         stopped = self.recorder.stop_requested_ns
-        deadline = (stopped if stopped is not None else time.monotonic_ns()) + WRITER_END_BUDGET_NS
+        if self.recorder.urgent and stopped is not None:
+            deadline = stopped + WRITER_END_BUDGET_NS
+        else:  # the recording ended by itself: the capture must be whole when we return
+            deadline = time.monotonic_ns() + CALM_END_NS
         try:
             sent = self.recorder.finish(trailer, max(deadline - time.monotonic_ns(), 200_000_000))
             self.writer.stdin.close()

@@ -28,7 +28,7 @@ from samplers.procfs import ProcPaths
 from samplers.recorder import Recorder, RecorderOptions, Status
 from samplers.session import RecordingSession, package_env
 from samplers.sysctl_guard import SysctlGuard
-from samplers.targets import TargetSpec, missing_process, read_process
+from samplers.targets import TargetSpec, missing_process, read_process, thread_group
 
 
 def _default_output() -> str:
@@ -40,6 +40,25 @@ def _default_output() -> str:
         if not os.path.lexists(name):
             return name
     raise ForensicsError(f"{stem}{SUFFIX} and 98 more names are taken here: give the capture a name with -o")
+
+
+# Below this, the sampler's own per-tick cost (sampler_cpu_ns / ticks in a capture's trailer: 60-120 us
+# on the project's VMs with one to five target threads) fills the interval: ticks are missed.
+SENSIBLE_INTERVAL_NS = 250_000
+
+
+def _processes_of(pids: tuple[int, ...], quiet: bool) -> tuple[int, ...]:
+    """-p takes processes; a thread id (which /proc also answers to) means its process, said once."""
+    out = []
+    for pid in pids:
+        tgid = thread_group(ProcPaths(), pid)
+        if tgid is not None and tgid != pid:
+            if not quiet:
+                _say(f"{pid} is a thread of process {tgid}: recording process {tgid} (all its threads)")
+            pid = tgid
+        if pid not in out:
+            out.append(pid)
+    return tuple(out)
 
 
 def _prepare_output(out: Path, force: bool) -> None:
@@ -202,6 +221,13 @@ def catch_load(
     for pid in pids:  # before anything is created or launched
         if read_process(ProcPaths(), pid) is None:
             raise missing_process(pid)
+    pids = _processes_of(pids, quiet)
+    if interval < SENSIBLE_INTERVAL_NS:
+        _say(
+            f"warning: -i {fmt_ns(interval)} is below {fmt_ns(SENSIBLE_INTERVAL_NS)}: a tick costs the sampler "
+            "60-120 us of CPU here (two /proc reads per thread and a wake-up), so it would keep a core busy "
+            "and miss most ticks (counted in the capture); 2ms is the default"
+        )
     _prepare_output(out, force)
 
     truth_path: Path | None = None
@@ -292,7 +318,7 @@ def _record(
     recorder = session.recorder
 
     def on_signal(signum: int, _frame: Any) -> None:
-        recorder.stop(f"interrupted ({signal.Signals(signum).name})")
+        recorder.stop(f"interrupted ({signal.Signals(signum).name})", urgent=True)
 
     # SIGHUP (the terminal closed) ends the recording as SIGTERM does: trailer written, sysctls restored.
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
