@@ -26,8 +26,16 @@ import pyarrow as pa
 from forensics.capture import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, CaptureWriter
 from forensics.errors import ForensicsError
 from samplers import frames
-from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat_blob, policy_name
+from samplers.procfs import (
+    STAT_NUMERIC,
+    parse_sched,
+    parse_schedstat_blob,
+    parse_stat,
+    parse_stat_blob,
+    policy_name,
+)
 from samplers.system import PRESSURE_FILES, system_rows
+from samplers.unseen import UnseenThreads
 
 # At most this much of the recording sits only in the writer's memory. The writer outlives a killed
 # recorder and flushes on EOF; this bounds the loss when both are killed at once (issue 2: 1 s).
@@ -36,13 +44,14 @@ FLUSH_ROWS = 200_000
 
 
 class _Layout:
-    __slots__ = ("id", "pids", "sched", "tids")
+    __slots__ = ("id", "leaders", "pids", "sched", "tids")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.id = int(spec["id"])
         self.tids = np.asarray(spec["tids"], dtype=np.int32)
         self.pids = np.asarray(spec["pids"], dtype=np.int32)
         self.sched = np.asarray(spec["sched"], dtype=np.int64)
+        self.leaders = np.flatnonzero(self.tids == self.pids)  # their stat lines carry num_threads
 
 
 class CaptureSink:
@@ -70,12 +79,14 @@ class CaptureSink:
         self.finished = False
         self.final: dict[str, Any] = {}
         self.cpu_at_ready = time.process_time_ns()
+        self.unseen = UnseenThreads()
 
     # frame handling -------------------------------------------------------------------------------
     def handle(self, kind: int, payload: bytes) -> None:
         if kind == frames.TICK:
             tick, layout_id, tick_ns, *_ = frames.TICK_HEADER.unpack_from(payload)
             layout = self.layouts[layout_id]
+            self._count_threads(layout, payload)
             self.pending.append((layout, tick, tick_ns, payload))
             self.pending_rows += len(layout.tids)
             if self.pending_since is None:
@@ -101,6 +112,7 @@ class CaptureSink:
             if row.get("policy") is not None:
                 self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
             self.threads.append(row)
+            self.unseen.thread_found(row["pid"])
             if self.ebpf is not None:
                 self.ebpf.add_pid(row["pid"])
         elif kind == frames.EVENT:
@@ -126,6 +138,9 @@ class CaptureSink:
             self.flush()
             if self.ebpf_stats is not None:
                 trailer["ebpf"] = self.ebpf_stats
+            unseen = self.unseen.lower_bounds()
+            trailer["threads_unseen_min"] = sum(unseen.values())
+            trailer["threads_unseen_min_by_pid"] = {str(pid): n for pid, n in unseen.items() if n}
             # The cost of the recording, not of the imports before it started.
             trailer["writer_cpu_ns"] = time.process_time_ns() - self.cpu_at_ready
             assert self.writer is not None
@@ -134,9 +149,38 @@ class CaptureSink:
             self.final = {
                 "ebpf": self.ebpf_stats,
                 "writer_cpu_ns": trailer["writer_cpu_ns"],
+                "threads_unseen_min": trailer["threads_unseen_min"],
                 "bytes": self.writer.bytes_written,
                 "rows": self.writer.rows_written,
             }
+
+    def _count_threads(self, layout: _Layout, payload: bytes) -> None:
+        """Each process leader's num_threads at this tick, against the threads of it the tick read."""
+        if not len(layout.leaders):
+            return
+        n = len(layout.tids)
+        _, _, _, n_dead, n_sched, len_ss, _ = frames.TICK_HEADER.unpack_from(payload)
+        offset = frames.TICK_HEADER.size + 8 * n
+        alive = np.ones(n, dtype=bool)
+        if n_dead:
+            alive[_array(payload, "<u4", n_dead, offset)] = False
+        offset += 4 * n_dead
+        lengths = _array(payload, "<u4", n - n_dead, offset).astype(np.int64)
+        stat_at = offset + 4 * (n - n_dead) + 4 * n_sched + len_ss
+        ends = np.cumsum(lengths)
+        line_of = np.cumsum(alive) - 1  # index among the live rows
+        live_pids = layout.pids[alive]
+        for index in layout.leaders.tolist():
+            if not alive[index]:
+                continue
+            line = int(line_of[index])
+            raw = payload[stat_at + int(ends[line] - lengths[line]) : stat_at + int(ends[line])]
+            try:
+                count = parse_stat(raw).num_threads
+            except ValueError:
+                continue
+            pid = int(layout.pids[index])
+            self.unseen.tick(pid, count, int(np.count_nonzero(live_pids == pid)))
 
     def _taskstats(self, payload: bytes) -> None:
         tick, n = frames.TASKSTATS_HEADER.unpack_from(payload)

@@ -81,3 +81,36 @@ def test_an_interval_below_what_a_tick_costs_is_a_warning(tmp_path: Path) -> Non
         capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120,
     )  # fmt: skip
     assert "warning: -i" not in slow.stderr
+
+
+CHURN = (
+    "import sys, threading, time\n"
+    "created = 0\n"
+    "end = time.monotonic() + 2.0\n"
+    "while time.monotonic() < end:\n"
+    "    threading.Thread(target=time.sleep, args=(0.004,)).start()  # lives 4 ms: between two scans\n"
+    "    created += 1\n"
+    "    time.sleep(0.012)\n"
+    "print('created', created, flush=True)\n"
+)
+
+
+def test_short_lived_threads_between_scans_are_counted(tmp_path: Path) -> None:
+    out = tmp_path / "churn.ssf"
+    proc = subprocess.run(
+        [sys.executable, "-m", "forensics.cli.catch_load", "-o", str(out), "--", sys.executable, "-c", CHURN],
+        capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    created = int(proc.stdout.split("created")[1].split()[0])
+    cap = forensics.load(out)
+    found_later = int((cap.events["kind"] == "thread_appeared").sum())
+    never_read = created - found_later
+    unseen = cap.trailer["threads_unseen_min"]
+    assert unseen <= never_read  # a lower bound, never more than the truth
+    assert unseen >= 0.5 * never_read, (unseen, never_read)  # and not an empty one: most are counted
+    assert f"at least {unseen} short-lived threads" in proc.stderr
+    info = subprocess.run(
+        [sys.executable, "-m", "forensics", "info", str(out)], capture_output=True, text=True, env=_env(), cwd=REPO
+    )
+    assert f"at least {unseen}:" in info.stdout

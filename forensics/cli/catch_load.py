@@ -497,6 +497,7 @@ def _print_summary(out: Path, trailer: dict[str, Any], recorder: Recorder) -> No
     ticks = trailer["ticks"]
     missed = trailer["missed_ticks"]
     lost = trailer.get("lost_ticks", 0)
+    unseen = trailer.get("threads_unseen_min", 0)
     duration = trailer["duration_ns"]
     cpu = trailer["sampler_cpu_ns"]
     size = out.stat().st_size
@@ -510,6 +511,11 @@ def _print_summary(out: Path, trailer: dict[str, Any], recorder: Recorder) -> No
         f"  sampler CPU {100.0 * cpu / max(1, duration):.1f} % of a core (writer "
         f"{100.0 * trailer.get('writer_cpu_ns', 0) / max(1, duration):.1f} %); file {size / 1e6:.2f} MB "
         f"({size / max(1, recorder.sample_rows):.1f} bytes per thread-sample)",
+        *(
+            [f"  at least {unseen} short-lived threads started and ended between thread scans, never sampled"]
+            if unseen
+            else []
+        ),
         f"capture: {out}",
         f"next: forensics info {out}   |   forensics stalls {out}",
     ]
