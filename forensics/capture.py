@@ -83,6 +83,9 @@ SAMPLES_SCHEMA = pa.schema(
         ("rtprio", pa.int16()),  # stat 40
         ("policy", pa.int8()),  # stat 41: 0 OTHER, 1 FIFO, 2 RR, 3 BATCH, 5 IDLE, 6 DEADLINE
         ("blkio_ticks", pa.int64()),  # stat 42: delayacct_blkio_ticks (0 unless kernel.task_delayacct=1)
+        # stat 22, clock ticks after boot. A thread is (tid, starttime): the kernel reuses a tid once its
+        # thread has gone, and the new thread's counters start again (null in captures before it).
+        ("starttime", pa.int64()),
     ]
 )
 
@@ -881,7 +884,9 @@ class Capture:
         """The table chunk by chunk, for work that need not hold a whole large capture at once."""
         cols = list(columns) if columns is not None else None
         if name in self._tables:
-            yield self._tables[name] if cols is None else self._tables[name][cols]
+            frame = self._tables[name]
+            # Columns an in-memory table lacks read as missing, as a file's older chunks do.
+            yield frame if cols is None else frame.reindex(columns=cols)
             return
         for table in self._read_arrow_chunks(name, cols):
             yield _to_pandas(table)
