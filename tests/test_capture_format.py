@@ -36,6 +36,7 @@ def _samples(ticks: int, tids: list[int], start: int = 0) -> dict[str, np.ndarra
         "rtprio": np.where(tid % 2 == 1, 85, 0).astype(np.int16),
         "policy": np.where(tid % 2 == 1, 1, 0).astype(np.int8),
         "blkio_ticks": np.zeros(len(tick), dtype=np.int64),
+        "starttime": (tid.astype(np.int64) * 7),
     }
 
 
