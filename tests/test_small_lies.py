@@ -114,3 +114,13 @@ def test_short_lived_threads_between_scans_are_counted(tmp_path: Path) -> None:
         [sys.executable, "-m", "forensics", "info", str(out)], capture_output=True, text=True, env=_env(), cwd=REPO
     )
     assert f"at least {unseen}:" in info.stdout
+
+
+def test_absurd_durations_are_one_line() -> None:
+    for option, value in (("-d", "1e999"), ("-i", "1e30"), ("-d", "nan"), ("-i", "0")):
+        proc = subprocess.run(
+            [sys.executable, "-m", "forensics.cli.catch_load", option, value, "--", "true"],
+            capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 2, (option, value, proc.stderr)
+        assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
