@@ -17,6 +17,7 @@ from forensics.errors import ForensicsError
 from forensics.progress import Progress
 
 FORMATS = ("perfetto", "csv", "parquet")
+TABLES = ("samples", "windows", "verdicts", "threads", "events")  # the files of --format csv|parquet
 TRACE_SUFFIXES = {".json": "json", ".json.gz": "json.gz"}
 
 
@@ -53,6 +54,9 @@ def export(capture: str, fmt: str, output: str, pattern: str | None, span: str |
         check_output(output)
     elif Path(output).exists() and not Path(output).is_dir():
         raise ForensicsError(f"--format {fmt} writes a directory of tables, and {output} is a file: name a directory")
+    elif Path(output).is_dir() and not forced():  # before the work: an earlier export's tables need --force
+        for table in TABLES:
+            check_output(str(Path(output) / f"{table}.{fmt}"))
     with Progress(f"forensics export ({fmt})", 4) as progress:
         progress.step("reading the capture")
         cap = load(capture)
