@@ -82,14 +82,18 @@ def _start(out: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
 
 
 def _stop(recorder: subprocess.Popen[str], signum: int) -> tuple[float, str]:
+    """Seconds from the signal to the recorder's exit (not to the end of its output: a writer still
+    finishing the file holds the same stderr open until it is done), and its stderr."""
     sent = time.monotonic()
     recorder.send_signal(signum)
     try:
-        _, stderr = recorder.communicate(timeout=30)
+        recorder.wait(timeout=30)
     except subprocess.TimeoutExpired:
         recorder.kill()
         pytest.fail(f"{signal.Signals(signum).name} did not end the recording in 30 s")
-    return time.monotonic() - sent, stderr
+    took = time.monotonic() - sent
+    _, stderr = recorder.communicate(timeout=60)
+    return took, stderr
 
 
 def _wait_gone(pid: int, timeout_s: float = 60) -> None:
@@ -177,7 +181,8 @@ def test_stop_with_delayacct_restores_the_sysctl(tmp_path: Path, target: int, si
         took, stderr = _stop(recorder, signum)
         assert took < STOP_BOUND_S, (took, stderr)
         assert recorder.returncode == 0, stderr
-        assert DELAYACCT.read_text().strip() == before, stderr
+        # Put back, unless another user of the machine changed it meanwhile (the guard then says so).
+        assert DELAYACCT.read_text().strip() == before or "left at" in stderr, stderr
     finally:
         if recorder.poll() is None:
             recorder.kill()
