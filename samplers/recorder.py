@@ -198,11 +198,6 @@ class Recorder:
             self._backlog_bytes -= len(data)
             self._backlog_offset = 0
 
-    @property
-    def falling_behind(self) -> bool:
-        """True when the writer is so far behind that new ticks are dropped (and counted as lost)."""
-        return self._backlog_bytes > BACKLOG_BYTES
-
     def _drain(self, deadline_ns: int) -> bool:
         """Hand over everything before `deadline_ns`; then drop the chunks not started (their ticks are
         lost). False when a chunk stays cut (the writer took part of it): nothing more can follow."""

@@ -101,10 +101,12 @@ class RecordingSession:
             code = self.writer.wait(timeout=5)
         except subprocess.TimeoutExpired:
             return ForensicsError(f"the capture writer stopped reading; {self.options.output} may be incomplete")
-        why = _writer_error(self.writer) or (
+        last: dict[str, Any] = {}
+        why = _writer_error(self.writer, last) or (
             f"it was killed by {signal.Signals(-code).name}" if code < 0 else f"it exited with status {code}"
         )
-        return ForensicsError(f"the capture writer stopped: {why}; {self.options.output} holds what it wrote before")
+        kept = f"{self.options.output} holds what it wrote before" if last.get("wrote", True) else "nothing was written"
+        return ForensicsError(f"the capture writer stopped: {why}; {kept}")
 
     def add_table(self, name: str, rows: dict[str, list[Any]]) -> None:
         self.recorder.add_table(name, rows)

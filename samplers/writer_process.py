@@ -442,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ForensicsError) as err:
         # The recorder words it as one line (a full disk, a directory gone, no permission).
         with contextlib.suppress(BrokenPipeError):
-            os.write(sys.stdout.fileno(), json.dumps({"error": _why(err, paths[0])}).encode())
+            wrote = sink.writer is not None and sink.writer.bytes_written > 0
+            os.write(sys.stdout.fileno(), json.dumps({"error": _why(err, paths[0]), "wrote": wrote}).encode())
         sink.abandon()
         return 1
     if sink.finished:  # the recorder prints these in its summary (unless it ended before we did)
