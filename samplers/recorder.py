@@ -148,7 +148,6 @@ class Recorder:
         self.lost_ticks = 0  # read, but never handed to the writer (it fell behind, or the end came)
         self.tick_frames = 0  # ticks put in the outbox; less those dropped at the end: in the capture
         self.lost_at_end = 0
-        self.delivered = True  # False once a frame stays cut in the pipe: nothing may follow it
         self.writer_pid: int | None = None  # our writer process, resumed at the end if it was stopped
         self.stop_requested_ns: int | None = None
         self.urgent = False
@@ -200,7 +199,8 @@ class Recorder:
 
     def _drain(self, deadline_ns: int) -> bool:
         """Hand over everything before `deadline_ns`; then drop the chunks not started (their ticks are
-        lost). False when a chunk stays cut (the writer took part of it): nothing more can follow."""
+        lost). A chunk the writer took part of is kept (dropping its rest would cut a frame): what is
+        sent later follows it. True when nothing is left waiting."""
         self._hand_over()
         while self._backlog and self.clock() < deadline_ns:
             with contextlib.suppress(InterruptedError):
@@ -215,15 +215,12 @@ class Recorder:
         self.lost_at_end += dropped
         self._backlog = deque(kept)
         self._backlog_bytes = sum(len(data) for data, _ in kept)
-        return not started
+        return not kept
 
     def _deliver(self, data: bytes, budget_ns: int) -> bool:
         """Send one frame that must arrive (metadata, a table, the trailer) within `budget_ns`."""
-        if not self.delivered:
-            return False
         self._send(data)
-        self.delivered = self._drain(self.clock() + budget_ns)
-        return self.delivered and not self._backlog
+        return self._drain(self.clock() + budget_ns)
 
     def _event(self, t_ns: int, kind: str, pid: int | None, tid: int | None, text: str) -> None:
         self._send(frames.encode_json(frames.EVENT, {"t_ns": t_ns, "kind": kind, "pid": pid, "tid": tid, "text": text}))
@@ -700,7 +697,7 @@ class Recorder:
         # An end the recording chose (duration, the targets exited) waits for the writer: a script that
         # reads the capture next must find it whole. A stop request by signal is bounded.
         drain_until = stopped_at + END_DRAIN_NS if self.urgent else self.clock() + CALM_END_NS
-        self.delivered = self._drain(max(drain_until, self.clock() + 100_000_000))
+        self._drain(max(drain_until, self.clock() + 100_000_000))
         return self._trailer(start, end, rusage_start, rusage_end)
 
     def _open_taskstats(self) -> None:
