@@ -275,7 +275,7 @@ mutation = st.one_of(
 
 
 @settings(
-    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "150")),
+    max_examples=int(os.environ.get("FUZZ_EXAMPLES", "100")),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     derandomize=True,  # the same cases in CI every time: a failure reproduces
