@@ -42,7 +42,7 @@ from analyses.source import COMPACT_DTYPES, STATE_ALPHABET, STATE_R, iter_sample
 from capture.format import Capture
 
 # Columns of the samples table each window column needs.
-BASE_COLUMNS = ["pid", "run_ns", "wait_ns", "slices", "state", "cpu", "policy", "rtprio"]
+BASE_COLUMNS = ["pid", "run_ns", "wait_ns", "slices", "state", "cpu", "policy", "rtprio", "starttime"]
 FAULT_COLUMNS = ["minflt", "majflt"]
 TIME_COLUMNS = ["utime", "stime", "nice", "blkio_ticks"]
 ALL_COLUMNS = BASE_COLUMNS + FAULT_COLUMNS + TIME_COLUMNS
@@ -74,6 +74,17 @@ def _group_starts(tid: np.ndarray) -> np.ndarray:
     return np.r_[True, tid[1:] != tid[:-1]] if len(tid) else np.zeros(0, dtype=bool)
 
 
+def _thread_starts(frame: pd.DataFrame) -> np.ndarray:
+    """True where a new thread begins in rows sorted by (tid, time): a new tid, or the same tid with
+    another start time (the kernel reused it for a new thread). Unknown start times join nothing."""
+    starts = _group_starts(frame["tid"].to_numpy())
+    if "starttime" in frame and len(frame) > 1:
+        start = pd.to_numeric(frame["starttime"], errors="coerce").to_numpy(dtype="float64", na_value=np.nan)
+        known = ~np.isnan(start[1:]) & ~np.isnan(start[:-1])
+        starts = starts | np.r_[False, known & (start[1:] != start[:-1])]
+    return starts
+
+
 def window_deltas(
     samples: pd.DataFrame,
     *,
@@ -82,13 +93,15 @@ def window_deltas(
 ) -> pd.DataFrame:
     """Raw windows from samples sorted by (tid, tick): one row per pair of consecutive reads of a thread.
 
-    A counter that goes backwards means the tid was reused by a new thread (or the row is damaged): no
-    window spans it. Columns not in `samples` are left out (faults, times) or NA (blkio without delay
-    accounting: its 0 would be a silent zero, DESIGN.md).
+    A thread is (tid, starttime): where the start time changes the tid was reused by a new thread, and
+    no window spans the two (their counters need not go backwards: a new thread that ran more than the
+    old one looks like a continuation). Without start times (older captures), a counter that goes
+    backwards marks the reuse (or a damaged row). Columns not in `samples` are left out (faults,
+    times) or NA (blkio without delay accounting: its 0 would be a silent zero, DESIGN.md).
     """
     tid = samples["tid"].to_numpy()
     n = len(tid)
-    first = _group_starts(tid)
+    first = _thread_starts(samples)
     prev = np.r_[0, np.arange(n - 1)] if n else np.zeros(0, dtype=np.int64)
     run = samples["run_ns"].to_numpy()
     wait = samples["wait_ns"].to_numpy()
@@ -109,6 +122,8 @@ def window_deltas(
         "end_ns": t[idx],
     }
     out["wall_ns"] = out["end_ns"] - out["start_ns"]
+    if "starttime" in samples:  # the thread's identity with its tid: reconcile keeps threads apart by it
+        out["starttime"] = samples["starttime"].to_numpy()[idx]
     out["run_delta_ns"] = d_run[idx]
     out["wait_delta_ns"] = d_wait[idx]
     out["switches"] = d_slices[idx].astype(np.int32)
@@ -156,7 +171,7 @@ def reconcile(windows: pd.DataFrame) -> pd.DataFrame:
         return windows.assign(
             on_cpu_ns=np.zeros(0, np.int64), runqueue_ns=np.zeros(0, np.int64), off_cpu_ns=np.zeros(0, np.int64)
         )
-    starts = _group_starts(tid)
+    starts = _thread_starts(windows)
     group = np.cumsum(starts) - 1
     off_raw = wall - d_run - d_wait
     cum = np.cumsum(off_raw)

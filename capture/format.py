@@ -4,29 +4,37 @@ A capture must outlive the machine and the tool version that made it, survive a 
 queryable by other tools. So it is a small versioned container of standard columnar chunks:
 
     header   MAGIC (8 bytes) | u16 format version | u16 flags (0)
-    record*  tag (4 ASCII bytes) | u32 payload length | u32 CRC-32 of the payload | payload
+    record*  tag (4 ASCII bytes) | u32 payload length | u32 CRC-32 | payload
+               the CRC covers the tag, the length and the payload (version 2); version 1's covered
+               the payload only, so a flipped bit in a tag went unseen
                META  JSON object; later META records update earlier keys (the recorder adds to it)
                TABL  u16 name length | table name (UTF-8) | one Parquet file: a chunk of that table
                TRLR  JSON object: achieved timing and counts. Written last, and only by a clean end.
 
 All integers are little-endian. Chunks are appended as recording goes, each flushed to the kernel when
-written, so a recorder killed with SIGKILL leaves every finished chunk readable; a reader that meets a
-record cut short or with a bad CRC stops there and warns. A capture without a trailer reads back with
-a warning: the figures the trailer would hold (achieved interval, missed ticks) are then unknown.
+written, so a recorder killed with SIGKILL leaves every finished chunk readable. A reader that meets a
+record cut short or with a bad CRC warns, and goes on at the next valid record (a known tag, a length
+inside the file and a matching CRC: a false match is a 1 in 2^32 event), naming the hole's time span.
+It counts the rows it read against the trailer's: any shortfall is a warning too. A record whose CRC
+is right but whose content is not what its tag says (hand-made, or a bug) is skipped with a warning.
+A capture without a trailer reads back with a warning: the figures the trailer would hold (achieved
+interval, missed ticks) are then unknown.
 
 Each Parquet chunk holds cumulative counters exactly as read; sorted by (tid, tick) inside a chunk,
 the delta encoding then stores a mostly idle thread in a few bits per sample. `forensics export
 --format parquet` writes plain Parquet files for DuckDB or Spark.
 
-Version policy: readers read every version up to FORMAT_VERSION and refuse newer ones with a plain
-message. Adding a table or a nullable column does not bump the version; changing the meaning or unit of
-an existing column does.
+Version policy: readers read every version from 1 up to FORMAT_VERSION and refuse others (newer, or
+the never-written 0) with a plain message. Adding a table or a nullable column does not bump the
+version; changing the meaning or unit of an existing column, or the container's layout, does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import mmap
 import os
 import struct
 import warnings
@@ -43,7 +51,8 @@ import pyarrow.parquet as pq
 from capture.errors import CaptureFormatError, CaptureWarning
 
 MAGIC = b"\x89SSF\r\n\x1a\n"  # PNG-style: a high byte and CR/LF/^Z catch text-mode and 7-bit damage.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+OLDEST_VERSION = 1
 _HEADER = struct.Struct("<8sHH")
 _RECORD = struct.Struct("<4sII")
 TAG_META = b"META"
@@ -74,6 +83,9 @@ SAMPLES_SCHEMA = pa.schema(
         ("rtprio", pa.int16()),  # stat 40
         ("policy", pa.int8()),  # stat 41: 0 OTHER, 1 FIFO, 2 RR, 3 BATCH, 5 IDLE, 6 DEADLINE
         ("blkio_ticks", pa.int64()),  # stat 42: delayacct_blkio_ticks (0 unless kernel.task_delayacct=1)
+        # stat 22, clock ticks after boot. A thread is (tid, starttime): the kernel reuses a tid once its
+        # thread has gone, and the new thread's counters start again (null in captures before it).
+        ("starttime", pa.int64()),
     ]
 )
 
@@ -460,13 +472,23 @@ def _to_arrow(name: str, data: pa.Table | pd.DataFrame | Mapping[str, Any]) -> p
     return table
 
 
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 class CaptureWriter:
     """Appends records to a capture file; every record is flushed to the kernel as it is written."""
 
     def __init__(self, path: str | os.PathLike[str], meta: Mapping[str, Any]) -> None:
         self.path = Path(path)
         try:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            # Created, never opened over an existing name: a link planted at a predictable name in a
+            # shared directory is not followed (O_NOFOLLOW) and nothing is truncated (O_EXCL). The
+            # recorder removes an old capture first when told to (--force).
+            self._fd = os.open(self.path, _CREATE_FLAGS, 0o644)
+        except FileExistsError:
+            raise CaptureFormatError(
+                f"{self.path} exists already: give another name, or --force to replace it"
+            ) from None
         except OSError as err:
             raise CaptureFormatError(f"cannot write the capture {self.path}: {err.strerror}") from err
         self.bytes_written = 0
@@ -482,7 +504,7 @@ class CaptureWriter:
         self.bytes_written += len(data)
 
     def _record(self, tag: bytes, payload: bytes) -> None:
-        self._write(_RECORD.pack(tag, len(payload), zlib.crc32(payload)) + payload)
+        self._write(_RECORD.pack(tag, len(payload), record_crc(FORMAT_VERSION, tag, len(payload), payload)) + payload)
 
     def update_meta(self, patch: Mapping[str, Any]) -> None:
         self._record(TAG_META, json.dumps(patch, sort_keys=True, default=_json_default).encode())
@@ -506,6 +528,12 @@ class CaptureWriter:
             self._record(TAG_TRAILER, json.dumps(body, sort_keys=True, default=_json_default).encode())
         os.close(self._fd)
         self._fd = -1
+
+    def abandon(self) -> None:
+        """Close without writing more (after a write error): what was written reads back, flagged."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def __enter__(self) -> CaptureWriter:
         return self
@@ -544,13 +572,182 @@ def _json_default(value: Any) -> Any:
 # Reading
 
 
+def record_crc(version: int, tag: bytes, length: int, payload: bytes | memoryview) -> int:
+    """The CRC-32 a record of `version` carries: of the payload (1); of tag, length and payload (2)."""
+    if version < 2:
+        return zlib.crc32(payload)
+    return zlib.crc32(payload, zlib.crc32(tag + struct.pack("<I", length)))
+
+
+KNOWN_TAGS = (TAG_META, TAG_TABLE, TAG_TRAILER)
+
+# Top-level metadata and trailer keys the toolkit reads, with the type it needs; a record that gives
+# another type (hand-made, damaged before its CRC was computed) loses that key, with a warning.
+_META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "recording": dict,
+    "sources": dict,
+    "host": dict,
+    "cpus": dict,
+    "lab": (dict, type(None)),
+    "ebpf": (dict, type(None)),
+    "format_version": int,
+    "tool": str,
+    "tool_version": str,
+}
+_NUMBER = (int, float, type(None))
+_TRAILER_TYPES: dict[str, type | tuple[type, ...]] = {
+    "rows": dict,
+    "ebpf": (dict, type(None)),
+    "end_reason": str,
+    **dict.fromkeys(
+        (
+            "duration_ns",
+            "ended_ns",
+            "ticks",
+            "missed_ticks",
+            "lost_ticks",
+            "ticks_in_capture",
+            "interval_p50_ns",
+            "interval_p99_ns",
+            "interval_max_ns",
+            "interval_mean_ns",
+            "sampler_cpu_ns",
+            "sampler_user_ns",
+            "sampler_system_ns",
+            "writer_cpu_ns",
+            "reads",
+            "threads_seen",
+            "processes_seen",
+            "max_rss_kib",
+            "command_exit_code",
+        ),
+        _NUMBER,
+    ),
+}
+
+
 @dataclass
 class _Contents:
     meta: dict[str, Any] = field(default_factory=dict)
     trailer: dict[str, Any] | None = None
     chunks: dict[str, list[tuple[int, int]]] = field(default_factory=dict)  # name -> [(offset, length)]
+    rows: dict[str, int] = field(default_factory=dict)  # rows per table, from each chunk's Parquet footer
     warnings: list[str] = field(default_factory=list)
     version: int = FORMAT_VERSION
+    # (record offset, table, chunk offset, chunk length) in file order: to name what a hole took
+    order: list[tuple[int, str, int, int]] = field(default_factory=list)
+    holes: list[tuple[int, int]] = field(default_factory=list)  # [start, end) byte ranges skipped
+
+
+def _record_at(buf: mmap.mmap | bytes, offset: int, size: int, version: int) -> tuple[bytes, int, bool] | None:
+    """(tag, length, crc_ok) of the record at `offset`; None when its header or payload leaves the file."""
+    if offset + _RECORD.size > size:
+        return None
+    tag, length, crc = _RECORD.unpack_from(buf, offset)
+    end = offset + _RECORD.size + length
+    if end > size:
+        return None
+    payload = memoryview(buf)[offset + _RECORD.size : end]
+    try:
+        ok = record_crc(version, tag, length, payload) == crc
+    finally:
+        payload.release()
+    return tag, length, ok
+
+
+def _resync(buf: mmap.mmap | bytes, start: int, size: int, version: int) -> int | None:
+    """The offset of the next valid record with a known tag at or after `start`, or None."""
+    candidates = {tag: buf.find(tag, start) for tag in KNOWN_TAGS}
+    while True:
+        live = [at for at in candidates.values() if at >= 0]
+        if not live:
+            return None
+        at = min(live)
+        record = _record_at(buf, at, size, version)
+        if record is not None and record[2]:
+            return at
+        for tag, where in candidates.items():
+            if where == at:
+                candidates[tag] = buf.find(tag, at + 1)
+
+
+def _json_object(payload: bytes, what: str, offset: int, contents: _Contents) -> dict[str, Any] | None:
+    try:
+        value = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        contents.warnings.append(f"the {what} record at byte {offset} is not JSON: skipped")
+        return None
+    if not isinstance(value, dict):
+        contents.warnings.append(f"the {what} record at byte {offset} is not a JSON object: skipped")
+        return None
+    return value
+
+
+def _typed(value: dict[str, Any], types: dict[str, Any], what: str, offset: int, contents: _Contents) -> dict[str, Any]:
+    kept = {}
+    for key, item in value.items():
+        wanted = types.get(key, object)  # keys of other recorders or later versions: as they are
+        if (isinstance(item, bool) and wanted is _NUMBER) or not isinstance(item, wanted):
+            contents.warnings.append(f"the {what} record at byte {offset} has a malformed {key!r}: ignored")
+            continue
+        kept[key] = item
+    return kept
+
+
+def _table_record(payload: bytes, body_offset: int, offset: int, contents: _Contents) -> None:
+    name = None
+    if len(payload) >= 2:
+        (name_len,) = struct.unpack_from("<H", payload)
+        if 2 + name_len <= len(payload):
+            with contextlib.suppress(UnicodeDecodeError):
+                name = payload[2 : 2 + name_len].decode()
+    if not name:
+        contents.warnings.append(f"the table record at byte {offset} has no readable table name: skipped")
+        return
+    chunk = payload[2 + name_len :]
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(chunk))
+        rows = parquet.metadata.num_rows
+        schema = parquet.schema_arrow
+    except (pa.ArrowException, OSError, ValueError, TypeError):
+        contents.warnings.append(f"the {name} chunk at byte {offset} is not a readable Parquet file: skipped")
+        return
+    wrong = _schema_mismatch(name, schema)
+    if wrong:
+        contents.warnings.append(f"the {name} chunk at byte {offset} has {wrong}: skipped")
+        return
+    start, length = body_offset + 2 + name_len, len(chunk)
+    contents.chunks.setdefault(name, []).append((start, length))
+    contents.rows[name] = contents.rows.get(name, 0) + rows
+    contents.order.append((offset, name, start, length))
+
+
+def _kind(dtype: pa.DataType) -> str:
+    if pa.types.is_dictionary(dtype):
+        return _kind(dtype.value_type)
+    if pa.types.is_integer(dtype):
+        return "integer"
+    if pa.types.is_floating(dtype):
+        return "float"
+    if pa.types.is_string(dtype) or pa.types.is_large_string(dtype):
+        return "text"
+    return str(dtype)
+
+
+def _schema_mismatch(name: str, schema: pa.Schema) -> str | None:
+    """What makes a chunk unfit for its table (a column of another kind), or None. Columns may be
+    missing (older captures lack later nullable ones) and extra ones are kept."""
+    known = SCHEMAS.get(name)
+    if known is None:
+        return None
+    for column in schema:
+        if column.name in known.names and not pa.types.is_null(column.type):
+            want = known.field(column.name).type
+            if _kind(column.type) != _kind(want):
+                return f"a column {column.name!r} of type {column.type}, not {want}"
+    if not set(schema.names) & set(known.names):
+        return f"none of the {name} table's columns"
+    return None
 
 
 def _scan(fh: BinaryIO, path: Path, size: int) -> _Contents:
@@ -563,43 +760,138 @@ def _scan(fh: BinaryIO, path: Path, size: int) -> _Contents:
             f"{path} is capture format version {version}, newer than this forensics reads "
             f"(up to {FORMAT_VERSION}): upgrade spike-stall-forensics to read it"
         )
+    if version < OLDEST_VERSION:
+        raise CaptureFormatError(
+            f"{path} says capture format version {version}, which no forensics ever wrote "
+            f"(this one reads {OLDEST_VERSION} to {FORMAT_VERSION}): the file is damaged or not from this tool"
+        )
     contents = _Contents(version=version)
-    offset = _HEADER.size
-    while offset < size:
-        head = fh.read(_RECORD.size)
-        if len(head) < _RECORD.size:
-            contents.warnings.append(f"capture is truncated: the last {size - offset} bytes are a cut record")
-            break
-        tag, length, crc = _RECORD.unpack(head)
-        payload = fh.read(length)
-        if len(payload) < length:
-            contents.warnings.append(
-                f"capture is truncated: the last record ({tag.decode(errors='replace')}, {length} bytes) "
-                f"is cut short at byte {offset}"
-            )
-            break
-        if zlib.crc32(payload) != crc:
-            contents.warnings.append(
-                f"capture record at byte {offset} is damaged (CRC mismatch); reading stopped there"
-            )
-            break
-        body_offset = offset + _RECORD.size
-        if tag == TAG_META:
-            contents.meta.update(json.loads(payload))
-        elif tag == TAG_TABLE:
-            (name_len,) = struct.unpack_from("<H", payload)
-            name = payload[2 : 2 + name_len].decode()
-            contents.chunks.setdefault(name, []).append((body_offset + 2 + name_len, length - 2 - name_len))
-        elif tag == TAG_TRAILER:
-            contents.trailer = json.loads(payload)
-        # Unknown tags come from a later minor version: skipped on purpose (forward compatible).
-        offset = body_offset + length
+    if size <= _HEADER.size:
+        contents.warnings.append("capture holds no record after its header (the recorder stopped at once?)")
+    else:
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            _scan_records(buf, size, version, contents)
+    if contents.holes:
+        _name_holes(fh, contents)
+    _check_counts(contents)
     if contents.trailer is None:
         contents.warnings.append(
             "capture has no trailer: the recorder did not finish (killed?); what was written reads back, "
             "but the achieved interval and missed ticks are unknown"
         )
     return contents
+
+
+def _scan_records(buf: mmap.mmap, size: int, version: int, contents: _Contents) -> None:
+    offset = _HEADER.size
+    while offset < size:
+        record = _record_at(buf, offset, size, version)
+        if record is None or not record[2]:
+            again = _resync(buf, offset + 1, size, version)
+            if again is None:
+                if record is None:
+                    contents.warnings.append(
+                        f"capture is truncated: the last {size - offset} bytes (from byte {offset}) are a cut record"
+                    )
+                else:
+                    contents.warnings.append(
+                        f"capture record at byte {offset} is damaged (CRC mismatch), and no intact record follows: "
+                        f"the last {size - offset} bytes are lost"
+                    )
+                contents.holes.append((offset, size))
+                return
+            contents.warnings.append(
+                f"capture bytes {offset} to {again} are damaged ({'cut' if record is None else 'CRC mismatch'}): "
+                "skipped; reading went on at the next intact record"
+            )
+            contents.holes.append((offset, again))
+            offset = again
+            continue
+        tag, length, _ = record
+        body_offset = offset + _RECORD.size
+        payload = buf[body_offset : body_offset + length]
+        if tag == TAG_META:
+            meta = _json_object(payload, "metadata", offset, contents)
+            if meta is not None:
+                contents.meta.update(_typed(meta, _META_TYPES, "metadata", offset, contents))
+        elif tag == TAG_TABLE:
+            _table_record(payload, body_offset, offset, contents)
+        elif tag == TAG_TRAILER:
+            trailer = _json_object(payload, "trailer", offset, contents)
+            if trailer is not None:
+                contents.trailer = _typed(trailer, _TRAILER_TYPES, "trailer", offset, contents)
+        elif version < 2:
+            # Version 1 writers knew no other tag, and its CRC did not cover the tag: a damaged one.
+            contents.warnings.append(
+                f"capture record at byte {offset} has an unknown tag {tag!r} (a damaged tag?): skipped"
+            )
+            contents.holes.append((offset, body_offset + length))
+        # Unknown tags of version 2 come from a later minor version: skipped on purpose (forward compatible).
+        offset = body_offset + length
+
+
+def _chunk_times(fh: BinaryIO, start: int, length: int) -> tuple[int, int] | None:
+    """(first, last) t_ns of a chunk, or None when it has no such column."""
+    fh.seek(start)
+    try:
+        table = pq.read_table(pa.BufferReader(fh.read(length)), columns=["t_ns"])
+    except (pa.ArrowException, OSError, ValueError, KeyError):
+        return None
+    column = table.column("t_ns").drop_null()
+    if len(column) == 0:
+        return None
+    return int(pa.compute.min(column).as_py()), int(pa.compute.max(column).as_py())
+
+
+def _name_holes(fh: BinaryIO, contents: _Contents) -> None:
+    """Say when each hole was: between the last time read before it and the first after it."""
+    started = contents.meta.get("recording", {}).get("started_ns")
+    origin = started if isinstance(started, int) else None
+    for start, end in contents.holes:
+        before = [r for r in contents.order if r[0] < start]
+        after = [r for r in contents.order if r[0] >= end]
+        last_before = max((t[1] for r in before[-8:] if (t := _chunk_times(fh, r[2], r[3]))), default=None)
+        first_after = min((t[0] for r in after[:8] if (t := _chunk_times(fh, r[2], r[3]))), default=None)
+        zero = origin if origin is not None else last_before
+        if zero is None:
+            continue
+        since = "the start" if last_before is None else f"{(last_before - zero) / 1e9:.3f} s"
+        until = "the end" if first_after is None else f"{(first_after - zero) / 1e9:.3f} s"
+        contents.warnings.append(
+            f"the damaged bytes {start} to {end} held data from between {since} and {until} "
+            "(times since the recording started): that span may miss rows"
+        )
+
+
+def _check_counts(contents: _Contents) -> None:
+    """What was read against what the trailer says was written: a shortfall is a warning."""
+    written = (contents.trailer or {}).get("rows")
+    if not isinstance(written, dict):
+        return
+    short = []
+    for name, count in sorted(written.items()):
+        if isinstance(count, int) and not isinstance(count, bool) and contents.rows.get(name, 0) < count:
+            short.append(f"{name} {contents.rows.get(name, 0)} of {count}")
+    if short:
+        contents.warnings.append(
+            "capture holds fewer rows than its trailer says were written (" + ", ".join(short) + "): "
+            "records are missing or damaged"
+        )
+
+
+def _read_chunk(name: str, data: bytes, columns: list[str] | None) -> pa.Table:
+    """One chunk; asked-for columns it lacks (an older capture) come back as nulls of their type."""
+    parquet = pq.ParquetFile(pa.BufferReader(data))
+    if columns is None:
+        return parquet.read()
+    present = set(parquet.schema_arrow.names)
+    table = parquet.read(columns=[c for c in columns if c in present])
+    known = SCHEMAS.get(name)
+    for column in columns:
+        if column not in present:
+            dtype = known.field(column).type if known is not None and column in known.names else pa.null()
+            table = table.append_column(column, pa.nulls(table.num_rows, dtype))
+    return table.select(columns)
 
 
 class Capture:
@@ -675,7 +967,9 @@ class Capture:
         """The table chunk by chunk, for work that need not hold a whole large capture at once."""
         cols = list(columns) if columns is not None else None
         if name in self._tables:
-            yield self._tables[name] if cols is None else self._tables[name][cols]
+            frame = self._tables[name]
+            # Columns an in-memory table lacks read as missing, as a file's older chunks do.
+            yield frame if cols is None else frame.reindex(columns=cols)
             return
         for table in self._read_arrow_chunks(name, cols):
             yield _to_pandas(table)
@@ -687,7 +981,15 @@ class Capture:
             for offset, length in self._chunks[name]:
                 fh.seek(offset)
                 data = fh.read(length)
-                table = pq.read_table(pa.BufferReader(data), columns=columns)
+                try:
+                    table = _read_chunk(name, data, columns)
+                except (pa.ArrowException, OSError, ValueError) as err:
+                    # Its footer read at load, but a page does not decode (a hand-made chunk): skip it.
+                    message = f"{self.path}: the {name} chunk at byte {offset} does not decode ({err}): skipped"
+                    if message not in self.warnings:
+                        self.warnings.append(message)
+                        warnings.warn(message, CaptureWarning, stacklevel=3)
+                    continue
                 yield table
 
     def _read_table(self, name: str, columns: list[str] | None) -> pd.DataFrame:
@@ -860,6 +1162,8 @@ def load(path: str | os.PathLike[str]) -> Capture:
         raise CaptureFormatError(f"{p} is a directory, not a capture file") from err
     except PermissionError as err:
         raise CaptureFormatError(f"cannot read {p}: permission denied") from err
+    except (OSError, ValueError) as err:  # ELOOP, ENAMETOOLONG, a NUL in the name...
+        raise CaptureFormatError(f"cannot read {p}: {getattr(err, 'strerror', None) or err}") from err
     with fh:
         contents = _scan(fh, p, size)
     for message in contents.warnings:

@@ -7,6 +7,7 @@ imports it).
 
 from __future__ import annotations
 
+import math
 import re
 
 # Scheduling policies as stat field 41 and sched_getscheduler(2) give them (include/uapi/linux/sched.h).
@@ -36,4 +37,7 @@ def parse_duration_ns(text: str) -> int:
     if not match:
         raise ValueError(f"{text!r} is not a duration (examples: 2ms, 500us, 0.002, 20s)")
     number, unit = match.groups()
-    return round(float(number) * DURATION_UNITS_NS[unit.lower()])
+    value = float(number) * DURATION_UNITS_NS[unit.lower()]
+    if not math.isfinite(value):  # "1e999" parses as infinity
+        raise ValueError(f"{text!r} is not a finite duration")
+    return round(value)

@@ -75,6 +75,7 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
                 ),
                 "recorder CPU": _cpu_text(trailer),
                 "ended because": str(trailer.get("end_reason", "unknown")),
+                "threads never read": _unseen_text(trailer),
             }
         )
     targets = rec.get("targets", {})
@@ -156,9 +157,23 @@ def _missed_text(trailer: dict[str, Any]) -> str:
     ticks = trailer.get("ticks")
     if missed is None:
         return "unknown"
-    if ticks:
-        return f"{missed} ({100.0 * missed / (ticks + missed):.3f} %)"
-    return str(missed)
+    text = f"{missed} ({100.0 * missed / (ticks + missed):.3f} %)" if ticks else str(missed)
+    lost = trailer.get("lost_ticks")
+    if lost:  # read, but never reached the file (a writer that fell behind, or the end came first)
+        text += f"; lost {lost} ({100.0 * lost / max(1, ticks or 0):.3f} % of the ticks read: not in the capture)"
+    return text
+
+
+def _unseen_text(trailer: dict[str, Any]) -> str:
+    unseen = trailer.get("threads_unseen_min")
+    if not isinstance(unseen, int):  # older captures did not count them
+        return "unknown (not counted by this capture's recorder)"
+    if unseen == 0:
+        return "none seen to be missed (a thread living less than a tick could still be)"
+    return (
+        f"at least {unseen}: started and ended between two thread scans (50 ms apart), so never sampled "
+        "(from each process's thread count at every tick; eBPF would count them exactly)"
+    )
 
 
 def _cpu_text(trailer: dict[str, Any]) -> str:

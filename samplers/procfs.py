@@ -47,6 +47,7 @@ STAT_NUMERIC = {
     "cpu": STAT_PROCESSOR,
     "rtprio": STAT_RT_PRIORITY,
     "policy": STAT_POLICY,
+    "starttime": STAT_STARTTIME,
     "blkio_ticks": STAT_BLKIO_TICKS,
 }
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import gc
 import os
 import resource
 import select
+import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +43,14 @@ SYSTEM_NS = 50_000_000  # /proc/stat and PSI: context, not per thread; cheap at 
 STATUS_NS = 500_000_000
 STDIN_NS = 50_000_000
 HANDOVER_NS = 10_000_000  # frames go to the writer in batches this far apart
+SLEEP_SLICE_NS = 50_000_000  # a long wait for the next tick wakes this often to see a stop request
+# What may wait for a writer that does not keep up (stopped, slow disk) on top of the pipe's 1 MiB;
+# beyond it, new ticks are dropped and counted as lost (the trailer says so), so memory stays bounded.
+BACKLOG_BYTES = 16 << 20
+# After a stop request, the backlog gets this long to reach the writer; what does not is dropped
+# (counted as lost), so every stop ends the recording in bounded time whatever the writer does.
+END_DRAIN_NS = 400_000_000
+CALM_END_NS = 60_000_000_000  # the end without a signal: a writer that takes longer than this is stuck
 
 SCHEDSTAT_BYTES = 128  # "run wait slices\n": three u64 at most 61 bytes
 STAT_BYTES = 1024  # 52 fields of at most 20 digits plus a 64-byte comm (TASK_COMM_LEN 16, escaped)
@@ -132,15 +143,31 @@ class Recorder:
         self._system_fds: dict[str, int] = {}
         self._stdin_buffer = b""
         self._outbox: list[bytes] = []
+        self._outbox_ticks = 0
+        # Handed-over chunks the pipe has not taken yet: (bytes, ticks inside), and how much of the
+        # first one was written. Whole chunks only are ever dropped, so the stream stays parseable.
+        self._backlog: deque[tuple[bytes, int]] = deque()
+        self._backlog_bytes = 0
+        self._backlog_offset = 0
+        self.lost_ticks = 0  # read, but never handed to the writer (it fell behind, or the end came)
+        self.tick_frames = 0  # ticks put in the outbox; less those dropped at the end: in the capture
+        self.lost_at_end = 0
+        self.writer_pid: int | None = None  # our writer process, resumed at the end if it was stopped
+        self.stop_requested_ns: int | None = None
+        self.urgent = False
         self._process_names: dict[int, tuple[str | None, str | None]] = {}
         self._statm_fds: dict[int, int] = {}
         self._marker_count = 0
         self.engines = EngineSources(options.pipewire, self.procfs, spec.exclude)
 
     # public control (signal handlers call these; they only set fields) -----------------------------
-    def stop(self, reason: str) -> None:
+    def stop(self, reason: str, urgent: bool = False) -> None:
+        """End the recording. `urgent` (a signal: someone wants the recorder gone) bounds the end: what
+        the writer has not taken within about 2 s is dropped and counted, instead of waited for."""
         if self.stop_reason is None:
             self.stop_reason = reason
+            self.stop_requested_ns = time.monotonic_ns()
+            self.urgent = urgent
 
     def add_marker(self, text: str) -> None:
         self._markers.append((self.clock(), text))
@@ -152,11 +179,53 @@ class Recorder:
     def _hand_over(self) -> None:
         """Write what the outbox holds: one write (and one wake-up of the writer) per HANDOVER_NS, not
         per tick. A pipe write that wakes the reader costs ~10 us of CPU on a VM; batching five ticks
-        cuts that fivefold and risks only the last 10 ms if the recorder is killed."""
+        cuts that fivefold and risks only the last 10 ms if the recorder is killed.
+
+        The pipe is non-blocking: a writer that does not read (stopped, or stuck on a slow disk) never
+        stalls the tick or a stop request; what the pipe cannot take waits in the backlog."""
         if self._outbox:
             data = b"".join(self._outbox)
             self._outbox.clear()
-            frames.write_all(self._pipe, data)
+            self._backlog.append((data, self._outbox_ticks))
+            self._backlog_bytes += len(data)
+            self._outbox_ticks = 0
+        while self._backlog:
+            data = self._backlog[0][0]
+            try:
+                written = os.write(self._pipe, memoryview(data)[self._backlog_offset :])
+            except BlockingIOError:
+                return
+            self._backlog_offset += written
+            if self._backlog_offset < len(data):
+                continue
+            self._backlog.popleft()
+            self._backlog_bytes -= len(data)
+            self._backlog_offset = 0
+
+    def _drain(self, deadline_ns: int) -> bool:
+        """Hand over everything before `deadline_ns`; then drop the chunks not started (their ticks are
+        lost). A chunk the writer took part of is kept (dropping its rest would cut a frame): what is
+        sent later follows it. True when nothing is left waiting."""
+        self._hand_over()
+        while self._backlog and self.clock() < deadline_ns:
+            with contextlib.suppress(InterruptedError):
+                select.select([], [self._pipe], [], max(0.0, (deadline_ns - self.clock()) * 1e-9))
+            self._hand_over()
+        if not self._backlog:
+            return True
+        started = self._backlog_offset > 0
+        kept = [self._backlog.popleft()] if started else []
+        dropped = sum(ticks for _, ticks in self._backlog)
+        self.lost_ticks += dropped
+        self.lost_at_end += dropped
+        self._backlog = deque(kept)
+        self._backlog_bytes = sum(len(data) for data, _ in kept)
+        return not kept
+
+    def _deliver(self, data: bytes, budget_ns: int) -> bool:
+        """Send one frame that must arrive (metadata, a table, the trailer) within `budget_ns`."""
+        self._send(data)
+        return self._drain(self.clock() + budget_ns)
 
     def _event(self, t_ns: int, kind: str, pid: int | None, tid: int | None, text: str) -> None:
         self._send(frames.encode_json(frames.EVENT, {"t_ns": t_ns, "kind": kind, "pid": pid, "tid": tid, "text": text}))
@@ -455,6 +524,8 @@ class Recorder:
             with contextlib.suppress(OSError):
                 self._system_fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
+        # Non-blocking: see _hand_over. The writer's pipe is ours alone (made by the session).
+        fcntl.fcntl(writer_pipe, fcntl.F_SETFL, fcntl.fcntl(writer_pipe, fcntl.F_GETFL) | os.O_NONBLOCK)
         self._send(frames.encode_json(frames.META, base_meta))
         found_at = self.clock()
         for info in self.discovery.initial():
@@ -487,9 +558,16 @@ class Recorder:
         try:
             while self.stop_reason is None:
                 now = mono()
-                if now < due:
-                    sleep((due - now) * 1e-9)
+                while now < due and self.stop_reason is None:
+                    # In slices: a signal handler only sets stop_reason, and time.sleep resumes after
+                    # it (PEP 475), so one long sleep would hide a stop request for a whole interval.
+                    wake = min(due, now + SLEEP_SLICE_NS, end_at if end_at is not None else due)
+                    sleep((wake - now) * 1e-9)
                     now = mono()
+                    if end_at is not None and now >= end_at:
+                        self.stop("duration reached")
+                if self.stop_reason is not None:
+                    break
                 late = now - due
                 if late >= interval:
                     skipped = late // interval
@@ -533,9 +611,13 @@ class Recorder:
                 if self.taskstats_hot:
                     self._read_taskstats(tick)
                 # ---- hand over ----
-                if times:  # no target thread yet (--match still waiting): nothing to store
+                if times and self._backlog_bytes > BACKLOG_BYTES:
+                    self.lost_ticks += 1  # the writer is far behind: dropped here, said in the trailer
+                elif times:  # no target thread yet (--match still waiting): nothing to store
                     missing = dead + empty if empty else dead
                     write(encode_tick(tick, self.layout_id, now, times, missing, ss, st, sched_raw))
+                    self._outbox_ticks += 1
+                    self.tick_frames += 1
                 if now >= next_handover:
                     self._hand_over()
                     next_handover = now + HANDOVER_NS
@@ -588,7 +670,19 @@ class Recorder:
         if self.taskstats_client is not None:
             self.taskstats_client.close()
         self._outbox += self.engines.stop()
-        self._hand_over()
+        stopped_at = self.stop_requested_ns or end
+        if self.writer_pid is not None:
+            # A writer stopped (SIGSTOP, or job control that reached it alone) could never finish the
+            # file: it is our child and the recording is over, so it resumes. Harmless if it runs.
+            with contextlib.suppress(OSError):
+                os.kill(self.writer_pid, signal.SIGCONT)
+            # It runs at nice 10 so as not to disturb the tick; the ticks are over, and the end is due.
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, self.writer_pid, 0)
+        # An end the recording chose (duration, the targets exited) waits for the writer: a script that
+        # reads the capture next must find it whole. A stop request by signal is bounded.
+        drain_until = stopped_at + END_DRAIN_NS if self.urgent else self.clock() + CALM_END_NS
+        self._drain(max(drain_until, self.clock() + 100_000_000))
         return self._trailer(start, end, rusage_start, rusage_end)
 
     def _open_taskstats(self) -> None:
@@ -624,18 +718,17 @@ class Recorder:
         return f"FIFO {rt_priority or 1}"
 
     def add_meta(self, patch: dict[str, Any]) -> None:
-        self._send(frames.encode_json(frames.META, patch))
-        self._hand_over()
+        self._deliver(frames.encode_json(frames.META, patch), END_DRAIN_NS if self.urgent else CALM_END_NS)
 
     def add_table(self, name: str, rows: dict[str, list[Any]]) -> None:
         """A small table recorded beside the samples (the lab's ground truth), before `finish`."""
-        self._send(frames.encode_json(frames.TABLE, {"name": name, "rows": rows}))
-        self._hand_over()
+        table = frames.encode_json(frames.TABLE, {"name": name, "rows": rows})
+        self._deliver(table, END_DRAIN_NS if self.urgent else CALM_END_NS)
 
-    def finish(self, trailer: dict[str, Any]) -> None:
-        """Send the trailer: the writer completes the file and exits."""
-        self._send(frames.encode_json(frames.TRAILER, trailer))
-        self._hand_over()
+    def finish(self, trailer: dict[str, Any], budget_ns: int = CALM_END_NS) -> bool:
+        """Send the trailer: the writer completes the file and exits. False when it could not be sent
+        in time (the writer does not read): the capture then ends without one, and says so."""
+        return self._deliver(frames.encode_json(frames.TRAILER, trailer), budget_ns)
 
     def _trailer(self, start: int, end: int, r0: resource.struct_rusage, r1: resource.struct_rusage) -> dict[str, Any]:
         times = self.tick_times
@@ -646,6 +739,9 @@ class Recorder:
             "end_reason": self.stop_reason or "stopped",
             "ticks": self.ticks,
             "missed_ticks": self.missed_ticks,
+            # Read, but never handed to the writer: not in the capture. `ticks - lost_ticks` ticks are.
+            "lost_ticks": self.lost_ticks,
+            "ticks_in_capture": self.tick_frames - self.lost_at_end,
             "interval_p50_ns": times.percentile(50),
             "interval_p99_ns": times.percentile(99),
             "interval_max_ns": times.max_ns if times.count else None,

@@ -13,17 +13,22 @@ import fcntl
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from capture.errors import ForensicsError
-from samplers.recorder import Recorder, RecorderOptions, Status
+from samplers.recorder import CALM_END_NS, Recorder, RecorderOptions, Status
 from samplers.targets import TargetSpec
 
 F_SETPIPE_SZ = 1031  # fcntl.h: a 1 MiB pipe holds ~25 ticks of 100 threads if the writer stalls
+# From a stop request to the writer's exit (END_DRAIN_NS of it for the hand-over): a stop ends the whole
+# recording within about 2 s whatever the writer does. A writer still busy then finishes on its own.
+WRITER_END_BUDGET_NS = 800_000_000
 
 
 def package_env() -> dict[str, str]:
@@ -67,6 +72,9 @@ class RecordingSession:
             stdout=subprocess.PIPE,
             env=package_env(),
             pass_fds=engine_fds[:1] if engine_fds else (),
+            # Its own process group: Ctrl-C and the terminal's SIGHUP reach the recorder alone (even
+            # while the writer is still importing), and the writer ends on EOF after the trailer.
+            process_group=0,
         )
         assert self.writer.stdin is not None
         with contextlib.suppress(OSError):
@@ -77,7 +85,9 @@ class RecordingSession:
             os.close(engine_fds[0])
             self.engine = self._start_engine(options.engine, engine_fds[1], spec)
         self.recorder = Recorder(spec, options, on_status=on_status)
+        self.recorder.writer_pid = self.writer.pid
         self._ready = False
+        self.notes: list[str] = []  # one-line messages about the end (a writer that could not finish)
 
     @staticmethod
     def _start_engine(engine: dict[str, Any], rows_fd: int, spec: TargetSpec) -> subprocess.Popen[bytes]:
@@ -103,13 +113,13 @@ class RecordingSession:
         spec.exclude.add(process.pid)
         return process
 
-    def stop_engine(self) -> None:
+    def stop_engine(self, timeout_s: float = 10.0) -> None:
         """End the engine source: it sends its last rows and an end event, then closes its pipe."""
         if self.engine is None or self.engine.poll() is not None:
             return
         self.engine.terminate()
         try:
-            self.engine.wait(timeout=10)
+            self.engine.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             self.engine.kill()
             self.engine.wait()
@@ -119,9 +129,16 @@ class RecordingSession:
         if self._ready:
             return
         assert self.writer.stdout is not None
-        ready, _, _ = select.select([self.writer.stdout], [], [], timeout_s)
+        deadline = time.monotonic() + timeout_s
+        ready: list[Any] = []
+        while not ready and time.monotonic() < deadline:
+            # A stop request meanwhile (Ctrl-C during the writer's imports) is kept: the recording then
+            # ends at its first tick, and the capture says it was interrupted.
+            ready, _, _ = select.select([self.writer.stdout], [], [], 0.1)
         if not ready or self.writer.stdout.read(1) != b"R":
-            raise ForensicsError("the capture writer process did not start (its error is above)")
+            code = self.writer.poll()
+            why = f"it exited with status {code}" if code is not None else f"not ready after {timeout_s:.0f} s"
+            raise ForensicsError(f"the capture writer process did not start ({why}; its error, if any, is above)")
         self._ready = True
 
     def record(self, meta: dict[str, Any]) -> dict[str, Any]:
@@ -130,9 +147,20 @@ class RecordingSession:
         try:
             return self.recorder.run(self.writer.stdin.fileno(), meta)
         except BrokenPipeError:
-            raise ForensicsError(
-                "the capture writer process died (its error is above); the capture may be partial"
-            ) from None
+            raise self.writer_failed() from None
+
+    def writer_failed(self) -> ForensicsError:
+        """The writer went away mid-recording: why, in one line (its own error, or the signal)."""
+        try:
+            code = self.writer.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return ForensicsError(f"the capture writer stopped reading; {self.options.output} may be incomplete")
+        last: dict[str, Any] = {}
+        why = _writer_error(self.writer, last) or (
+            f"it was killed by {signal.Signals(-code).name}" if code < 0 else f"it exited with status {code}"
+        )
+        kept = f"{self.options.output} holds what it wrote before" if last.get("wrote", True) else "nothing was written"
+        return ForensicsError(f"the capture writer stopped: {why}; {kept}")
 
     def add_table(self, name: str, rows: dict[str, list[Any]]) -> None:
         self.recorder.add_table(name, rows)
@@ -142,20 +170,36 @@ class RecordingSession:
 
     def finish(self, trailer: dict[str, Any]) -> None:
         assert self.writer.stdin is not None
-        self.stop_engine()
+        # A stop by signal is bounded (WRITER_END_BUDGET_NS): the engine source gets a share of it.
+        self.stop_engine(timeout_s=0.3 if self.recorder.urgent else 10.0)
+        stopped = self.recorder.stop_requested_ns
+        if self.recorder.urgent and stopped is not None:
+            deadline = stopped + WRITER_END_BUDGET_NS
+        else:  # the recording ended by itself: the capture must be whole when we return
+            deadline = time.monotonic_ns() + CALM_END_NS
         try:
-            self.recorder.finish(trailer)
+            sent = self.recorder.finish(trailer, max(deadline - time.monotonic_ns(), 200_000_000))
             self.writer.stdin.close()
         except BrokenPipeError:
-            raise ForensicsError("the capture writer process died before the end; the capture has no trailer") from None
-        assert self.writer.stdout is not None
-        report = self.writer.stdout.read()
-        code = self.writer.wait()
-        with contextlib.suppress(ValueError):
-            trailer.update(json.loads(report))
+            raise self.writer_failed() from None
+        if not sent:
+            self.notes.append(
+                f"the capture writer did not take the end of the recording in time: {self.options.output} "
+                "ends without its trailer (the ticks it holds read back; their count is unknown)"
+            )
+        try:
+            code = self.writer.wait(timeout=max(0.2, (deadline - time.monotonic_ns()) * 1e-9))
+        except subprocess.TimeoutExpired:
+            self.notes.append(
+                f"the capture writer (pid {self.writer.pid}) is still finishing {self.options.output}; "
+                "it completes the file on its own"
+            )
+            return
+        error = _writer_error(self.writer, trailer)
         if code != 0:
+            why = error or (f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}")
             raise ForensicsError(
-                f"the capture writer exited with status {code}; {self.options.output} may be incomplete"
+                f"the capture writer failed at the end ({why}); {self.options.output} may be incomplete"
             )
 
     def abandon(self) -> None:
@@ -168,3 +212,22 @@ class RecordingSession:
             self.writer.wait(timeout=30)
         except subprocess.TimeoutExpired:
             self.writer.kill()
+
+
+def _writer_error(writer: subprocess.Popen[bytes], report: dict[str, Any] | None = None) -> str | None:
+    """The writer's last words on its stdout: a JSON object, with "error" when it failed."""
+    if writer.stdout is None:
+        return None
+    ready, _, _ = select.select([writer.stdout], [], [], 0.5)
+    if not ready:
+        return None
+    try:
+        last = json.loads(writer.stdout.read() or b"{}")
+    except ValueError:
+        return None
+    if not isinstance(last, dict):
+        return None
+    error = last.pop("error", None)
+    if report is not None:
+        report.update(last)
+    return str(error) if error else None

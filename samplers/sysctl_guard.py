@@ -34,13 +34,18 @@ import errno
 import fcntl
 import json
 import os
+import re
+import secrets
 import signal
+import stat
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+from capture.errors import ForensicsError
 
 STATE_PREFIX = "sysctl-"
 STATE_SUFFIX = ".json"
@@ -72,8 +77,33 @@ class SettingOutcome:
         return self.status in ("set", "already")
 
 
+# The only settings catch-load changes, with the only values it writes. `forensics restore` writes
+# nothing else, whatever a state file says: the file names a setting, and a setting names a path.
+ALLOWED_VALUES: dict[str, re.Pattern[str]] = {
+    "kernel.task_delayacct": re.compile(r"[01]"),
+    "kernel.sched_schedstats": re.compile(r"[01]"),
+}
+_SYSCTL_NAME = re.compile(r"[a-z0-9_]+(\.[a-z0-9_-]+)+")
+
+
 def sysctl_path(name: str, proc: str = "/proc") -> Path:
+    """/proc/sys/a/b/c for a.b.c; a name that could leave /proc/sys (a slash, "..") is refused."""
+    if not _SYSCTL_NAME.fullmatch(name):
+        raise ValueError(f"not a sysctl name: {name!r}")
     return Path(proc, "sys", *name.split("."))
+
+
+def invalid_change(name: object, change: object) -> str | None:
+    """Why a state file's entry is not one catch-load could have written (None: it is)."""
+    if not isinstance(name, str) or name not in ALLOWED_VALUES:
+        return f"{name!r} is not a setting catch-load changes"
+    if not isinstance(change, dict):
+        return f"{name}: the entry is not an object"
+    for key in ("old", "new"):
+        value = change.get(key)
+        if not isinstance(value, str) or not ALLOWED_VALUES[name].fullmatch(value):
+            return f"{name}: {key} value {value!r} is not one catch-load writes"
+    return None
 
 
 def read_sysctl(name: str, proc: str = "/proc") -> str | None:
@@ -95,7 +125,8 @@ def _write_sysctl(name: str, value: str, proc: str) -> None:
 def default_state_dir() -> Path:
     """/run/spike-stall-forensics for root; $XDG_RUNTIME_DIR (or /tmp) per user otherwise.
 
-    A tmpfs on purpose: a reboot resets the sysctls and empties the directory together.
+    A tmpfs on purpose: a reboot resets the sysctls and empties the directory together. The /tmp name
+    is predictable: `secure_state_dir` refuses it when someone else made it first.
     """
     if os.geteuid() == 0:
         return Path("/run/spike-stall-forensics")
@@ -132,11 +163,42 @@ def _owner_alive(state: Mapping[str, Any], proc: str) -> bool:
     return start is not None and start == state.get("starttime")
 
 
+def secure_state_dir(state_dir: Path, create: bool = True) -> None:
+    """Make (or check) the state directory: a real directory of this user that no one else can write.
+
+    Anything else is refused in one line: in a directory another user made (or can write), that user
+    could plant state files that `restore` obeys, or links that our writes follow."""
+    if create:
+        try:
+            os.mkdir(state_dir, 0o755)
+        except FileExistsError:
+            pass
+        except OSError as err:
+            raise ForensicsError(f"cannot make the state directory {state_dir}: {err.strerror}") from None
+    try:
+        info = os.lstat(state_dir)
+    except OSError as err:
+        raise ForensicsError(f"cannot use the state directory {state_dir}: {err.strerror}") from None
+    problem = None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        problem = "it is not a directory (a link or a file)"
+    elif info.st_uid != os.geteuid():
+        problem = f"it belongs to uid {info.st_uid}, not to you (uid {os.geteuid()})"
+    elif info.st_mode & 0o022:
+        problem = f"others can write in it (mode {stat.S_IMODE(info.st_mode):o})"
+    if problem is not None:
+        raise ForensicsError(
+            f"refusing the state directory {state_dir}: {problem}; remove it, or set XDG_RUNTIME_DIR to a "
+            "private directory"
+        )
+
+
 @contextlib.contextmanager
 def _locked(state_dir: Path) -> Iterator[None]:
     """Serialise guards of concurrent recordings (flock on a lock file in the state directory)."""
-    state_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
-    fd = os.open(state_dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    secure_state_dir(state_dir)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(state_dir / ".lock", flags, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -145,21 +207,32 @@ def _locked(state_dir: Path) -> Iterator[None]:
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(data, fh, indent=1, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    # A new file with a random name (O_EXCL: never through a link), renamed over the old one.
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        with open(fd, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _read_states(state_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     states = []
     for path in sorted(state_dir.glob(f"{STATE_PREFIX}*{STATE_SUFFIX}")):
         try:
-            states.append((path, json.loads(path.read_text())))
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with open(fd, "rb") as fh:
+                state = json.loads(fh.read(1 << 16))
         except (OSError, ValueError):
             continue
+        if isinstance(state, dict):
+            states.append((path, state))
     return states
 
 
@@ -273,7 +346,14 @@ class SysctlGuard:
             messages = []
             failed: dict[str, dict[str, str]] = {}
             for name, change in self._changed.items():
-                heir = next(((p, s) for p, s in reversed(others) if name in s.get("settings", {})), None)
+                heir = next(
+                    (
+                        (p, s)
+                        for p, s in reversed(others)
+                        if isinstance(s.get("settings"), dict) and invalid_change(name, s["settings"].get(name)) is None
+                    ),
+                    None,
+                )
                 if heir is not None:
                     # Another recording still wants this switch: it inherits our old value and restores last.
                     heir_path, heir_state = heir
@@ -325,6 +405,9 @@ class SysctlGuard:
 def restore_one(name: str, old: str, new: str, proc: str = "/proc") -> tuple[bool, str]:
     """Write `old` back if the switch still holds `new`. (done, message); done is False only when the
     write was refused, so the caller keeps its state file for a later `forensics restore`."""
+    problem = invalid_change(name, {"old": old, "new": new})
+    if problem is not None:
+        return True, f"not restored: {problem}"
     current = read_sysctl(name, proc)
     if current is None:
         return True, f"{name}: no longer present; nothing to restore"
@@ -348,8 +431,9 @@ def restore_leftovers(
     unless `force`.
     """
     directory = Path(state_dir) if state_dir is not None else default_state_dir()
-    if not directory.is_dir():
+    if not os.path.lexists(directory):
         return ["nothing to restore: no recording left kernel settings changed"]
+    secure_state_dir(directory, create=False)
     messages: list[str] = []
     with _locked(directory):
         for path, state in _read_states(directory):
@@ -365,8 +449,13 @@ def restore_leftovers(
                 path.unlink()
                 continue
             all_done = True
-            for name, change in state.get("settings", {}).items():
-                done, message = restore_one(name, str(change["old"]), str(change["new"]), proc)
+            settings = state.get("settings")
+            for name, change in settings.items() if isinstance(settings, dict) else ():
+                problem = invalid_change(name, change)
+                if problem is not None:
+                    messages.append(f"{path.name}: ignored: {problem}")
+                    continue
+                done, message = restore_one(name, change["old"], change["new"], proc)
                 messages.append(f"{message} (left by pid {pid})" if done else message)
                 all_done = all_done and done
             if all_done:

@@ -66,6 +66,22 @@ def read_process(procfs: ProcPaths, pid: int) -> tuple[StatLine, str] | None:
     return stat, cmdline
 
 
+def thread_group(procfs: ProcPaths, pid: int) -> int | None:
+    """The process (Tgid) a task id belongs to: /proc/<tid> exists for every thread, though `ls /proc`
+    lists processes only; None when it is gone."""
+    try:
+        status = procfs.read(pid, "status")
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith(b"Tgid:"):
+            try:
+                return int(line.split()[1])
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
 def missing_process(pid: int) -> ForensicsError:
     return ForensicsError(
         f"no process {pid} (it does not exist or has exited); list candidates with `ps -eLo pid,tid,comm,rtprio`"

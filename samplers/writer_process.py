@@ -11,6 +11,7 @@ or changed its scheduling policy or priority (stat fields 40 and 41).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import queue
@@ -24,11 +25,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from capture.errors import ForensicsError
 from capture.format import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, CaptureWriter
 from capture.vocabulary import policy_name
 from samplers import frames
-from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat_blob
+from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat, parse_stat_blob
 from samplers.system import PRESSURE_FILES, system_rows
+from samplers.unseen import UnseenThreads
 
 # At most this much of the recording sits only in the writer's memory. The writer outlives a killed
 # recorder and flushes on EOF; this bounds the loss when both are killed at once to about 1 s.
@@ -37,13 +40,14 @@ FLUSH_ROWS = 200_000
 
 
 class _Layout:
-    __slots__ = ("id", "pids", "sched", "tids")
+    __slots__ = ("id", "leaders", "pids", "sched", "tids")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.id = int(spec["id"])
         self.tids = np.asarray(spec["tids"], dtype=np.int32)
         self.pids = np.asarray(spec["pids"], dtype=np.int32)
         self.sched = np.asarray(spec["sched"], dtype=np.int64)
+        self.leaders = np.flatnonzero(self.tids == self.pids)  # their stat lines carry num_threads
 
 
 class CaptureSink:
@@ -71,6 +75,7 @@ class CaptureSink:
         self.finished = False
         self.final: dict[str, Any] = {}
         self.cpu_at_ready = time.process_time_ns()
+        self.unseen = UnseenThreads()
         # Frames of an engine source (samplers/engine), read from their own pipe by a thread.
         self.engine_frames: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
         self.engine_thread: threading.Thread | None = None
@@ -121,6 +126,7 @@ class CaptureSink:
         if kind == frames.TICK:
             tick, layout_id, tick_ns, *_ = frames.TICK_HEADER.unpack_from(payload)
             layout = self.layouts[layout_id]
+            self._count_threads(layout, payload)
             self.pending.append((layout, tick, tick_ns, payload))
             self.pending_rows += len(layout.tids)
             if self.pending_since is None:
@@ -148,6 +154,7 @@ class CaptureSink:
             if row.get("policy") is not None:
                 self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
             self.threads.append(row)
+            self.unseen.thread_found(row["pid"])
             if self.ebpf is not None:
                 self.ebpf.add_pid(row["pid"])
         elif kind == frames.EVENT:
@@ -175,6 +182,9 @@ class CaptureSink:
             self.flush()
             if self.ebpf_stats is not None:
                 trailer["ebpf"] = self.ebpf_stats
+            unseen = self.unseen.lower_bounds()
+            trailer["threads_unseen_min"] = sum(unseen.values())
+            trailer["threads_unseen_min_by_pid"] = {str(pid): n for pid, n in unseen.items() if n}
             # The cost of the recording, not of the imports before it started.
             trailer["writer_cpu_ns"] = time.process_time_ns() - self.cpu_at_ready
             assert self.writer is not None
@@ -183,9 +193,34 @@ class CaptureSink:
             self.final = {
                 "ebpf": self.ebpf_stats,
                 "writer_cpu_ns": trailer["writer_cpu_ns"],
+                "threads_unseen_min": trailer["threads_unseen_min"],
                 "bytes": self.writer.bytes_written,
                 "rows": self.writer.rows_written,
             }
+
+    def _count_threads(self, layout: _Layout, payload: bytes) -> None:
+        """Each process leader's num_threads at this tick, against the threads of it the tick read."""
+        if not len(layout.leaders):
+            return
+        n = len(layout.tids)
+        decoded = frames.decode_tick(payload, n)
+        alive = np.ones(n, dtype=bool)
+        alive[decoded.missing] = False
+        lengths = decoded.stat_lengths.astype(np.int64)
+        ends = np.cumsum(lengths)
+        line_of = np.cumsum(alive) - 1  # index among the live rows
+        live_pids = layout.pids[alive]
+        for index in layout.leaders.tolist():
+            if not alive[index]:
+                continue
+            line = int(line_of[index])
+            raw = decoded.stat[int(ends[line] - lengths[line]) : int(ends[line])]
+            try:
+                count = parse_stat(raw).num_threads
+            except ValueError:
+                continue
+            pid = int(layout.pids[index])
+            self.unseen.tick(pid, count, int(np.count_nonzero(live_pids == pid)))
 
     def _taskstats(self, payload: bytes) -> None:
         tick, rows = frames.decode_taskstats(payload)
@@ -379,6 +414,14 @@ class CaptureSink:
             columns[column] = pa.array([p.get(field) for p in parsed], type=pa.int64())
         self.writer.append("sched", pa.table(columns, schema=SCHED_SCHEMA))
 
+    def abandon(self) -> None:
+        """After a write error: close the file as it is (what reached it reads back), write no more."""
+        if self.ebpf is not None and self.ebpf_stats is None:
+            with contextlib.suppress(Exception):
+                self.ebpf.stop()
+        if self.writer is not None:
+            self.writer.abandon()
+
     def close(self) -> None:
         """EOF: keep what arrived. No trailer unless the recorder sent one."""
         if self.finished:
@@ -402,10 +445,10 @@ def main(argv: list[str] | None = None) -> int:
     if len(paths) != 1:
         print("usage: python -m samplers.writer_process OUTPUT [--ebpf] [--engine-fd FD] < frames", file=sys.stderr)
         return 2
-    # Ctrl-C reaches the whole foreground process group: the writer must not die before the recorder
-    # has sent its trailer. It ends on EOF instead.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # Ctrl-C (and SIGHUP when the terminal closes) reaches the whole foreground process group: the
+    # writer must not die before the recorder has sent its trailer. It ends on EOF instead.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     pump = _start_ebpf() if ebpf else None
     # Parsing and compression can wait; the target threads and the recorder's tick cannot. The frame
     # drain thread keeps the pipe empty even when this process gets less CPU.
@@ -422,11 +465,28 @@ def main(argv: list[str] | None = None) -> int:
             sink.handle(kind, payload)
             if sink.finished:
                 break
-    finally:
         sink.close()
-    if sink.finished:  # the recorder prints these in its summary
-        os.write(sys.stdout.fileno(), json.dumps(sink.final).encode())
+    except (OSError, ForensicsError) as err:
+        # The recorder words it as one line (a full disk, a directory gone, no permission).
+        with contextlib.suppress(BrokenPipeError):
+            wrote = sink.writer is not None and sink.writer.bytes_written > 0
+            os.write(sys.stdout.fileno(), json.dumps({"error": _why(err, paths[0]), "wrote": wrote}).encode())
+        sink.abandon()
+        return 1
+    if sink.finished:  # the recorder prints these in its summary (unless it ended before we did)
+        with contextlib.suppress(BrokenPipeError):
+            os.write(sys.stdout.fileno(), json.dumps(sink.final).encode())
     return 0
+
+
+def _why(err: BaseException, output: str) -> str:
+    if isinstance(err, ForensicsError):
+        return str(err)
+    assert isinstance(err, OSError)
+    text = f"cannot write {output}: {err.strerror or err}"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT):
+        text += " (the file system is full: free space, or record to another disk with -o)"
+    return text
 
 
 def _start_ebpf() -> Any:

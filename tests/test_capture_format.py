@@ -36,6 +36,7 @@ def _samples(ticks: int, tids: list[int], start: int = 0) -> dict[str, np.ndarra
         "rtprio": np.where(tid % 2 == 1, 85, 0).astype(np.int16),
         "policy": np.where(tid % 2 == 1, 1, 0).astype(np.int8),
         "blkio_ticks": np.zeros(len(tick), dtype=np.int64),
+        "starttime": (tid.astype(np.int64) * 7),
     }
 
 
@@ -93,7 +94,8 @@ def test_newer_format_version_is_refused_with_a_plain_message(tmp_path: Path) ->
     data = bytearray(path.read_bytes())
     struct.pack_into("<H", data, len(MAGIC), FORMAT_VERSION + 1)
     path.write_bytes(bytes(data))
-    with pytest.raises(CaptureFormatError, match=r"format version 2, newer than this forensics reads \(up to 1\)"):
+    newer = rf"format version {FORMAT_VERSION + 1}, newer than this forensics reads \(up to {FORMAT_VERSION}\)"
+    with pytest.raises(CaptureFormatError, match=newer):
         load(path)
 
 

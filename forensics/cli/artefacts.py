@@ -2,11 +2,42 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from capture.errors import ForensicsError
+from forensics.safe_output import check_new_output, write_file
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def force_option(func: F) -> F:
+    """--force: replace an output that exists (read back with `forced()`, so commands need no argument)."""
+
+    def remember(ctx: click.Context, _param: click.Parameter, value: bool) -> bool:
+        ctx.meta["forensics.force"] = value
+        return value
+
+    return click.option(
+        "--force",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=remember,
+        help="Replace the output if it exists (never written through a link: the name itself is replaced).",
+    )(func)
+
+
+def forced() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.meta.get("forensics.force"))
+
+
+def check_output(output: str, *, directory_ok: bool = False) -> None:
+    """Before the work: an output that exists needs --force; a directory is not a file."""
+    check_new_output(output, forced(), directory_ok=directory_ok)
 
 
 def suffix_of(output: str, allowed: dict[str, str], what: str) -> str:
@@ -20,10 +51,8 @@ def suffix_of(output: str, allowed: dict[str, str], what: str) -> str:
 
 
 def write_bytes(output: str, data: bytes) -> None:
-    try:
-        Path(output).write_bytes(data)
-    except OSError as err:
-        raise ForensicsError(f"cannot write {output}: {err.strerror}") from err
+    """A new file, whole or not at all, never through a link (see forensics/safe_output.py)."""
+    write_file(output, data, force=forced())
     wrote(output, len(data))
 
 

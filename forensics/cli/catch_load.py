@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
@@ -19,19 +20,59 @@ from capture.errors import ForensicsError
 from capture.format import SUFFIX
 from forensics import __version__
 from forensics.cli import run_cli
-from forensics.cli.options import DURATION
+from forensics.cli.options import DURATION, INTERVAL
 from forensics.describe import fmt_ns
+from forensics.safe_output import check_new_output
 from samplers.engine.choose import JackChoice, choose_jack
 from samplers.metadata import recording_meta
 from samplers.procfs import ProcPaths
 from samplers.recorder import Recorder, RecorderOptions, Status
 from samplers.session import RecordingSession, package_env
 from samplers.sysctl_guard import SysctlGuard
-from samplers.targets import TargetSpec, missing_process, read_process
+from samplers.targets import TargetSpec, missing_process, read_process, thread_group
 
 
 def _default_output() -> str:
-    return f"catch-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}{SUFFIX}"
+    """catch-DATE-TIME.ssf, or -2, -3... when taken: the name is predictable, so one planted in a shared
+    directory must not stop the recording (the writer creates it exclusively in any case)."""
+    stem = f"catch-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    for n in range(1, 100):
+        name = f"{stem}{SUFFIX}" if n == 1 else f"{stem}-{n}{SUFFIX}"
+        if not os.path.lexists(name):
+            return name
+    raise ForensicsError(f"{stem}{SUFFIX} and 98 more names are taken here: give the capture a name with -o")
+
+
+# Below this, the sampler's own per-tick cost (sampler_cpu_ns / ticks in a capture's trailer: 60-120 us
+# on the project's VMs with one to five target threads) fills the interval: ticks are missed.
+SENSIBLE_INTERVAL_NS = 250_000
+
+
+def _processes_of(pids: tuple[int, ...], quiet: bool) -> tuple[int, ...]:
+    """-p takes processes; a thread id (which /proc also answers to) means its process, said once."""
+    out = []
+    for pid in pids:
+        tgid = thread_group(ProcPaths(), pid)
+        if tgid is not None and tgid != pid:
+            if not quiet:
+                _say(f"{pid} is a thread of process {tgid}: recording process {tgid} (all its threads)")
+            pid = tgid
+        if pid not in out:
+            out.append(pid)
+    return tuple(out)
+
+
+def _prepare_output(out: Path, force: bool) -> None:
+    """An existing capture is replaced only with --force, and then only the name is removed (a link
+    goes, never its target); the writer then creates the file exclusively."""
+    check_new_output(out, force)
+    if force:
+        try:
+            os.unlink(out)
+        except FileNotFoundError:
+            pass
+        except OSError as err:
+            raise ForensicsError(f"cannot replace {out}: {err.strerror}") from None
 
 
 EPILOG = """\b
@@ -67,12 +108,13 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
     "--output",
     type=click.Path(dir_okay=False),
     default=None,
-    help=f"Capture file to write [default: catch-DATE-TIME{SUFFIX}].",
+    help=f"Capture file to write [default: catch-DATE-TIME{SUFFIX}]. An existing file needs --force.",
 )
+@click.option("--force", is_flag=True, help="Replace the capture file if it exists (the name, never a link's target).")
 @click.option(
     "-i",
     "--interval",
-    type=DURATION,
+    type=INTERVAL,
     default="2ms",
     show_default=True,
     help="Sampling interval: 2ms, 500us, 0.002 (seconds).",
@@ -170,6 +212,7 @@ def catch_load(
     match: str | None,
     children: bool,
     output: str | None,
+    force: bool,
     interval: int,
     duration: int | None,
     sched_mode: str,
@@ -213,6 +256,14 @@ def catch_load(
     for pid in pids:  # before anything is created or launched
         if read_process(ProcPaths(), pid) is None:
             raise missing_process(pid)
+    pids = _processes_of(pids, quiet)
+    if interval < SENSIBLE_INTERVAL_NS:
+        _say(
+            f"warning: -i {fmt_ns(interval)} is below {fmt_ns(SENSIBLE_INTERVAL_NS)}: a tick costs the sampler "
+            "60-120 us of CPU here (two /proc reads per thread and a wake-up), so it would keep a core busy "
+            "and miss most ticks (counted in the capture); 2ms is the default"
+        )
+    _prepare_output(out, force)
 
     truth_path: Path | None = None
     stdin_markers = sys.stdin.isatty()
@@ -243,7 +294,7 @@ def catch_load(
     )
     guard = _switch_on(delayacct, schedstats, quiet)
     try:
-        _record(
+        command_status = _record(
             spec,
             options,
             command,
@@ -258,7 +309,16 @@ def catch_load(
     finally:
         if guard is not None:
             for message in guard.restore():
-                click.echo(f"catch-load: {message}", err=True)
+                _say(message)
+    if command_status:
+        # `catch-load -- CMD` is used in scripts: it fails as CMD failed (128 + N when killed by N).
+        sys.exit(command_status if command_status > 0 else 128 - command_status)
+
+
+def _say(message: str) -> None:
+    """One line on stderr; a terminal that went away (SIGHUP) must not turn the end into a traceback."""
+    with contextlib.suppress(OSError):
+        click.echo(f"catch-load: {message}", err=True)
 
 
 def _engine_options(choice: JackChoice | None, jack_log: str | None) -> dict[str, Any] | None:
@@ -305,8 +365,10 @@ def _record(
     regex: re.Pattern[str] | None,
     guard: SysctlGuard | None,
     explicit_taskstats: bool,
-) -> None:
+) -> int:
+    """Record; the launched command's exit status (0 without one)."""
     launched: subprocess.Popen[bytes] | None = None
+    ended_by_us = False  # the recording's end stopped the command: its status is ours, not its own
     interval = options.interval_ns
     status_line = _StatusLine(enabled=not quiet and sys.stderr.isatty())
     log_pipe = options.engine.get("log_fd") if options.engine else None
@@ -316,10 +378,11 @@ def _record(
     recorder = session.recorder
 
     def on_signal(signum: int, _frame: Any) -> None:
-        recorder.stop(f"interrupted ({signal.Signals(signum).name})")
+        recorder.stop(f"interrupted ({signal.Signals(signum).name})", urgent=True)
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    # SIGHUP (the terminal closed) ends the recording as SIGTERM does: trailer written, sysctls restored.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, on_signal)
     signal.signal(signal.SIGUSR1, lambda *_: recorder.add_marker("SIGUSR1"))
 
     session.wait_ready()  # a launched command must not start before the recording can
@@ -366,11 +429,17 @@ def _record(
         for note in session.recorder.engines.notes:  # an engine a target uses, not recorded: say so
             click.echo(f"catch-load: {note}", err=True)
         if launched is not None:
+            # The command ended the recording (wait long), or a stop request did (it carries on).
             try:
-                launched.wait(timeout=30)
+                launched.wait(timeout=30 if recorder.stop_reason == "the command exited" else 0.2)
             except subprocess.TimeoutExpired:
                 launched.terminate()
-                launched.wait()
+                ended_by_us = True
+                try:
+                    launched.wait(timeout=1)
+                except subprocess.TimeoutExpired:
+                    launched.kill()
+                    launched.wait()
             trailer["command_exit_code"] = launched.returncode
         if truth_path is not None:
             _store_truth(session, truth_path)
@@ -384,8 +453,14 @@ def _record(
         if truth_path is not None:
             truth_path.unlink(missing_ok=True)
     session.finish(trailer)
+    for note in session.notes:
+        _say(note)
     if not quiet:
-        _print_summary(out, trailer, session.recorder)
+        with contextlib.suppress(OSError):
+            _print_summary(out, trailer, session.recorder)
+    if launched is None or ended_by_us or launched.returncode is None:
+        return 0
+    return launched.returncode
 
 
 def _own_argv(redact: bool) -> list[str]:
@@ -459,6 +534,8 @@ class _StatusLine:
 def _print_summary(out: Path, trailer: dict[str, Any], recorder: Recorder) -> None:
     ticks = trailer["ticks"]
     missed = trailer["missed_ticks"]
+    lost = trailer.get("lost_ticks", 0)
+    unseen = trailer.get("threads_unseen_min", 0)
     duration = trailer["duration_ns"]
     cpu = trailer["sampler_cpu_ns"]
     size = out.stat().st_size
@@ -467,10 +544,16 @@ def _print_summary(out: Path, trailer: dict[str, Any], recorder: Recorder) -> No
         f"{recorder.threads_seen} threads in {recorder.processes_seen} processes",
         f"  ticks {ticks}, interval p50 {fmt_ns(trailer['interval_p50_ns'])}, "
         f"p99 {fmt_ns(trailer['interval_p99_ns'])}, max {fmt_ns(trailer['interval_max_ns'])}, "
-        f"missed {missed} ({100.0 * missed / max(1, ticks + missed):.2f} %)",
+        f"missed {missed} ({100.0 * missed / max(1, ticks + missed):.2f} %)"
+        + (f", lost {lost} (read, but the writer fell behind: not in the capture)" if lost else ""),
         f"  sampler CPU {100.0 * cpu / max(1, duration):.1f} % of a core (writer "
         f"{100.0 * trailer.get('writer_cpu_ns', 0) / max(1, duration):.1f} %); file {size / 1e6:.2f} MB "
         f"({size / max(1, recorder.sample_rows):.1f} bytes per thread-sample)",
+        *(
+            [f"  at least {unseen} short-lived threads started and ended between thread scans, never sampled"]
+            if unseen
+            else []
+        ),
         f"capture: {out}",
         f"next: forensics info {out}   |   forensics stalls {out}",
     ]

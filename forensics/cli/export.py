@@ -9,7 +9,7 @@ import click
 
 from capture.errors import ForensicsError
 from capture.format import load
-from forensics.cli.artefacts import suffix_of, write_bytes, wrote
+from forensics.cli.artefacts import check_output, force_option, forced, suffix_of, write_bytes, wrote
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import span_option
 from forensics.export.perfetto import perfetto_trace
@@ -17,6 +17,7 @@ from forensics.export.tables import write_tables
 from forensics.progress import Progress
 
 FORMATS = ("perfetto", "csv", "parquet")
+TABLES = ("samples", "windows", "verdicts", "threads", "events")  # the files of --format csv|parquet
 TRACE_SUFFIXES = {".json": "json", ".json.gz": "json.gz"}
 
 
@@ -27,6 +28,7 @@ TRACE_SUFFIXES = {".json": "json", ".json.gz": "json.gz"}
               help="perfetto: FILE.json (or FILE.json.gz); csv, parquet: a directory (made if missing).")  # fmt: skip
 @click.option("--thread", "pattern", metavar="REGEX", help="Only these threads (name or process name matches).")
 @span_option
+@force_option
 def export(capture: str, fmt: str, output: str, pattern: str | None, span: str | None) -> None:
     """Write a capture for other tools: a trace for ui.perfetto.dev, or tables for pandas and DuckDB.
 
@@ -49,8 +51,12 @@ def export(capture: str, fmt: str, output: str, pattern: str | None, span: str |
         raise ForensicsError(f"unknown --format {fmt!r}; choose one of: {', '.join(FORMATS)}")
     if fmt == "perfetto":
         compression = suffix_of(output, TRACE_SUFFIXES, "a Perfetto trace")
+        check_output(output)
     elif Path(output).exists() and not Path(output).is_dir():
         raise ForensicsError(f"--format {fmt} writes a directory of tables, and {output} is a file: name a directory")
+    elif Path(output).is_dir() and not forced():  # before the work: an earlier export's tables need --force
+        for table in TABLES:
+            check_output(str(Path(output) / f"{table}.{fmt}"))
     with Progress(f"forensics export ({fmt})", 4) as progress:
         progress.step("reading the capture")
         cap = load(capture)
@@ -66,4 +72,6 @@ def export(capture: str, fmt: str, output: str, pattern: str | None, span: str |
             progress.done()
             write_bytes(output, data)
             return
-        write_tables(cap, Path(output), fmt, pattern=pattern, t_range=t_range, progress=progress, announce=wrote)
+        write_tables(
+            cap, Path(output), fmt, pattern=pattern, t_range=t_range, progress=progress, announce=wrote, force=forced()
+        )

@@ -6,7 +6,7 @@ import click
 
 from capture.errors import ForensicsError
 from capture.format import load
-from forensics.cli.artefacts import suffix_of, write_bytes
+from forensics.cli.artefacts import check_output, force_option, suffix_of, write_bytes
 from forensics.cli.report_options import span_option
 from forensics.progress import Progress
 
@@ -19,6 +19,7 @@ KINDS = ("timeline", "jitter", "compare")
 )
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The picture to write: FILE.png (or FILE.svg).")  # fmt: skip
+@force_option
 @click.option("--kind", metavar="|".join(KINDS), default=None,
               help="What to draw (default: timeline for one capture, compare for two).")  # fmt: skip
 @click.option("--thread", "pattern", metavar="REGEX",
@@ -52,6 +53,7 @@ def plot(
     from forensics.plots import FORMATS, figure_bytes
 
     fmt = suffix_of(output, FORMATS, "a plot")
+    check_output(output)
     if kind is not None and kind not in KINDS:
         raise ForensicsError(f"unknown --kind {kind!r}; choose one of: {', '.join(KINDS)}")
     kind = kind or ("compare" if len(captures) == 2 else "timeline")

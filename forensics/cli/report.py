@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from capture.format import load
-from forensics.cli.artefacts import suffix_of, write_bytes
+from forensics.cli.artefacts import check_output, force_option, suffix_of, write_bytes
 from forensics.cli.options import capture_argument
 from forensics.cli.report_options import span_option
 from forensics.progress import Progress
@@ -17,6 +17,7 @@ from forensics.views.report import STEPS, build_report
 @capture_argument
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=str),
               help="The report to write: FILE.html (one self-contained page) or FILE.md.")  # fmt: skip
+@force_option
 @span_option
 @click.option("--top", type=click.IntRange(1, 12), default=4, show_default=True, help="Threads in the timeline.")
 @click.option("--spikes", "spike_limit", type=click.IntRange(1), default=10, show_default=True,
@@ -39,6 +40,7 @@ def report(capture: str, output: str, span: str | None, top: int, spike_limit: i
       forensics report load.ssf -o load-report.md --span load..loaded
     """
     fmt = suffix_of(output, {s: f for s, f in SUFFIXES.items() if f in ("html", "markdown")}, "a report")
+    check_output(output)
     with Progress("forensics report", STEPS) as progress:
         progress.step("reading the capture")
         cap = load(capture)

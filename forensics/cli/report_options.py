@@ -5,24 +5,33 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 
-from capture.errors import ForensicsError
+from forensics.cli.artefacts import check_output, force_option, forced
 from forensics.render import RENDERERS, Report, choose_format, render
+from forensics.safe_output import write_file
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _checked_output(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:  # before the analysis, not after it (--force is eager: it is known here)
+        check_output(value)
+    return value
+
+
 def output_options(func: F) -> F:
     """--format, --json, -o/--output."""
+    func = force_option(func)
     func = click.option(
         "-o",
         "--output",
         type=click.Path(dir_okay=False, path_type=str),
-        help="Write to this file instead of stdout (format from its suffix: .json -> json).",
+        callback=_checked_output,
+        help="Write to this file instead of stdout (format from its suffix: .json -> json); an existing "
+        "file needs --force.",
     )(func)
     func = click.option("--json", "as_json", is_flag=True, help="Print JSON (raw ns and counts) instead of a table.")(
         func
@@ -54,8 +63,5 @@ def emit(report: Report, *, fmt: str | None, as_json: bool, output: str | None) 
     if output is None:
         click.echo(text, nl=False)
         return
-    try:
-        Path(output).write_text(text)
-    except OSError as err:
-        raise ForensicsError(f"cannot write {output}: {err.strerror}") from err
+    write_file(output, text.encode(), force=forced())
     click.echo(f"wrote {output}", err=True)

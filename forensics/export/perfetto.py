@@ -65,6 +65,8 @@ def thread_slices(windows: pd.DataFrame) -> pd.DataFrame:
         offset = offset + length
     frame = pd.concat(parts, ignore_index=True)
     frame = frame[frame["length"].to_numpy() > 0]
+    if frame.empty:  # threads that only slept: no slice at all (and nothing for the grouping below)
+        return pd.DataFrame(columns=["tid", "kind", "start_ns", "end_ns", "windows"])
     frame = frame.sort_values(["tid", "start_ns", "kind"], kind="stable").reset_index(drop=True)
     frame["end_ns"] = frame["start_ns"] + frame["length"]
     tid = frame["tid"].to_numpy()

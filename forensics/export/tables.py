@@ -8,9 +8,13 @@ Tables are written piece by piece (a writer per table), so a long capture never 
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
+from typing import BinaryIO
 
 import numpy as np
 import pandas as pd
@@ -20,48 +24,81 @@ import pyarrow.parquet as pq
 from capture.errors import ForensicsError
 from capture.format import Capture
 from forensics.progress import Progress
+from forensics.safe_output import AtomicFile, open_output_directory
 
 
 class TableWriter:
-    """Appends DataFrames to DIR/NAME.csv or DIR/NAME.parquet."""
+    """Appends DataFrames to DIR/NAME.csv or DIR/NAME.parquet.
 
-    def __init__(self, directory: Path, fmt: str) -> None:
+    DIR is made if missing and used through one descriptor (never through a link at its name); each
+    file is written under a temporary name and appears whole at the end, and an existing one is only
+    replaced with `force` (see forensics/safe_output.py)."""
+
+    def __init__(self, directory: Path, fmt: str, *, force: bool = False) -> None:
         self.directory = directory
         self.fmt = fmt
+        self.force = force
         self.files: dict[str, Path] = {}
         self.rows: dict[str, int] = {}
         self._parquet: dict[str, pq.ParquetWriter] = {}
         self._schemas: dict[str, pa.Schema] = {}
+        self._open: dict[str, tuple[AtomicFile, BinaryIO]] = {}
+        self._dir_fd = open_output_directory(directory)
+        self._stack = contextlib.ExitStack()
+
+    def _file(self, name: str) -> BinaryIO:
+        if name not in self._open:
+            filename = f"{name}.{self.fmt}"
+            if not self.force:
+                with contextlib.suppress(FileNotFoundError):
+                    os.lstat(filename, dir_fd=self._dir_fd)
+                    raise ForensicsError(
+                        f"{self.directory / filename} exists already: export into another directory, or --force "
+                        "to replace it"
+                    )
+            atomic = AtomicFile(filename, force=self.force, dir_fd=self._dir_fd)
+            self._open[name] = (atomic, self._stack.enter_context(atomic))
+        return self._open[name][1]
 
     def append(self, name: str, frame: pd.DataFrame) -> None:
         path = self.directory / f"{name}.{self.fmt}"
         first = name not in self.files
+        fh = self._file(name)
         self.files[name] = path
         self.rows[name] = self.rows.get(name, 0) + len(frame)
         try:
             if self.fmt == "csv":
-                frame.to_csv(path, mode="w" if first else "a", header=first, index=False)
+                text = io.TextIOWrapper(fh, encoding="utf-8", newline="", write_through=True)
+                frame.to_csv(text, header=first, index=False)
+                text.detach()  # the file stays open for the next chunk
                 return
             table = pa.Table.from_pandas(frame, preserve_index=False)
             if first:
                 self._schemas[name] = table.schema
-                self._parquet[name] = pq.ParquetWriter(path, table.schema, compression="zstd")
+                self._parquet[name] = pq.ParquetWriter(fh, table.schema, compression="zstd")
             else:
                 table = table.cast(self._schemas[name])
             self._parquet[name].write_table(table)
         except OSError as err:
             raise ForensicsError(f"cannot write {path}: {err.strerror}") from err
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
         for writer in self._parquet.values():
             writer.close()
         self._parquet.clear()
+        if failed:  # the temporary files go; nothing half-written appears under a table's name
+            self._stack.__exit__(ForensicsError, None, None)
+        else:
+            self._stack.close()
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
 
     def __enter__(self) -> TableWriter:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
+        self.close(failed=kind is not None)
 
 
 def plain_samples(chunk: pd.DataFrame) -> pd.DataFrame:
@@ -80,17 +117,15 @@ def write_tables(
     t_range: tuple[int | None, int | None] | None = None,
     progress: Progress | None = None,
     announce: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> dict[str, int]:
-    """One file per table in `directory`; `announce` is told each file written (path and rows)."""
+    """One file per table in `directory`; `announce` is told each file written (path and rows); an
+    existing table file is replaced only with `force`."""
     from forensics.export.frames import export_threads, export_verdicts, export_windows, flat_verdicts
 
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ForensicsError(f"cannot make the directory {directory}: {err.strerror}") from err
     profiles = export_threads(cap, pattern, t_range)
     tids = profiles["tid"].to_numpy(dtype=np.int32)
-    with TableWriter(directory, fmt) as writer:
+    with TableWriter(directory, fmt, force=force) as writer:
         if progress:
             progress.step("samples")
         for chunk in cap.iter_chunks("samples"):
