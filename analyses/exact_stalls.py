@@ -64,6 +64,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import exact
+from analyses.periods import wake_limit_ns
 from forensics.capture import Capture
 
 MINOR_NS = 100_000  # a segment shorter than this at the edge of a busy span is ordinary (wake-up latency)
@@ -392,7 +393,8 @@ def _off_segments(off: pd.DataFrame, periods: pd.Series) -> pd.DataFrame:
     by_task = (pd.Series(context, dtype=object).astype(str).to_numpy() == "task") & waker.notna().to_numpy()
     asleep = asleep_end - start
     unusual = by_task & ~usual
-    overslept = by_task & usual & (asleep > np.nan_to_num(LOCK_OVERSLEEP * period, nan=np.inf))
+    limit = wake_limit_ns(period, (LOCK_OVERSLEEP - 1.0) * period)
+    overslept = by_task & usual & (asleep > np.nan_to_num(limit, nan=np.inf))
     lock = (state == "S") & ~np.isnan(period) & (unusual | overslept)
     cause = np.where(state == "D", "io", np.where(state == "S", np.where(lock, "lock", "idle"), "unknown")).astype(
         object

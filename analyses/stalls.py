@@ -62,6 +62,7 @@ import pandas as pd
 
 from analyses import exact_stalls
 from analyses.exact_stalls import ExactData, load_exact
+from analyses.periods import wake_limit_ns
 from analyses.source import STATE_ALPHABET, STATE_D, STATE_S, capture_interval_ns, iter_samples
 from analyses.threads import policy_label, select_threads, thread_names, thread_profiles
 from analyses.windows import _group_starts, thread_windows, window_deltas
@@ -165,7 +166,7 @@ def classify_windows(
     # down, or its engine stopped) has not stalled. So the run must be followed by a switch-in.
     last_of_thread = np.r_[tid[1:] != tid[:-1], True] if len(tid) else np.zeros(0, dtype=bool)
     ended = ~pd.Series(last_of_thread).groupby(key).transform("max").to_numpy().astype(bool)
-    limit = period + rules.wake_margin_intervals * interval_ns
+    limit = wake_limit_ns(period, rules.wake_margin_intervals * interval_ns)
     missed = (
         quiet & ended & ~np.isnan(period) & (asleep > np.nan_to_num(limit, nan=np.inf)) & (asleep <= rules.max_gap_ns)
     )
