@@ -33,6 +33,7 @@ Pure functions: capture and episodes in, DataFrames out.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -343,9 +344,12 @@ def find_incidents(
     period = pd.to_numeric(members["period_ns"], errors="coerce").to_numpy(dtype=np.float64)
     members = members.assign(inc_period=period).sort_values(["start_ns", "tid"], kind="stable").reset_index(drop=True)
     incident = np.full(len(members), -1, dtype=np.int64)
+    cause_of = _caused_by(members)
     open_end: dict[Any, tuple[int, float]] = {}  # engine -> (incident, end_ns + join window)
-    next_id = 0
+    next_id = 1  # incidents are numbered from 1, as users count them
     for i, row in enumerate(members.itertuples(index=False)):
+        if i in cause_of:
+            continue  # what ran instead of (or held up) another episode: joins that one's incident below
         key = row.inc_engine
         if key is None or (isinstance(key, float) and np.isnan(key)):
             incident[i] = next_id
@@ -360,6 +364,8 @@ def find_incidents(
             incident[i] = next_id
             open_end[key] = (next_id, row.end_ns + join)
             next_id += 1
+    for i, j in cause_of.items():
+        incident[i] = incident[j]
     members["incident"] = incident
     source = str(links["source"].iloc[0]) if len(links) else None
     rows = []
@@ -368,7 +374,11 @@ def find_incidents(
     upstream_tid = np.full(len(members), np.nan)
     for number, group in members.groupby("incident", sort=True):
         idx = group.index.to_numpy()
-        info = _judge(cap, group, links, source, rules, interval_ns)
+        culprits = {i: cause_of[i] for i in idx if i in cause_of}
+        info = _judge(cap, group.drop(index=list(culprits)), links, source, rules, interval_ns)
+        info["roles"] += [(i, "ran instead" if members.at[j, "verdict"] == "runqueue" else "holder", None)
+                          for i, j in culprits.items()]  # fmt: skip
+        info["members"] += len(culprits)
         for i, role, up in info["roles"]:
             roles[i] = role
             if role == "upstream":
@@ -382,6 +392,39 @@ def find_incidents(
     incidents = _add_cycles(cap, incidents)
     members = members.drop(columns=["inc_engine", "inc_period"])
     return incidents[INCIDENT_COLUMNS].reset_index(drop=True), members
+
+
+SUSPECT_TID = re.compile(r"^meanwhile .* \((\d+), (?:same process|pid \d+), ")
+
+
+def _blamed_tid(row: Any) -> int | None:
+    """The task an episode names as its cause: who ran instead of a runnable thread, who woke a lock
+    wait (eBPF), or the /proc suspect (the busiest recorded thread meanwhile)."""
+    for column in ("ran_instead_tid", "waker_tid"):
+        value = getattr(row, column, None)
+        if value is not None and not pd.isna(value) and int(value) > 0:
+            return int(value)
+    suspect = getattr(row, "suspect", None)
+    if isinstance(suspect, str) and (found := SUSPECT_TID.match(suspect)):
+        return int(found.group(1))
+    return None
+
+
+def _caused_by(members: pd.DataFrame) -> dict[int, int]:
+    """Episode index -> index of an overlapping episode that names its thread as the cause (a hog's own
+    long run while it kept the audio thread off the CPU is that incident's, not one of its own)."""
+    out: dict[int, int] = {}
+    start = members["start_ns"].to_numpy(np.int64)
+    end = members["end_ns"].to_numpy(np.int64)
+    tids = members["tid"].astype(np.int64).to_numpy()
+    for j, row in enumerate(members.itertuples(index=False)):
+        blamed = _blamed_tid(row) if row.verdict in ("runqueue", "lock") else None
+        if blamed is None:
+            continue
+        for i in np.flatnonzero((tids == blamed) & (start < end[j]) & (end > start[j])):
+            if int(i) != j and int(i) not in out and j not in out:
+                out[int(i)] = j
+    return out
 
 
 def _empty_incidents() -> pd.DataFrame:
@@ -503,11 +546,18 @@ def _root_verdict(
     known_waker = waker is not None and not pd.isna(waker)
     if verdict == "lock" and known_waker and int(waker) not in chain and int(waker) != 0:
         return "lock", evidence  # a holder outside the chain: a lock (its inversion is in the evidence)
-    if verdict in WAIT_VERDICTS and not known_waker:
+    ran_meanwhile = isinstance(row.get("suspect"), str) and bool(row.get("suspect"))
+    if verdict in WAIT_VERDICTS and not known_waker and not ran_meanwhile:
         machine = machine_evidence(cap, int(row["start_ns"]), int(row["end_ns"]), rules, interval_ns)
-        if machine:
+        if _strong(machine):
             return "late wake-up", f"{evidence}; {machine}"
     return verdict, evidence
+
+
+def _strong(machine: str) -> bool:
+    """Evidence that the machine, not a task, held the thread: hypervisor steal, interrupt time, or a
+    gap every thread saw. CPU pressure alone is not: on a busy machine it always rises."""
+    return any(word in machine for word in ("steal", "interrupt time", "the sampler itself"))
 
 
 def _head_verdict(
@@ -556,9 +606,9 @@ def _head_verdict(
         return head, "late wake-up", "; ".join(p for p in (text, machine, waited) if p)
     text = f"every member only waited for its upstream; the head of the chain {name} has no episode"
     text += " and no switch record" if timing is None else " and no late switch-in"
-    if machine:
+    if _strong(machine):
         return head, "late wake-up", f"{text}; {machine}"
-    return head, "unknown", text
+    return head, "unknown", "; ".join(p for p in (text, machine) if p)
 
 
 def _link_timing(cap: Capture, tid: int | None, start: int, end: int, period: float) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ import pandas as pd
 from forensics.capture import Capture, load
 from forensics.cli.options import DURATION, capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
-from forensics.render import Report, Section
+from forensics.render import Report, Section, choose_format
 
 if TYPE_CHECKING:
     from analyses.stalls import StallRules
@@ -67,6 +67,12 @@ THREAD_COLUMNS = {
     help="Ignore the exact sources the capture holds (eBPF events, taskstats, delay accounting): verdicts "
     "from the /proc reads alone, to see what the exact sources change.",
 )
+@click.option(
+    "--episodes",
+    "flat",
+    is_flag=True,
+    help="List the stall episodes one by one (each with its own verdict) instead of grouped into incidents.",
+)
 @output_options
 def stalls(
     capture: str,
@@ -78,11 +84,23 @@ def stalls(
     fault_rate: float,
     with_truth: bool,
     proc_only: bool,
+    flat: bool,
     fmt: str | None,
     as_json: bool,
     output: str | None,
 ) -> None:
     """Find when the watched threads stalled, and why: a long run, or a wait (and for what).
+
+    \b
+    Incidents first: the episodes of one late engine cycle (or of consecutive late cycles) are one
+    incident. Its root is the first late link (the driver woken late, a client running long, waiting
+    for a CPU, a disk, page faults, or a lock outside the graph); clients that only waited for their
+    upstream link are listed under it as `upstream <- TID`, never as lock. The chain (who wakes whom)
+    comes from the engine's records when the capture has them, else from eBPF wake-ups, else from
+    /proc (threads of one period late together: the earliest is the root, said to be inferred).
+    `late wake-up`: the first late link was woken late with nothing of the capture running instead;
+    the machine's evidence follows (steal, interrupt time, CPU pressure, a gap the sampler saw).
+    --episodes lists the episodes one by one, as below; --json gives incidents with their episodes.
 
     \b
     Watched by default: real-time threads (FIFO/RR/DEADLINE) and periodic ones, found from their
@@ -138,7 +156,15 @@ def stalls(
     t_range = resolve_span(cap, span)
     rules = StallRules(busy_fraction=busy_fraction, fault_rate_per_ms=fault_rate, min_stall_ns=min_stall)
     report = stalls_report(
-        cap, capture, pattern=pattern, everything=everything, rules=rules, t_range=t_range, with_truth=with_truth
+        cap,
+        capture,
+        pattern=pattern,
+        everything=everything,
+        rules=rules,
+        t_range=t_range,
+        with_truth=with_truth,
+        incidents=not flat,
+        for_json=choose_format(fmt, as_json, output) == "json",
     )
     emit(report, fmt=fmt, as_json=as_json, output=output)
 
@@ -153,9 +179,11 @@ def stalls_report(
     t_range: tuple[int | None, int | None] | None = None,
     with_truth: bool = False,
     profiles: pd.DataFrame | None = None,
+    incidents: bool = False,
+    for_json: bool = False,
 ) -> Report:
-    """The report `forensics stalls` prints (watched threads, episodes with evidence); `forensics report`
-    embeds the same sections."""
+    """The report `forensics stalls` prints (watched threads, episodes with evidence, or with `incidents`
+    the incidents with their episodes under each); `forensics report` embeds the same sections."""
     from analyses.source import capture_interval_ns, capture_origin_ns
     from analyses.stalls import find_stalls
     from analyses.threads import policy_label, select_threads, thread_profiles
@@ -191,11 +219,16 @@ def stalls_report(
         if exact
         else ""
     )
-    report.sections.append(
-        Section(
-            "stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence", note=how
+    if incidents:
+        from forensics.views.incidents import add_incident_sections
+
+        add_incident_sections(report, cap, episodes, watched, interval_ns=interval, for_json=for_json)
+    else:
+        report.sections.append(
+            Section(
+                "stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence", note=how
+            )
         )
-    )
     undecided = episodes.attrs.get("undecided") or []
     if undecided:
         report.notes.append("Unknown for lack of a source in this capture: " + "; ".join(undecided) + ".")
