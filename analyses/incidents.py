@@ -69,6 +69,10 @@ class IncidentRules:
     sampler_gap_intervals: float = 2.5
 
 
+# An engine's xrun report or a missed deadline this close to an incident belongs to it (JACK reported
+# xruns ~0.3 ms after a starved driver ran again; a lab callback's deadline precedes its episode's end).
+XRUN_JOIN_NS = 20_000_000
+
 INCIDENT_COLUMNS = [
     "incident", "start_ns", "end_ns", "duration_ns", "engine", "chain_source", "cycle", "xrun", "xruns",
     "root_tid", "root_comm", "root_verdict", "root_episode", "inferred", "waited", "members", "evidence",
@@ -375,7 +379,10 @@ def find_incidents(
     for number, group in members.groupby("incident", sort=True):
         idx = group.index.to_numpy()
         culprits = {i: cause_of[i] for i in idx if i in cause_of}
-        info = _judge(cap, group.drop(index=list(culprits)), links, source, rules, interval_ns)
+        victims = group.drop(index=list(culprits))
+        if victims.empty:  # cannot happen with the guards of _caused_by; keep every episode counted anyway
+            victims, culprits = group, {}
+        info = _judge(cap, victims, links, source, rules, interval_ns)
         info["roles"] += [(i, "ran instead" if members.at[j, "verdict"] == "runqueue" else "holder", None)
                           for i, j in culprits.items()]  # fmt: skip
         info["members"] += len(culprits)
@@ -417,13 +424,18 @@ def _caused_by(members: pd.DataFrame) -> dict[int, int]:
     start = members["start_ns"].to_numpy(np.int64)
     end = members["end_ns"].to_numpy(np.int64)
     tids = members["tid"].astype(np.int64).to_numpy()
+    engine = members["inc_engine"].to_numpy()
     for j, row in enumerate(members.itertuples(index=False)):
         blamed = _blamed_tid(row) if row.verdict in ("runqueue", "lock") else None
         if blamed is None:
             continue
         for i in np.flatnonzero((tids == blamed) & (start < end[j]) & (end > start[j])):
-            if int(i) != j and int(i) not in out and j not in out:
-                out[int(i)] = j
+            i = int(i)
+            same_chain = engine[i] is not None and not pd.isna(engine[i]) and engine[i] == engine[j]
+            # Only a thread outside the victim's chain (a link it waits for is its upstream, not a culprit),
+            # and no chains of culprits: each culprit points at a victim that is no culprit itself.
+            if i != j and not same_chain and i not in out and j not in out and i not in out.values():
+                out[i] = j
     return out
 
 
@@ -452,7 +464,8 @@ def _judge(
     chain_tids = set(chain["tid"].astype(int).tolist())
     upstream_of = dict(zip(chain["tid"].astype(int), chain["upstream"], strict=True)) if len(chain) else {}
     order = dict(zip(chain["tid"].astype(int), chain["order"], strict=True)) if len(chain) else {}
-    first = group.index[0]
+    # /proc: the earliest member is the root; at the same start, one that did not only wait asleep.
+    first = min(group.index, key=lambda i: (group.at[i, "start_ns"], group.at[i, "verdict"] in WAIT_VERDICTS))
     roles: list[tuple[int, str, int | None]] = []
     waits: dict[int, int | None] = {}
     for i, row in group.iterrows():
@@ -800,7 +813,7 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
         frames.append(
             pd.DataFrame(
                 {
-                    "t_ns": late["start_ns"].to_numpy(np.int64),
+                    "t_ns": late["deadline_ns"].to_numpy(np.int64),
                     "kind": "missed deadline",
                     "client": [_comm_of(cap, int(t)) for t in late["tid"]],
                     "delay_us": ((late["end_ns"] - late["deadline_ns"]) / 1000.0).to_numpy(),
@@ -815,10 +828,11 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
     if len(incidents):
         starts = incidents["start_ns"].to_numpy(np.int64)
         ends = incidents["end_ns"].to_numpy(np.int64)
-        # An xrun is reported after the late cycle (JACK: ~0.3 ms after the starved driver ran again):
-        # it belongs to the last incident that started at or before it and ended at most 20 ms before.
+        # An xrun is reported after the late cycle (JACK: ~0.3 ms after the starved driver ran again), a
+        # missed deadline may fall before the episode's first window: the last incident within
+        # XRUN_JOIN_NS of it.
         for i, t in enumerate(out["t_ns"].to_numpy(np.int64)):
-            k = np.flatnonzero((starts <= t) & (ends + 20_000_000 >= t))
+            k = np.flatnonzero((starts <= t + XRUN_JOIN_NS) & (ends + XRUN_JOIN_NS >= t))
             if len(k):
                 incident[i] = int(incidents["incident"].iloc[k[-1]])
     out["incident"] = pd.array(np.where(incident < 0, None, incident), dtype="Int64")
