@@ -51,14 +51,6 @@ def _starved(ms=12.0):
     )
 
 
-def _wakers(links, extra=()):
-    """Each client woken by the link above it (the graph's order); the driver by its timer."""
-    return [
-        *extra,
-        *(Waker(T0, T0 + 2 * DURATION, up.tid, up.comm) for up, _ in zip(links[:-1], links[1:], strict=True)),
-    ]
-
-
 def _by_tid_waker(links, extra=()):
     """ebpf_tables applies one Waker list to every thread: give each client its own upstream waker."""
     tables = {}
@@ -138,8 +130,21 @@ def test_engine_tables_give_the_chain_and_the_late_node():
     for j, name in enumerate(names):
         signal = t + j * 60 * US
         awake = signal + 10 * US + np.where(late & (j == 0), 12 * MS, 0)
-        node_rows.append(pd.DataFrame({"t_ns": t, "engine": "jack", "node_id": j, "name": name, "signal_ns": signal,
-                                       "awake_ns": awake, "finish_ns": awake + 50 * US, "status": 0, "xrun": late}))  # fmt: skip
+        node_rows.append(
+            pd.DataFrame(
+                {
+                    "t_ns": t,
+                    "engine": "jack",
+                    "node_id": j,
+                    "name": name,
+                    "signal_ns": signal,
+                    "awake_ns": awake,
+                    "finish_ns": awake + 50 * US,
+                    "status": 0,
+                    "xrun": late,
+                }
+            )
+        )
     xruns = pd.DataFrame(
         {"t_ns": [int(t[late][0] + 13 * MS)], "engine": "jack", "delay_us": [12000.0], "client": [None],
          "source": "callback", "text": [None]}
