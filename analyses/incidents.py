@@ -326,20 +326,32 @@ def find_incidents(
     *,
     rules: IncidentRules | None = None,
     interval_ns: int = 2_000_000,
+    quiet_outside: bool = True,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(incidents, members): one incident row per late cycle or run of them (INCIDENT_COLUMNS), and the
     episodes (analyses.stalls.find_stalls rows, unchanged) with MEMBER_COLUMNS added: which incident,
     role ("root" | "upstream" | "member"), the verdict in the incident (`upstream` for a client that only
     waited for its upstream link) and that upstream link's tid.
 
-    `threads`: the watched threads (tid pid comm period_ns ...).
+    `threads`: the watched threads (tid pid comm period_ns policy ...). With `quiet_outside` and an engine
+    found, episodes of threads that are neither a link of it nor real-time (a client's housekeeping
+    thread at a period of its own) are no incident of their own: they appear when they ran instead of a
+    member, or on request (quiet_outside=False). Their count is in members.attrs["hidden"].
     """
     rules = rules or IncidentRules()
     links = chain_links(cap, threads, rules)
     members = episodes.copy().reset_index(drop=True)
+    if quiet_outside and len(links) and len(members):
+        members, hidden = _outside_the_graph(members, links, threads)
+    else:
+        hidden = members.iloc[0:0]
     if members.empty:
         for column in MEMBER_COLUMNS:
             members[column] = pd.Series(dtype=object)
+        members.attrs["hidden"] = {
+            "episodes": len(hidden),
+            "threads": int(hidden["tid"].nunique()) if len(hidden) else 0,
+        }
         return _empty_incidents(), members
     link = links.set_index("tid") if len(links) else None
     tid = members["tid"].astype(np.int64).to_numpy()
@@ -398,7 +410,34 @@ def find_incidents(
     incidents = pd.DataFrame(rows)
     incidents = _add_cycles(cap, incidents)
     members = members.drop(columns=["inc_engine", "inc_period"])
+    members.attrs["hidden"] = {"episodes": len(hidden), "threads": int(hidden["tid"].nunique()) if len(hidden) else 0}
     return incidents[INCIDENT_COLUMNS].reset_index(drop=True), members
+
+
+RT_POLICIES = (1, 2, 6)  # SCHED_FIFO, SCHED_RR, SCHED_DEADLINE
+
+
+def _outside_the_graph(
+    members: pd.DataFrame, links: pd.DataFrame, threads: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(kept, hidden): episodes of threads outside every chain and not real-time are hidden, except those
+    that ran instead of (or held up) a kept episode at the same time: those stay, as its culprits."""
+    policy = threads.set_index("tid")["policy"] if "policy" in threads else pd.Series(dtype=float)
+    tid = members["tid"].astype(np.int64)
+    realtime = pd.to_numeric(policy.reindex(tid), errors="coerce").isin(RT_POLICIES).to_numpy()
+    outside = ~tid.isin(links["tid"]).to_numpy() & ~realtime
+    if not outside.any():
+        return members, members.iloc[0:0]
+    kept = members[~outside]
+    start, end = members["start_ns"].to_numpy(np.int64), members["end_ns"].to_numpy(np.int64)
+    blamed = [_blamed_tid(row) for row in kept.itertuples(index=False)]
+    k_start, k_end = kept["start_ns"].to_numpy(np.int64), kept["end_ns"].to_numpy(np.int64)
+    culprit = np.zeros(len(members), dtype=bool)
+    for i in np.flatnonzero(outside):
+        same = np.array([b == int(tid.iloc[i]) for b in blamed], dtype=bool)
+        culprit[i] = bool((same & (k_start < end[i]) & (k_end > start[i])).any())
+    hide = outside & ~culprit
+    return members[~hide].reset_index(drop=True), members[hide]
 
 
 SUSPECT_TID = re.compile(r"^meanwhile .* \((\d+), (?:same process|pid \d+), ")

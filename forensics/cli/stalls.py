@@ -222,7 +222,15 @@ def stalls_report(
     if incidents:
         from forensics.views.incidents import add_incident_sections
 
-        add_incident_sections(report, cap, episodes, watched, interval_ns=interval, for_json=for_json)
+        add_incident_sections(
+            report,
+            cap,
+            episodes,
+            watched,
+            interval_ns=interval,
+            for_json=for_json,
+            quiet_outside=pattern is None and not everything,
+        )
     else:
         report.sections.append(
             Section(

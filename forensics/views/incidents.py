@@ -103,10 +103,20 @@ def add_incident_sections(
     interval_ns: int,
     rules: IncidentRules | None = None,
     for_json: bool = False,
+    quiet_outside: bool = True,
 ) -> pd.DataFrame:
     """Append the incidents section to `report` (json: incidents with member episodes, the report's JSON
     root); returns the incidents."""
-    incidents, members = find_incidents(cap, episodes, watched, rules=rules, interval_ns=interval_ns)
+    incidents, members = find_incidents(
+        cap, episodes, watched, rules=rules, interval_ns=interval_ns, quiet_outside=quiet_outside
+    )
+    hidden = members.attrs.get("hidden") or {}
+    if hidden.get("episodes"):
+        report.notes.append(
+            f"{hidden['episodes']} episodes of {hidden['threads']} watched threads outside the engine's graph "
+            "(not real-time, not a link of it) are no incident of their own: --episodes, --all or --thread "
+            "REGEX lists them."
+        )
     if for_json:
         report.sections.append(Section("incidents", "Incidents", incidents_json(incidents, members)))
         report.json_root = "incidents"
