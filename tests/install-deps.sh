@@ -20,9 +20,16 @@ APT_PACKAGES=(
     libbpfcc
     util-linux        # setpriv, unshare: the no-privilege and tracefs-mount tests
     chromium          # the report test opens the html report headless and looks for console errors
+    jackd2            # the real-graph incident test: jackd on its dummy driver, jack_lsp/connect/wait
+    fluidsynth        # a real JACK client with a 100 ms nice-19 housekeeping thread
+    timgm6mb-soundfont  # fluidsynth's soundfont (tests/real_graph.py)
+    jalv              # LV2 host: the graph's clients in series
+    x42-plugins       # the LV2 plugin they host (balance)
 )
 
 export DEBIAN_FRONTEND=noninteractive
+# jackd2 asks whether to allow real-time limits; the tests run as root and need no limits file.
+echo "jackd2 jackd/tweak_rt_limits boolean false" | debconf-set-selections
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${APT_PACKAGES[@]}"
 
