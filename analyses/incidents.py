@@ -14,12 +14,14 @@ downstream of it waits longer than usual, and each of those waits is a stall epi
      wake-ups, analyses.exact_stalls) are its upstream links when they are watched periodic threads too;
      the links joined that way are one engine. The driver is the link woken by an interrupt (its timer).
    - `proc`: periodic threads of one period (within `same_period_fraction`) are one engine, order
-     unknown; an incident's earliest episode is taken as its root, said to be inferred.
+     unknown; the driver is guessed as the one link with the highest real-time priority (an engine runs
+     its driver above its clients). Roots from this source are said to be inferred.
 2. Incidents. Episodes of one engine's links that start before the current incident's end plus
    `join_periods` periods join it (one late cycle, or a run of them). An episode of a thread that is no
    link of any engine is an incident of its own (the lab: one thread, one incident per episode).
 3. Root and upstream. A member that only waited asleep (verdict lock or unknown) for a link of its own
-   chain (eBPF: its waker is a link; /proc: it is not the earliest member) waited for its `upstream`:
+   chain (eBPF: its waker is a link; /proc, which names no waker: no thread outside the chain ran
+   meanwhile, by the /proc suspect) waited for its `upstream`:
    that is the graph's order, never `lock`. The root is the earliest member that did not (a long run, a
    runnable wait, io, faults, or a lock whose holder is outside the chain: `lock` keeps its meaning,
    with its priority inversion when the holder ran at a lower priority). When every member only waited,
@@ -312,7 +314,16 @@ def _proc_links(threads: pd.DataFrame, rules: IncidentRules) -> pd.DataFrame:
             )
     if not rows:
         return _empty_links()
-    return pd.DataFrame(rows).drop(columns="comm")
+    links = pd.DataFrame(rows).drop(columns="comm")
+    # The driver, guessed: an engine runs its driver above its clients (jackd -R: FIFO 10, clients 5;
+    # PipeWire's data loop likewise); only a single highest real-time priority is taken as the driver.
+    if "rtprio" in threads:
+        prio = pd.to_numeric(threads.set_index("tid")["rtprio"], errors="coerce")
+        for _, group in links.groupby("engine"):
+            p = prio.reindex(group["tid"]).fillna(0).to_numpy()
+            if len(p) and p.max() > 0 and (p == p.max()).sum() == 1:
+                links.loc[group.index[int(p.argmax())], "driver"] = True
+    return links
 
 
 # --------------------------------------------------------------------------------------------------
@@ -503,8 +514,6 @@ def _judge(
     chain_tids = set(chain["tid"].astype(int).tolist())
     upstream_of = dict(zip(chain["tid"].astype(int), chain["upstream"], strict=True)) if len(chain) else {}
     order = dict(zip(chain["tid"].astype(int), chain["order"], strict=True)) if len(chain) else {}
-    # /proc: the earliest member is the root; at the same start, one that did not only wait asleep.
-    first = min(group.index, key=lambda i: (group.at[i, "start_ns"], group.at[i, "verdict"] in WAIT_VERDICTS))
     roles: list[tuple[int, str, int | None]] = []
     waits: dict[int, int | None] = {}
     for i, row in group.iterrows():
@@ -517,8 +526,12 @@ def _judge(
                 waits[i] = waker
         elif source == "engine" and waker is None and upstream_of.get(int(row["tid"])):
             waits[i] = upstream_of[int(row["tid"])][0]
-        elif source == "proc" and i != first:
-            waits[i] = None
+        elif source == "proc":
+            # /proc names no waker: a link's missed wake-up is a wait for its upstream unless the thread
+            # that ran meanwhile (the suspect) is outside the chain, a possible lock holder.
+            blamed = _blamed_tid(row)
+            if blamed is None or blamed in chain_tids:
+                waits[i] = None
         elif source == "ebpf" and waker is None and upstream_of.get(int(row["tid"])):
             waits[i] = upstream_of[int(row["tid"])][0]  # a hole in the record: its usual upstream
     candidates = [i for i in group.index if i not in waits]
@@ -543,9 +556,9 @@ def _judge(
         head = _chain_head(chain, group, waits)
         root_tid, verdict, evidence = _head_verdict(cap, head, start, end, group, chain, rules, interval_ns)
         root_comm, root_episode = _comm_of(cap, root_tid), None
-    inferred = source == "proc" and in_chain and len(group) > 1
+    inferred = source == "proc" and in_chain
     if inferred:
-        evidence = "inferred: the earliest of the engine's threads late in this cycle (no wake-up record); " + evidence
+        evidence = "inferred from /proc (no wake-up record: the earliest link late in this cycle); " + evidence
     return {
         "start_ns": start,
         "end_ns": end,
