@@ -322,7 +322,7 @@ def _proc_links(threads: pd.DataFrame, rules: IncidentRules) -> pd.DataFrame:
         for _, group in links.groupby("engine"):
             p = prio.reindex(group["tid"]).fillna(0).to_numpy()
             if len(p) and p.max() > 0 and (p == p.max()).sum() == 1:
-                links.loc[group.index[int(p.argmax())], "driver"] = True
+                links.loc[group.index[int(p.argmax())], ["driver", "order"]] = [True, 0.0]
     return links
 
 
@@ -458,10 +458,10 @@ def _blamed_tid(row: Any) -> int | None:
     """The task an episode names as its cause: who ran instead of a runnable thread, who woke a lock
     wait (eBPF), or the /proc suspect (the busiest recorded thread meanwhile)."""
     for column in ("ran_instead_tid", "waker_tid"):
-        value = getattr(row, column, None)
+        value = row.get(column) if isinstance(row, pd.Series) else getattr(row, column, None)
         if value is not None and not pd.isna(value) and int(value) > 0:
             return int(value)
-    suspect = getattr(row, "suspect", None)
+    suspect = row.get("suspect") if isinstance(row, pd.Series) else getattr(row, "suspect", None)
     if isinstance(suspect, str) and (found := SUSPECT_TID.match(suspect)):
         return int(found.group(1))
     return None
@@ -541,9 +541,13 @@ def _judge(
             in_group = [i for i in candidates if int(group.at[i, "tid"]) == late]
             candidates = in_group or candidates
     if candidates:
-        # The earliest in graph order among those that start first: a driver and its client can start in
-        # the same sampling window.
-        root = min(candidates, key=lambda i: (group.at[i, "start_ns"], order.get(int(group.at[i, "tid"]), np.inf)))
+        # A candidate kept off the CPU by another candidate (who ran instead) is that one's victim.
+        tids = {int(group.at[i, "tid"]) for i in candidates}
+        causes = [i for i in candidates if _blamed_tid(group.loc[i]) not in tids - {int(group.at[i, "tid"])}]
+        candidates = causes or candidates
+        # The first in graph order, then the earliest: a hog on every CPU delays the driver and a client
+        # still runnable in the cycle together, and the cycle's chain starts at the driver.
+        root = min(candidates, key=lambda i: (order.get(int(group.at[i, "tid"]), np.inf), group.at[i, "start_ns"]))
         roles = [
             (i, "root" if i == root else ("upstream" if i in waits else "member"), waits.get(i)) for i in group.index
         ]
