@@ -18,11 +18,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 import forensics
 from analyses.incidents import chain_links, find_incidents
-from analyses.source import capture_interval_ns
+from analyses.source import capture_interval_ns, iter_samples
 from analyses.stalls import find_stalls
 from analyses.threads import select_threads, thread_profiles
 from tests import real_graph
@@ -95,9 +97,19 @@ def test_starved_jack_graph_is_one_incident_per_starvation(tmp_path, ebpf):
     jackd_tids = set(threads.index[threads["pid"] == pids["jackd"]])
     link_tids = set(links["tid"])
 
+    # A starvation inside a hole of the recording (the sampler itself kept off every CPU for longer than
+    # the hog, on a loaded machine: one run lost 1.2 s) left no data to analyse: it is not scored.
+    ticks = np.sort(pd.concat([b.groupby("tick")["t_ns"].min() for b in iter_samples(cap, ["tid"])]).to_numpy(np.int64))
+    interval = capture_interval_ns(cap)
+    covered = []
+    for start, end in spans:
+        k = np.searchsorted(ticks, start)
+        if 0 < k < len(ticks) and ticks[k] - ticks[k - 1] <= end - start + 10 * interval:
+            covered.append((start, end))
+    assert len(covered) >= INJECTIONS - 2, f"only {len(covered)} starvations recorded"
     found, missed = 0, 0
     hit_rows = set()
-    for start, end in spans:
+    for start, end in covered:
         hit = incidents[(incidents["start_ns"] <= end + 3_000_000) & (incidents["end_ns"] >= start - 3_000_000)]
         if len(hit) != 1:
             missed += 1
@@ -115,7 +127,8 @@ def test_starved_jack_graph_is_one_incident_per_starvation(tmp_path, ebpf):
         assert not (others["incident_verdict"] == "lock").any(), others[["comm", "incident_verdict"]]
     extra = incidents[~incidents["incident"].isin(hit_rows)]
     print(
-        f"\n{'eBPF' if ebpf else '/proc'}: {len(spans)} starvations, {found} found with the right root, "
+        f"\n{'eBPF' if ebpf else '/proc'}: {len(spans)} starvations, {len(covered)} recorded, {found} found "
+        "with the right root, "
         f"{missed} missed or split; {len(episodes)} episodes in {len(incidents)} incidents; {len(extra)} other "
         f"incidents, roots: {extra[['root_comm', 'root_verdict']].value_counts().to_dict()}; chain from "
         f"{sorted(set(links['source']))}, {len(link_tids)} links"
@@ -131,9 +144,10 @@ def test_starved_jack_graph_is_one_incident_per_starvation(tmp_path, ebpf):
     on_request = everything[everything["tid"].isin(housekeeping["tid"])]
     print(
         f"housekeeping threads {housekeeping[['comm', 'period_ns']].to_dict('records')}: in incidents "
-        f"{theirs['incident_verdict'].value_counts().to_dict()}; with --all {on_request['verdict'].value_counts().to_dict()}"
+        f"{theirs['incident_verdict'].value_counts().to_dict()}; "
+        f"with --all {on_request['verdict'].value_counts().to_dict()}"
     )
-    assert found == INJECTIONS and missed == 0
+    assert found == len(covered) and missed == 0
     assert not (members["incident_verdict"] == "lock").any(), members[members["incident_verdict"] == "lock"]
     # Every other incident is a late cycle of the graph itself: rooted at one of its links.
     assert extra["root_tid"].isin(link_tids | jackd_tids).all(), extra[["root_comm", "root_tid", "root_verdict"]]
