@@ -399,13 +399,14 @@ def find_incidents(
     roles = np.array(["member"] * len(members), dtype=object)
     verdicts = members["verdict"].astype(object).to_numpy().copy()
     upstream_tid = np.full(len(members), np.nan)
+    events = _Wakeups(cap)
     for number, group in members.groupby("incident", sort=True):
         idx = group.index.to_numpy()
         culprits = {i: cause_of[i] for i in idx if i in cause_of}
         victims = group.drop(index=list(culprits))
         if victims.empty:  # cannot happen with the guards of _caused_by; keep every episode counted anyway
             victims, culprits = group, {}
-        info = _judge(cap, victims, links, source, rules, interval_ns)
+        info = _judge(cap, events, victims, links, source, rules, interval_ns)
         info["roles"] += [(i, "ran instead" if members.at[j, "verdict"] == "runqueue" else "holder", None)
                           for i, j in culprits.items()]  # fmt: skip
         info["members"] += len(culprits)
@@ -499,6 +500,7 @@ def _ms(ns: float) -> str:
 
 def _judge(
     cap: Capture,
+    events: _Wakeups,
     group: pd.DataFrame,
     links: pd.DataFrame,
     source: str | None,
@@ -558,7 +560,7 @@ def _judge(
         # Every member only waited: the head of the chain is the first late link.
         roles = [(i, "upstream", waits.get(i)) for i in group.index]
         head = _chain_head(chain, group, waits)
-        root_tid, verdict, evidence = _head_verdict(cap, head, start, end, group, chain, rules, interval_ns)
+        root_tid, verdict, evidence = _head_verdict(cap, events, head, start, end, group, chain, rules, interval_ns)
         root_comm, root_episode = _comm_of(cap, root_tid), None
     inferred = source == "proc" and in_chain
     if inferred:
@@ -631,6 +633,7 @@ def _strong(machine: str) -> bool:
 
 def _head_verdict(
     cap: Capture,
+    events: _Wakeups,
     head: int | None,
     start: int,
     end: int,
@@ -647,13 +650,13 @@ def _head_verdict(
     periods = pd.to_numeric(group["period_ns"], errors="coerce").dropna()
     period = float(periods.median()) if len(periods) else np.nan
     upstream_of = dict(zip(chain["tid"].astype(int), chain["upstream"], strict=True)) if len(chain) else {}
-    timing = _link_timing(cap, head, start, end, period)
+    timing = _link_timing(events, head, start, end, period)
     seen = {head}
     while timing is not None and head is not None:
         above = [u for u in upstream_of.get(head, ()) if u not in seen]
         later = []
         for u in above:
-            t = _link_timing(cap, u, start, end, period)
+            t = _link_timing(events, u, start, end, period)
             if t is not None and t["late"]:
                 later.append((u, t))
         if not later:
@@ -680,14 +683,44 @@ def _head_verdict(
     return head, "unknown", "; ".join(p for p in (text, machine) if p)
 
 
-def _link_timing(cap: Capture, tid: int | None, start: int, end: int, period: float) -> dict[str, Any] | None:
+class _Wakeups:
+    """Switch-ins and wakings of the links, read from the capture once per find_incidents call."""
+
+    def __init__(self, cap: Capture) -> None:
+        self.cap = cap
+        self._switch_ins: dict[int, np.ndarray] | None = None
+        self._wakings: dict[int, pd.DataFrame] | None = None
+
+    def switch_ins(self, tid: int) -> np.ndarray | None:
+        if self._switch_ins is None:
+            if "sched_switch" not in self.cap.table_names:
+                return None
+            sw = self.cap.table("sched_switch", columns=["t_ns", "next_tid"])
+            self._switch_ins = {
+                int(k): np.sort(v.to_numpy(np.int64)) for k, v in sw.groupby("next_tid", observed=True)["t_ns"]
+            }
+        return self._switch_ins.get(tid, np.zeros(0, np.int64))
+
+    def wakings(self, tid: int) -> pd.DataFrame | None:
+        if self._wakings is None:
+            if "sched_wakeup" not in self.cap.table_names:
+                return None
+            columns = ["t_ns", "kind", "tid", "waker_tid", "waker_comm", "waker_context"]
+            wk = self.cap.table("sched_wakeup", columns=columns)
+            wk = wk[(wk["kind"].astype(str) == "waking").to_numpy()]
+            self._wakings = {int(k): v.sort_values("t_ns") for k, v in wk.groupby("tid", observed=True)}
+        return self._wakings.get(tid)
+
+
+def _link_timing(events: _Wakeups, tid: int | None, start: int, end: int, period: float) -> dict[str, Any] | None:
     """A link's switch-ins around [start, end] (eBPF): its longest gap between two, how late that is
     against its period and tolerance, the runnable time before that switch-in (from its wake-up) and
     who woke it. None without a switch record of it."""
-    if tid is None or np.isnan(period) or "sched_switch" not in cap.table_names:
+    if tid is None or np.isnan(period):
         return None
-    sw = cap.table("sched_switch", columns=["t_ns", "next_tid"])
-    t = np.sort(sw.loc[(sw["next_tid"] == tid).to_numpy(), "t_ns"].to_numpy(np.int64))
+    t = events.switch_ins(tid)
+    if t is None:
+        return None
     t = t[(t >= start - 2 * period) & (t <= end + period)]
     if len(t) < 2:
         return None
@@ -697,12 +730,11 @@ def _link_timing(cap: Capture, tid: int | None, start: int, end: int, period: fl
     limit = float(wake_limit_ns(np.array([period]), 0.0)[0])
     switch_in = int(t[k + 1])
     ready, waker = 0.0, ""
-    if "sched_wakeup" in cap.table_names:
-        wk = cap.table("sched_wakeup", columns=["t_ns", "kind", "tid", "waker_tid", "waker_comm", "waker_context"])
-        mine = wk[(wk["tid"] == tid).to_numpy() & (wk["kind"].astype(str) == "waking").to_numpy()]
+    mine = events.wakings(tid)
+    if mine is not None:
         mine = mine[(mine["t_ns"] <= switch_in).to_numpy() & (mine["t_ns"] > t[k]).to_numpy()]
         if len(mine):
-            last = mine.sort_values("t_ns").iloc[-1]
+            last = mine.iloc[-1]
             ready = float(switch_in - int(last["t_ns"]))
             if str(last["waker_context"]) == "task":
                 waker = f"{last['waker_comm']} ({int(last['waker_tid'])})"

@@ -64,7 +64,8 @@ def incident_rows(incidents: pd.DataFrame, members: pd.DataFrame) -> pd.DataFram
                 "detail": row.evidence,
             }
         )
-        for m in group.itertuples(index=False):
+        ordered = group.assign(_first=group["role"] != "root").sort_values(["_first", "start_ns"], kind="stable")
+        for m in ordered.itertuples(index=False):
             role = m.role if m.role in ("root", "ran instead", "holder") else m.incident_verdict
             waited_for = "" if pd.isna(m.upstream_tid) else f" <- {int(m.upstream_tid)}"
             out.append(
