@@ -418,7 +418,7 @@ def find_incidents(
         rows.append({"incident": int(number), **{k: v for k, v in info.items() if k != "roles"}, "_idx": idx})
     members["role"] = roles
     members["incident_verdict"] = verdicts
-    members["upstream_tid"] = pd.array(np.where(np.isnan(upstream_tid), None, upstream_tid), dtype="Int64")
+    members["upstream_tid"] = pd.array([None if np.isnan(v) else int(v) for v in upstream_tid], dtype="Int64")
     incidents = pd.DataFrame(rows)
     incidents = _add_cycles(cap, incidents)
     members = members.drop(columns=["inc_engine", "inc_period"])
@@ -480,8 +480,8 @@ def _caused_by(members: pd.DataFrame) -> dict[int, int]:
         blamed = _blamed_tid(row) if row.verdict in ("runqueue", "lock") else None
         if blamed is None:
             continue
-        for i in np.flatnonzero((tids == blamed) & (start < end[j]) & (end > start[j])):
-            i = int(i)
+        for hit in np.flatnonzero((tids == blamed) & (start < end[j]) & (end > start[j])):
+            i = int(hit)
             same_chain = engine[i] is not None and not pd.isna(engine[i]) and engine[i] == engine[j]
             # Only a thread outside the victim's chain (a link it waits for is its upstream, not a culprit),
             # and no chains of culprits: each culprit points at a victim that is no culprit itself.
@@ -537,6 +537,8 @@ def _judge(
         elif source == "ebpf" and waker is None and upstream_of.get(int(row["tid"])):
             waits[i] = upstream_of[int(row["tid"])][0]  # a hole in the record: its usual upstream
     candidates = [i for i in group.index if i not in waits]
+    root_tid: int | None
+    root_episode: int | None
     if source == "engine":
         late = _engine_first_late(cap, start, end, chain, rules)
         if late is not None:
@@ -923,7 +925,7 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
             k = np.flatnonzero((starts <= t + XRUN_JOIN_NS) & (ends + XRUN_JOIN_NS >= t))
             if len(k):
                 incident[i] = int(incidents["incident"].iloc[k[-1]])
-    out["incident"] = pd.array(np.where(incident < 0, None, incident), dtype="Int64")
+    out["incident"] = pd.array([None if v < 0 else int(v) for v in incident], dtype="Int64")
     roots = incidents.set_index("incident") if len(incidents) else None
     out["root_comm"] = [
         roots.at[int(i), "root_comm"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
