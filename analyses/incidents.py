@@ -372,6 +372,16 @@ def find_incidents(
     members = members.assign(inc_period=period).sort_values(["start_ns", "tid"], kind="stable").reset_index(drop=True)
     incident = np.full(len(members), -1, dtype=np.int64)
     cause_of = _caused_by(members)
+    if "inc_culprit_only" in members:
+        # Kept only as what ran instead of a member, yet joined to none (its victim was itself a
+        # culprit): no incident of its own either.
+        stray = members["inc_culprit_only"].to_numpy(dtype=bool) & ~np.isin(np.arange(len(members)), list(cause_of))
+        if stray.any():
+            hidden = pd.concat([hidden, members[stray]], ignore_index=True)
+            members = members[~stray].reset_index(drop=True)
+            cause_of = _caused_by(members)
+        members = members.drop(columns="inc_culprit_only")
+        incident = incident[: len(members)]
     open_end: dict[Any, tuple[int, float]] = {}  # engine -> (incident, end_ns + join window)
     next_id = 1  # incidents are numbered from 1, as users count them
     for i, row in enumerate(members.itertuples(index=False)):
@@ -449,7 +459,8 @@ def _outside_the_graph(
         same = np.array([b == int(tid.iloc[i]) for b in blamed], dtype=bool)
         culprit[i] = bool((same & (k_start < end[i]) & (k_end > start[i])).any())
     hide = outside & ~culprit
-    return members[~hide].reset_index(drop=True), members[hide]
+    kept = members[~hide].assign(inc_culprit_only=(outside & culprit)[~hide])
+    return kept.reset_index(drop=True), members[hide]
 
 
 SUSPECT_TID = re.compile(r"^meanwhile .* \((\d+), (?:same process|pid \d+), ")
