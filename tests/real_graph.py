@@ -2,8 +2,8 @@
 
 fluidsynth -> p0 -> p1 -> p2 -> p3, each pN a jalv hosting an LV2 plugin. fluidsynth brings the
 housekeeping threads of a real client (a nice-19 thread that wakes every 100 ms); jalv keeps running
-only while its stdin is open, so each gets a fifo held open by this process (how real-engines notes run
-it headless). Every process gets a unique server name so that tests on a shared machine do not meet.
+only while its stdin is open, so each gets a fifo held open by this process (it runs headless that
+way). Every process gets a unique server name so that tests on a shared machine do not meet.
 """
 
 from __future__ import annotations
