@@ -384,7 +384,8 @@ def _off_segments(off: pd.DataFrame, periods: pd.Series) -> pd.DataFrame:
     by_task = (pd.Series(context, dtype=object).astype(str).to_numpy() == "task") & waker.notna().to_numpy()
     asleep = asleep_end - start
     unusual = by_task & ~usual
-    overslept = by_task & usual & (asleep > np.nan_to_num(LOCK_OVERSLEEP * period, nan=np.inf))
+    limit = R.period_limit_ns(period, (LOCK_OVERSLEEP - 1.0) * period)
+    overslept = by_task & usual & (asleep > np.nan_to_num(limit, nan=np.inf))
     lock = (state == "S") & ~np.isnan(period) & (unusual | overslept)
     cause = np.where(state == "D", "io", np.where(state == "S", np.where(lock, "lock", "idle"), "unknown")).astype(
         object

@@ -19,7 +19,8 @@ Rules (predicates and thresholds in `analyses.rules`; why each value: below, DES
    - *io*: off-CPU time of a window whose closing read found the thread in state D (uninterruptible:
      waiting for block IO, or for pages read from disk, which is `fault` when major faults rose).
    - *missed wake-up* (periodic threads only): a run of windows with no switch-in (schedstat field 3 did
-     not move) in which the thread was off CPU for longer than the period plus a quarter interval. A
+     not move) in which the thread was off CPU for longer than the period plus the larger of a quarter
+     interval and 5 % of the period (analyses.rules: a 100 ms thread has its own slack). A
      periodic thread is switched in at least once a period, so such a run means it was kept from
      waking: its off-CPU time is `lock` when the reads found it in S (a futex, pipe or condition wait:
      another thread held it up), `io` for D, `unknown` for any other letter.

@@ -48,7 +48,7 @@ def _lines_fit(text: str, width: int = 100) -> bool:
 
 
 def test_stalls_table_fits_and_has_no_colour(run_module, capture_file):
-    out = run_module("forensics", "stalls", capture_file, check=True).stdout
+    out = run_module("forensics", "stalls", capture_file, "--episodes", check=True).stdout
     assert _lines_fit(out)
     assert not ANSI.search(out)
     for verdict in ("run", "io", "lock"):
@@ -57,7 +57,7 @@ def test_stalls_table_fits_and_has_no_colour(run_module, capture_file):
 
 
 def test_stalls_json_is_a_list_with_the_promised_fields(run_module, capture_file):
-    out = run_module("forensics", "stalls", capture_file, "--json", check=True).stdout
+    out = run_module("forensics", "stalls", capture_file, "--json", "--episodes", check=True).stdout
     episodes = json.loads(out)
     assert isinstance(episodes, list) and len(episodes) == 3
     for episode in episodes:
@@ -68,6 +68,30 @@ def test_stalls_json_is_a_list_with_the_promised_fields(run_module, capture_file
     assert [e["verdict"] for e in episodes] == ["run", "io", "lock"]
 
 
+def test_stalls_lists_incidents_first_with_their_episodes(run_module, capture_file):
+    out = run_module("forensics", "stalls", capture_file, check=True).stdout
+    assert _lines_fit(out) and "Incidents (root, then episodes)" in out
+    for verdict in ("run", "io", "lock"):  # one thread of no engine: each episode is its own incident
+        assert re.search(rf"^\s+\d+\s+\S+ s\s+\S+\s+\S+\s+lab-audio \(\d+\)\s+{verdict}\s", out, re.M), verdict
+    incidents = json.loads(run_module("forensics", "stalls", capture_file, "--json", check=True).stdout)
+    assert [i["root_verdict"] for i in incidents] == ["run", "io", "lock"]
+    for incident in incidents:
+        assert len(incident["episodes"]) == incident["members"] == 1
+        assert (
+            incident["episodes"][0]["role"] == "root" and incident["episodes"][0]["verdict"] == incident["root_verdict"]
+        )
+
+
+def test_xruns_view_joins_each_missed_deadline_to_its_incident(run_module):
+    lab = "captures/lab-episodes.ssf"  # the lab logs each callback with its deadline (cycles table)
+    out = run_module("forensics", "xruns", lab, check=True).stdout
+    assert _lines_fit(out) and "Xruns (engine-reported) and missed deadlines" in out
+    rows = json.loads(run_module("forensics", "xruns", lab, "--json", check=True).stdout)
+    incidents = json.loads(run_module("forensics", "stalls", lab, "--json", check=True).stdout)
+    late = {r["incident"] for r in rows if r["kind"] == "missed deadline"}
+    assert late and late <= {i["incident"] for i in incidents}
+
+
 def test_stalls_truth_scores(run_module, capture_file):
     out = run_module("forensics", "stalls", capture_file, "--truth", check=True).stdout
     assert "Recall and precision per cause" in out
@@ -76,7 +100,7 @@ def test_stalls_truth_scores(run_module, capture_file):
 
 def test_output_file_format_from_suffix(run_module, capture_file, tmp_path):
     target = tmp_path / "stalls.json"
-    run_module("forensics", "stalls", capture_file, "-o", str(target), check=True)
+    run_module("forensics", "stalls", capture_file, "--episodes", "-o", str(target), check=True)
     assert json.loads(target.read_text())[0]["verdict"] == "run"
     text = tmp_path / "stalls.txt"
     run_module("forensics", "stalls", capture_file, "-o", str(text), check=True)
@@ -109,11 +133,15 @@ def test_compare_two_files(run_module, capture_file):
 
 
 def test_span_by_markers_and_times_and_errors(run_module, capture_file):
-    whole = json.loads(run_module("forensics", "stalls", capture_file, "--json", check=True).stdout)
-    part = json.loads(run_module("forensics", "stalls", capture_file, "--span", "load..loaded", "--json").stdout)
+    whole = json.loads(run_module("forensics", "stalls", capture_file, "--json", "--episodes", check=True).stdout)
+    part = json.loads(
+        run_module("forensics", "stalls", capture_file, "--span", "load..loaded", "--json", "--episodes").stdout
+    )
     assert len(part) < len(whole)
     assert all(T0 + 1_000 * MS <= e["start_ns"] <= T0 + 2_000 * MS for e in part)
-    by_time = json.loads(run_module("forensics", "stalls", capture_file, "--span", "1s..2s", "--json").stdout)
+    by_time = json.loads(
+        run_module("forensics", "stalls", capture_file, "--span", "1s..2s", "--json", "--episodes").stdout
+    )
     assert [e["start_ns"] for e in by_time] == [e["start_ns"] for e in part]
     bad = run_module("forensics", "summarize", capture_file, "--span", "nosuchmarker..")
     assert bad.returncode == 2

@@ -30,17 +30,17 @@ CLEAN = "captures/lab-clean.ssf"
 EBPF = "captures/lab-ebpf.ssf"
 
 CASES = [
-    ("lab-episodes.stalls.json", ["stalls", EPISODES, "--json"]),
-    ("lab-episodes.stalls.txt", ["stalls", EPISODES, "--truth"]),
+    ("lab-episodes.stalls.json", ["stalls", EPISODES, "--json", "--episodes"]),
+    ("lab-episodes.stalls.txt", ["stalls", EPISODES, "--truth", "--episodes"]),
     ("lab-episodes.summarize.txt", ["summarize", EPISODES]),
     ("lab-episodes.spikes.txt", ["spikes", EPISODES]),
     ("lab-episodes.system.txt", ["system", EPISODES]),
-    ("lab-clean.stalls.txt", ["stalls", CLEAN]),
+    ("lab-clean.stalls.txt", ["stalls", CLEAN, "--episodes"]),
     ("lab-clean.jitter.txt", ["jitter", CLEAN]),
     ("lab-clean.system.json", ["system", CLEAN, "--json"]),
-    ("lab-ebpf.stalls.txt", ["stalls", EBPF, "--truth"]),
-    ("lab-ebpf.stalls.json", ["stalls", EBPF, "--json"]),
-    ("lab-ebpf.proc-only.stalls.txt", ["stalls", EBPF, "--proc-only", "--truth"]),
+    ("lab-ebpf.stalls.txt", ["stalls", EBPF, "--truth", "--episodes"]),
+    ("lab-ebpf.stalls.json", ["stalls", EBPF, "--json", "--episodes"]),
+    ("lab-ebpf.proc-only.stalls.txt", ["stalls", EBPF, "--proc-only", "--truth", "--episodes"]),
     ("lab-ebpf.summarize.txt", ["summarize", EBPF]),
 ]
 

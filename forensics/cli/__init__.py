@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "dump": "forensics.cli.dump:dump",
     "lab": "forensics.cli.lab:lab",
     "stalls": "forensics.cli.stalls:stalls",
+    "xruns": "forensics.cli.xruns:xruns",
     "spikes": "forensics.cli.spikes:spikes",
     "summarize": "forensics.cli.summarize:summarize",
     "system": "forensics.cli.system:system",

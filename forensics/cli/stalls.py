@@ -8,6 +8,7 @@ from analyses.rules import DEFAULT_RULES
 from capture.format import load
 from forensics.cli.options import DURATION, capture_argument
 from forensics.cli.report_options import emit, output_options, span_option
+from forensics.render import choose_format
 from forensics.views.stalls import stalls_report
 
 
@@ -44,6 +45,12 @@ from forensics.views.stalls import stalls_report
     help="Ignore the exact sources the capture holds (eBPF events, taskstats, delay accounting): verdicts "
     "from the /proc reads alone, to see what the exact sources change.",
 )
+@click.option(
+    "--episodes",
+    "flat",
+    is_flag=True,
+    help="List the stall episodes one by one (each with its own verdict) instead of grouped into incidents.",
+)
 @output_options
 def stalls(
     capture: str,
@@ -55,11 +62,23 @@ def stalls(
     fault_rate: float,
     with_truth: bool,
     proc_only: bool,
+    flat: bool,
     fmt: str | None,
     as_json: bool,
     output: str | None,
 ) -> None:
     """Find when the watched threads stalled, and why: a long run, or a wait (and for what).
+
+    \b
+    Incidents first: the episodes of one late engine cycle (or of consecutive late cycles) are one
+    incident. Its root is the first late link (the driver woken late, a client running long, waiting
+    for a CPU, a disk, page faults, or a lock outside the graph); clients that only waited for their
+    upstream link are listed under it as `upstream <- TID`, never as lock. The chain (who wakes whom)
+    comes from the engine's records when the capture has them, else from eBPF wake-ups, else from
+    /proc (threads of one period late together: the earliest is the root, said to be inferred).
+    `late wake-up`: the first late link was woken late with nothing of the capture running instead;
+    the machine's evidence follows (steal, interrupt time, CPU pressure, a gap the sampler saw).
+    --episodes lists the episodes one by one, as below; --json gives incidents with their episodes.
 
     \b
     Watched by default: real-time threads (FIFO/RR/DEADLINE) and periodic ones, found from their
@@ -97,6 +116,14 @@ def stalls(
     t_range = resolve_span(cap, span)
     rules = StallRules(busy_fraction=busy_fraction, fault_rate_per_ms=fault_rate, min_stall_ns=min_stall)
     report = stalls_report(
-        cap, capture, pattern=pattern, everything=everything, rules=rules, t_range=t_range, with_truth=with_truth
+        cap,
+        capture,
+        pattern=pattern,
+        everything=everything,
+        rules=rules,
+        t_range=t_range,
+        with_truth=with_truth,
+        incidents=not flat,
+        for_json=choose_format(fmt, as_json, output) == "json",
     )
     emit(report, fmt=fmt, as_json=as_json, output=output)

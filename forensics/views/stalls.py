@@ -42,9 +42,11 @@ def stalls_report(
     t_range: tuple[int | None, int | None] | None = None,
     with_truth: bool = False,
     profiles: pd.DataFrame | None = None,
+    incidents: bool = False,
+    for_json: bool = False,
 ) -> Report:
-    """The report `forensics stalls` prints (watched threads, episodes with evidence); `forensics report`
-    embeds the same sections."""
+    """The report `forensics stalls` prints (watched threads, episodes with evidence, or with `incidents`
+    the incidents with their episodes under each); `forensics report` embeds the same sections."""
     from analyses.source import capture_interval_ns, capture_origin_ns
     from analyses.stalls import find_stalls
     from analyses.threads import policy_label, select_threads, thread_profiles
@@ -80,11 +82,24 @@ def stalls_report(
         if exact
         else ""
     )
-    report.sections.append(
-        Section(
-            "stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence", note=how
+    if incidents:
+        from forensics.views.incidents import add_incident_sections
+
+        add_incident_sections(
+            report,
+            cap,
+            episodes,
+            watched,
+            interval_ns=interval,
+            for_json=for_json,
+            quiet_outside=pattern is None and not everything,
         )
-    )
+    else:
+        report.sections.append(
+            Section(
+                "stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence", note=how
+            )
+        )
     undecided = episodes.attrs.get("undecided") or []
     if undecided:
         report.notes.append("Unknown for lack of a source in this capture: " + "; ".join(undecided) + ".")

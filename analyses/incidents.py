@@ -1,0 +1,921 @@
+"""Incidents: the stall episodes of one late engine cycle (or of consecutive late cycles) as one finding.
+
+An audio engine runs a graph once per period: the driver wakes, each client runs in graph order, woken by
+the one upstream of it (DESIGN.md, "Engines, cycles and incidents"). When one link is late, every client
+downstream of it waits longer than usual, and each of those waits is a stall episode of its own
+(analyses.stalls): read one by one they look like lock waits. This module groups them:
+
+1. The chain. Which watched threads are links of one engine's cycle, and who wakes whom, from the best
+   source the capture holds:
+   - `engine`: the engine's own tables (engine_clients, engine_nodes, engine_graph, engine_cycles;
+     capture.format). A client's process thread is the periodic thread of its pid at the engine's
+     period; graph order comes from the connections (the driver first).
+   - `ebpf`: sched_wakeup. A thread's usual wakers (tasks that end at least USUAL_WAKER_SHARE of its
+     wake-ups, analyses.exact_stalls) are its upstream links when they are watched periodic threads too;
+     the links joined that way are one engine. The driver is the link woken by an interrupt (its timer).
+   - `proc`: periodic threads of one period (within `same_period_fraction`) are one engine, order
+     unknown; the driver is guessed as the one link with the highest real-time priority (an engine runs
+     its driver above its clients). Roots from this source are said to be inferred.
+2. Incidents. Episodes of one engine's links that start before the current incident's end plus
+   `join_periods` periods join it (one late cycle, or a run of them). An episode of a thread that is no
+   link of any engine is an incident of its own (the lab: one thread, one incident per episode).
+3. Root and upstream. A member that only waited asleep (verdict lock or unknown) for a link of its own
+   chain (eBPF: its waker is a link; /proc, which names no waker: no thread outside the chain ran
+   meanwhile, by the /proc suspect) waited for its `upstream`:
+   that is the graph's order, never `lock`. The root is the earliest member that did not (a long run, a
+   runnable wait, io, faults, or a lock whose holder is outside the chain: `lock` keeps its meaning,
+   with its priority inversion when the holder ran at a lower priority). When every member only waited,
+   the root is the link at the head of the chain (the driver), judged by its own wake-up: `late wake-up`
+   when it was switched in later than a period plus its tolerance after its previous switch-in with
+   nothing of the capture running instead, with the machine's evidence (/proc/stat steal and irq, PSI
+   cpu, the sampler's own gap) where the capture holds it.
+
+Pure functions: capture and episodes in, DataFrames out.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyses import rules
+from analyses.rules import USUAL_WAKER_SHARE, XRUN_JOIN_NS, IncidentRules
+from capture.format import Capture
+
+# --------------------------------------------------------------------------------------------------
+# Incident thresholds: every value the incident rules use, in one place (why each, beside it).
+
+
+INCIDENT_COLUMNS = [
+    "incident", "start_ns", "end_ns", "duration_ns", "engine", "chain_source", "cycle", "xrun", "xruns",
+    "root_tid", "root_comm", "root_verdict", "root_episode", "inferred", "waited", "members", "evidence",
+]  # fmt: skip
+MEMBER_COLUMNS = ["incident", "role", "incident_verdict", "upstream_tid"]
+WAIT_VERDICTS = ("lock", "unknown")  # asleep: what a client waiting for its upstream shows
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. The chain
+
+
+def chain_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules | None = None) -> pd.DataFrame:
+    """Which threads are links of an engine's cycle: one row per link.
+
+    `threads`: tid pid comm period_ns (the watched threads, analyses.threads). Columns: tid engine
+    (a label) source ("engine" | "ebpf" | "proc") order (position in the chain, NaN when unknown) driver
+    (bool) upstream (tuple of tids whose wake-up usually starts it).
+    """
+    rules = rules or IncidentRules()
+    for build in (_engine_links, _ebpf_links):
+        links = build(cap, threads, rules)
+        if links is not None and len(links):
+            return links
+    return _proc_links(threads, rules)
+
+
+def _empty_links() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "tid": pd.Series(dtype=np.int64),
+            "engine": pd.Series(dtype=object),
+            "source": pd.Series(dtype=object),
+            "order": pd.Series(dtype=np.float64),
+            "driver": pd.Series(dtype=bool),
+            "upstream": pd.Series(dtype=object),
+        }
+    )
+
+
+def _periodic(threads: pd.DataFrame) -> pd.DataFrame:
+    out = threads[threads["period_ns"].notna()].copy()
+    out["period_ns"] = out["period_ns"].astype(np.float64)
+    return out
+
+
+def _same_period(period: np.ndarray, target: float, rules: IncidentRules) -> np.ndarray:
+    return np.abs(period - target) <= rules.same_period_fraction * target
+
+
+def _engine_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> pd.DataFrame | None:
+    """Links from the engine's own tables (ENGINE_TABLES contract), or None without them."""
+    names = set(cap.table_names)
+    if not {"engine_clients", "engine_cycles"} <= names:
+        return None
+    clients = cap.table("engine_clients")
+    cycles = cap.table("engine_cycles")
+    if clients.empty or cycles.empty:
+        return None
+    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
+    engine = str(cycles["engine"].astype(str).iloc[0])
+    driver_name = str(cycles["driver"].astype(str).mode().iloc[0]) if cycles["driver"].notna().any() else None
+    present = clients[clients["pid"].notna()].drop_duplicates("name", keep="last")
+    pid_of = dict(zip(present["name"].astype(str), present["pid"].astype(np.int64), strict=True))
+    order = _graph_order(cap, list(pid_of), driver_name)
+    periodic = _periodic(threads)
+    rows = []
+    for name, pid in pid_of.items():
+        mine = periodic[(periodic["pid"] == pid) & _same_period(periodic["period_ns"].to_numpy(), period, rules)]
+        for tid in mine["tid"].astype(np.int64).tolist():  # a client's process thread(s)
+            rows.append(
+                {
+                    "tid": tid,
+                    "engine": engine,
+                    "source": "engine",
+                    "order": float(order.get(name, np.nan)),
+                    "driver": name == driver_name,
+                    "client": name,
+                }
+            )
+    if not rows:
+        return None
+    links = pd.DataFrame(rows).drop_duplicates("tid")
+    # A client's upstream: the clients connected into it (engine_graph), as their process threads.
+    tids_of = links.groupby("client")["tid"].apply(tuple).to_dict()
+    feeds = _graph_edges(cap)
+    driver_tids = tuple(links.loc[links["driver"], "tid"].tolist())
+    links["upstream"] = [
+        tuple(t for src in feeds.get(c, ()) for t in tids_of.get(src, ())) or (() if d else driver_tids)
+        for c, d in zip(links["client"], links["driver"], strict=True)
+    ]
+    return links.drop(columns="client").reset_index(drop=True)
+
+
+def _graph_edges(cap: Capture) -> dict[str, tuple[str, ...]]:
+    """dst client -> src clients of the last connection snapshot (engine_graph), self-loops left out."""
+    if "engine_graph" not in cap.table_names:
+        return {}
+    graph = cap.table("engine_graph")
+    if graph.empty:
+        return {}
+    event = graph["event"].astype(str)
+    graph = graph[event.isin(["connected", "snapshot"]).to_numpy()]
+    out: dict[str, set[str]] = {}
+    for src, dst in zip(graph["src_client"].astype(str), graph["dst_client"].astype(str), strict=True):
+        if src != dst:
+            out.setdefault(dst, set()).add(src)
+    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def _graph_order(cap: Capture, clients: list[str], driver: str | None) -> dict[str, int]:
+    """Position of each client in graph order: the driver 0, then by longest path from a source."""
+    feeds = _graph_edges(cap)
+    depth: dict[str, int] = {}
+
+    def walk(name: str, seen: frozenset[str]) -> int:
+        if name in depth:
+            return depth[name]
+        ups = [u for u in feeds.get(name, ()) if u not in seen and u != driver]
+        d = 1 + max((walk(u, seen | {name}) for u in ups), default=0)
+        depth[name] = d
+        return d
+
+    out = {c: walk(c, frozenset()) for c in clients}
+    if driver is not None:
+        out[driver] = 0
+    return out
+
+
+def _ebpf_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> pd.DataFrame | None:
+    """Links from who woke whom (sched_wakeup "waking" rows), or None without them."""
+    if "sched_wakeup" not in cap.table_names:
+        return None
+    periodic = _periodic(threads)
+    if len(periodic) < 2:
+        return None
+    tids = periodic["tid"].astype(np.int64).to_numpy()
+    wk = cap.table("sched_wakeup", columns=["t_ns", "kind", "tid", "waker_tid", "waker_context"])
+    wk = wk[(wk["kind"].astype(str) == "waking").to_numpy() & wk["tid"].isin(tids).to_numpy()]
+    if wk.empty:
+        return None
+    context = wk["waker_context"].astype(str).to_numpy()
+    waker = pd.to_numeric(wk["waker_tid"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
+    key = np.where(context == "task", waker, -1)  # -1: an interrupt (a timer, a device)
+    counts = pd.DataFrame({"tid": wk["tid"].astype(np.int64).to_numpy(), "key": key}).value_counts().rename("n")
+    counts = counts.reset_index()
+    counts["share"] = counts["n"] / counts.groupby("tid")["n"].transform("sum")
+    usual = counts[counts["share"] >= USUAL_WAKER_SHARE]
+    period = periodic.set_index("tid")["period_ns"]
+    # An edge waker -> woken between two watched periodic threads of one period.
+    edges = usual[usual["key"].isin(tids)]
+    woken_period = period.reindex(edges["tid"]).to_numpy()
+    same = np.abs(woken_period - period.reindex(edges["key"]).to_numpy()) <= rules.same_period_fraction * woken_period
+    edges = edges[same]
+    if edges.empty:
+        return None
+    # Engines: the connected components of the edges.
+    parent = {int(t): int(t) for t in np.r_[edges["tid"].to_numpy(), edges["key"].to_numpy()]}
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in zip(edges["tid"].astype(int), edges["key"].astype(int), strict=True):
+        parent[find(a)] = find(b)
+    upstream = edges.groupby("tid")["key"].apply(lambda s: tuple(sorted(int(v) for v in s))).to_dict()
+    interrupt_woken = set(usual.loc[usual["key"] == -1, "tid"].astype(int))
+    comm = threads.set_index("tid")["comm"]
+    rows = []
+    for tid in parent:
+        ups = upstream.get(tid, ())
+        rows.append(
+            {
+                "tid": tid,
+                "engine_root": find(tid),
+                "source": "ebpf",
+                "driver": not ups and tid in interrupt_woken,
+                "upstream": ups,
+            }
+        )
+    links = pd.DataFrame(rows)
+    depth = _depths(dict(zip(links["tid"], links["upstream"], strict=True)))
+    links["order"] = links["tid"].map(depth).astype(np.float64)
+    labels = {}
+    for root, group in links.groupby("engine_root"):
+        head = group.sort_values("order")["tid"].iloc[0]
+        labels[root] = f"{comm.get(head, '?')} ({int(head)})"
+    links["engine"] = links["engine_root"].map(labels)
+    return links[["tid", "engine", "source", "order", "driver", "upstream"]].reset_index(drop=True)
+
+
+def _depths(upstream: dict[int, tuple[int, ...]]) -> dict[int, int]:
+    """Longest path from a head (a link with no upstream link) to each link; cycles are cut."""
+    depth: dict[int, int] = {}
+
+    def walk(t: int, seen: frozenset[int]) -> int:
+        if t in depth:
+            return depth[t]
+        ups = [u for u in upstream.get(t, ()) if u not in seen]
+        d = 1 + max((walk(u, seen | {t}) for u in ups), default=-1)
+        depth[t] = d
+        return d
+
+    for t in upstream:
+        walk(t, frozenset())
+    return depth
+
+
+def _proc_links(threads: pd.DataFrame, rules: IncidentRules) -> pd.DataFrame:
+    """Engines guessed from /proc: two or more periodic real-time-or-not threads of one period."""
+    periodic = _periodic(threads).sort_values("period_ns")
+    if len(periodic) < 2:
+        return _empty_links()
+    period = periodic["period_ns"].to_numpy()
+    new = np.r_[True, period[1:] - period[:-1] > rules.same_period_fraction * period[:-1]]
+    group = np.cumsum(new)
+    rows = []
+    comm = periodic["comm"].astype(str).to_numpy()
+    for g in np.unique(group):
+        members = np.flatnonzero(group == g)
+        if len(members) < 2:
+            continue
+        label = f"{len(members)} threads at {np.median(period[members]) / 1e6:.3f} ms"
+        for i in members:
+            rows.append(
+                {
+                    "tid": int(periodic["tid"].iloc[i]),
+                    "engine": label,
+                    "source": "proc",
+                    "order": np.nan,
+                    "driver": False,
+                    "upstream": (),
+                    "comm": comm[i],
+                }
+            )
+    if not rows:
+        return _empty_links()
+    links = pd.DataFrame(rows).drop(columns="comm")
+    # The driver, guessed: an engine runs its driver above its clients (jackd -R: FIFO 10, clients 5;
+    # PipeWire's data loop likewise); only a single highest real-time priority is taken as the driver.
+    if "rtprio" in threads:
+        prio = pd.to_numeric(threads.set_index("tid")["rtprio"], errors="coerce")
+        for _, group in links.groupby("engine"):
+            p = prio.reindex(group["tid"]).fillna(0).to_numpy()
+            if len(p) and p.max() > 0 and (p == p.max()).sum() == 1:
+                links.loc[group.index[int(p.argmax())], ["driver", "order"]] = [True, 0.0]
+    return links
+
+
+# --------------------------------------------------------------------------------------------------
+# 2-3. Incidents, roots, upstream waits
+
+
+def find_incidents(
+    cap: Capture,
+    episodes: pd.DataFrame,
+    threads: pd.DataFrame,
+    *,
+    rules: IncidentRules | None = None,
+    interval_ns: int = 2_000_000,
+    quiet_outside: bool = True,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(incidents, members): one incident row per late cycle or run of them (INCIDENT_COLUMNS), and the
+    episodes (analyses.stalls.find_stalls rows, unchanged) with MEMBER_COLUMNS added: which incident,
+    role ("root" | "upstream" | "member"), the verdict in the incident (`upstream` for a client that only
+    waited for its upstream link) and that upstream link's tid.
+
+    `threads`: the watched threads (tid pid comm period_ns policy ...). With `quiet_outside` and an engine
+    found, episodes of threads that are neither a link of it nor real-time (a client's housekeeping
+    thread at a period of its own) are no incident of their own: they appear when they ran instead of a
+    member, or on request (quiet_outside=False). Their count is in members.attrs["hidden"].
+    """
+    rules = rules or IncidentRules()
+    links = chain_links(cap, threads, rules)
+    members = episodes.copy().reset_index(drop=True)
+    if quiet_outside and len(links) and len(members):
+        members, hidden = _outside_the_graph(members, links, threads)
+    else:
+        hidden = members.iloc[0:0]
+    if members.empty:
+        for column in MEMBER_COLUMNS:
+            members[column] = pd.Series(dtype=object)
+        members.attrs["hidden"] = {
+            "episodes": len(hidden),
+            "threads": int(hidden["tid"].nunique()) if len(hidden) else 0,
+        }
+        return _empty_incidents(), members
+    link = links.set_index("tid") if len(links) else None
+    tid = members["tid"].astype(np.int64).to_numpy()
+    engine = link["engine"].reindex(tid).astype(object).to_numpy() if link is not None else np.full(len(tid), None)
+    members["inc_engine"] = engine
+    period = pd.to_numeric(members["period_ns"], errors="coerce").to_numpy(dtype=np.float64)
+    members = members.assign(inc_period=period).sort_values(["start_ns", "tid"], kind="stable").reset_index(drop=True)
+    incident = np.full(len(members), -1, dtype=np.int64)
+    cause_of = _caused_by(members)
+    if "inc_culprit_only" in members:
+        # Kept only as what ran instead of a member, yet joined to none (its victim was itself a
+        # culprit): no incident of its own either.
+        stray = members["inc_culprit_only"].to_numpy(dtype=bool) & ~np.isin(np.arange(len(members)), list(cause_of))
+        if stray.any():
+            hidden = pd.concat([hidden, members[stray]], ignore_index=True)
+            members = members[~stray].reset_index(drop=True)
+            cause_of = _caused_by(members)
+        members = members.drop(columns="inc_culprit_only")
+        incident = incident[: len(members)]
+    open_end: dict[Any, tuple[int, float]] = {}  # engine -> (incident, end_ns + join window)
+    next_id = 1  # incidents are numbered from 1, as users count them
+    for i, row in enumerate(members.itertuples(index=False)):
+        if i in cause_of:
+            continue  # what ran instead of (or held up) another episode: joins that one's incident below
+        key = row.inc_engine
+        if key is None or (isinstance(key, float) and np.isnan(key)):
+            incident[i] = next_id
+            next_id += 1
+            continue
+        current = open_end.get(key)
+        join = rules.join_periods * (row.inc_period if not np.isnan(row.inc_period) else 0.0)
+        if current is not None and row.start_ns <= current[1]:
+            incident[i] = current[0]
+            open_end[key] = (current[0], max(current[1], row.end_ns + join))
+        else:
+            incident[i] = next_id
+            open_end[key] = (next_id, row.end_ns + join)
+            next_id += 1
+    for i, j in cause_of.items():
+        incident[i] = incident[j]
+    members["incident"] = incident
+    source = str(links["source"].iloc[0]) if len(links) else None
+    rows = []
+    roles = np.array(["member"] * len(members), dtype=object)
+    verdicts = members["verdict"].astype(object).to_numpy().copy()
+    upstream_tid = np.full(len(members), np.nan)
+    events = _Wakeups(cap)
+    for number, group in members.groupby("incident", sort=True):
+        idx = group.index.to_numpy()
+        culprits = {i: cause_of[i] for i in idx if i in cause_of}
+        victims = group.drop(index=list(culprits))
+        if victims.empty:  # cannot happen with the guards of _caused_by; keep every episode counted anyway
+            victims, culprits = group, {}
+        info = _judge(cap, events, victims, links, source, rules, interval_ns)
+        info["roles"] += [(i, "ran instead" if members.at[j, "verdict"] == "runqueue" else "holder", None)
+                          for i, j in culprits.items()]  # fmt: skip
+        info["members"] += len(culprits)
+        for i, role, up in info["roles"]:
+            roles[i] = role
+            if role == "upstream":
+                verdicts[i] = "upstream"
+                upstream_tid[i] = np.nan if up is None else up
+        rows.append({"incident": int(number), **{k: v for k, v in info.items() if k != "roles"}, "_idx": idx})
+    members["role"] = roles
+    members["incident_verdict"] = verdicts
+    members["upstream_tid"] = pd.array([None if np.isnan(v) else int(v) for v in upstream_tid], dtype="Int64")
+    incidents = pd.DataFrame(rows)
+    incidents = _add_cycles(cap, incidents)
+    members = members.drop(columns=["inc_engine", "inc_period"])
+    members.attrs["hidden"] = {"episodes": len(hidden), "threads": int(hidden["tid"].nunique()) if len(hidden) else 0}
+    return incidents[INCIDENT_COLUMNS].reset_index(drop=True), members
+
+
+RT_POLICIES = (1, 2, 6)  # SCHED_FIFO, SCHED_RR, SCHED_DEADLINE
+
+
+def _outside_the_graph(
+    members: pd.DataFrame, links: pd.DataFrame, threads: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(kept, hidden): episodes of threads outside every chain and not real-time are hidden, except those
+    that ran instead of (or held up) a kept episode at the same time: those stay, as its culprits."""
+    policy = threads.set_index("tid")["policy"] if "policy" in threads else pd.Series(dtype=float)
+    tid = members["tid"].astype(np.int64)
+    realtime = pd.to_numeric(policy.reindex(tid), errors="coerce").isin(RT_POLICIES).to_numpy()
+    outside = ~tid.isin(links["tid"]).to_numpy() & ~realtime
+    if not outside.any():
+        return members, members.iloc[0:0]
+    kept = members[~outside]
+    start, end = members["start_ns"].to_numpy(np.int64), members["end_ns"].to_numpy(np.int64)
+    blamed = [_blamed_tid(row) for row in kept.itertuples(index=False)]
+    k_start, k_end = kept["start_ns"].to_numpy(np.int64), kept["end_ns"].to_numpy(np.int64)
+    culprit = np.zeros(len(members), dtype=bool)
+    for i in np.flatnonzero(outside):
+        same = np.array([b == int(tid.iloc[i]) for b in blamed], dtype=bool)
+        culprit[i] = bool((same & (k_start < end[i]) & (k_end > start[i])).any())
+    hide = outside & ~culprit
+    kept = members[~hide].assign(inc_culprit_only=(outside & culprit)[~hide])
+    return kept.reset_index(drop=True), members[hide]
+
+
+SUSPECT_TID = re.compile(r"^meanwhile .* \((\d+), (?:same process|pid \d+), ")
+
+
+def _blamed_tid(row: Any) -> int | None:
+    """The task an episode names as its cause: who ran instead of a runnable thread, who woke a lock
+    wait (eBPF), or the /proc suspect (the busiest recorded thread meanwhile)."""
+    for column in ("ran_instead_tid", "waker_tid"):
+        value = row.get(column) if isinstance(row, pd.Series) else getattr(row, column, None)
+        if value is not None and not pd.isna(value) and int(value) > 0:
+            return int(value)
+    suspect = row.get("suspect") if isinstance(row, pd.Series) else getattr(row, "suspect", None)
+    if isinstance(suspect, str) and (found := SUSPECT_TID.match(suspect)):
+        return int(found.group(1))
+    return None
+
+
+def _caused_by(members: pd.DataFrame) -> dict[int, int]:
+    """Episode index -> index of an overlapping episode that names its thread as the cause (a hog's own
+    long run while it kept the audio thread off the CPU is that incident's, not one of its own)."""
+    out: dict[int, int] = {}
+    start = members["start_ns"].to_numpy(np.int64)
+    end = members["end_ns"].to_numpy(np.int64)
+    tids = members["tid"].astype(np.int64).to_numpy()
+    engine = members["inc_engine"].to_numpy()
+    for j, row in enumerate(members.itertuples(index=False)):
+        blamed = _blamed_tid(row) if row.verdict in ("runqueue", "lock") else None
+        if blamed is None:
+            continue
+        for hit in np.flatnonzero((tids == blamed) & (start < end[j]) & (end > start[j])):
+            i = int(hit)
+            same_chain = engine[i] is not None and not pd.isna(engine[i]) and engine[i] == engine[j]
+            # Only a thread outside the victim's chain (a link it waits for is its upstream, not a culprit),
+            # and no chains of culprits: each culprit points at a victim that is no culprit itself.
+            if i != j and not same_chain and i not in out and j not in out and i not in out.values():
+                out[i] = j
+    return out
+
+
+def _empty_incidents() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in INCIDENT_COLUMNS})
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.1f} ms"
+
+
+def _judge(
+    cap: Capture,
+    events: _Wakeups,
+    group: pd.DataFrame,
+    links: pd.DataFrame,
+    source: str | None,
+    rules: IncidentRules,
+    interval_ns: int,
+) -> dict[str, Any]:
+    """Root, roles and evidence of one incident (rule 3)."""
+    start = int(group["start_ns"].min())
+    end = int(group["end_ns"].max())
+    engine = group["inc_engine"].iloc[0]
+    in_chain = engine is not None and not (isinstance(engine, float) and np.isnan(engine))
+    chain = links[links["engine"] == engine] if in_chain else links.iloc[0:0]
+    chain_tids = set(chain["tid"].astype(int).tolist())
+    upstream_of = dict(zip(chain["tid"].astype(int), chain["upstream"], strict=True)) if len(chain) else {}
+    order = dict(zip(chain["tid"].astype(int), chain["order"], strict=True)) if len(chain) else {}
+    roles: list[tuple[int, str, int | None]] = []
+    waits: dict[int, int | None] = {}
+    for i, row in group.iterrows():
+        if not in_chain or row["verdict"] not in WAIT_VERDICTS:
+            continue
+        waker = row.get("waker_tid")
+        waker = None if waker is None or pd.isna(waker) else int(waker)
+        if source in ("ebpf", "engine") and waker is not None:
+            if waker in chain_tids:  # woken by a link of its own chain: it waited for its upstream
+                waits[i] = waker
+        elif source == "engine" and waker is None and upstream_of.get(int(row["tid"])):
+            waits[i] = upstream_of[int(row["tid"])][0]
+        elif source == "proc":
+            # /proc names no waker: a link's missed wake-up is a wait for its upstream unless the thread
+            # that ran meanwhile (the suspect) is outside the chain, a possible lock holder.
+            blamed = _blamed_tid(row)
+            if blamed is None or blamed in chain_tids:
+                waits[i] = None
+        elif source == "ebpf" and waker is None and upstream_of.get(int(row["tid"])):
+            waits[i] = upstream_of[int(row["tid"])][0]  # a hole in the record: its usual upstream
+    candidates = [i for i in group.index if i not in waits]
+    root_tid: int | None
+    root_episode: int | None
+    if source == "engine":
+        late = _engine_first_late(cap, start, end, chain, rules)
+        if late is not None:
+            in_group = [i for i in candidates if int(group.at[i, "tid"]) == late]
+            candidates = in_group or candidates
+    if candidates:
+        # A candidate kept off the CPU by another candidate (who ran instead) is that one's victim.
+        tids = {int(group.at[i, "tid"]) for i in candidates}
+        causes = [i for i in candidates if _blamed_tid(group.loc[i]) not in tids - {int(group.at[i, "tid"])}]
+        candidates = causes or candidates
+        # The first in graph order, then the earliest: a hog on every CPU delays the driver and a client
+        # still runnable in the cycle together, and the cycle's chain starts at the driver.
+        root = min(candidates, key=lambda i: (order.get(int(group.at[i, "tid"]), np.inf), group.at[i, "start_ns"]))
+        roles = [
+            (i, "root" if i == root else ("upstream" if i in waits else "member"), waits.get(i)) for i in group.index
+        ]
+        row = group.loc[root]
+        verdict, evidence = _root_verdict(cap, row, chain_tids, rules, interval_ns)
+        root_tid, root_comm, root_episode = int(row["tid"]), str(row["comm"]), int(root)
+    else:
+        # Every member only waited: the head of the chain is the first late link.
+        roles = [(i, "upstream", waits.get(i)) for i in group.index]
+        head = _chain_head(chain, group, waits)
+        root_tid, verdict, evidence = _head_verdict(cap, events, head, start, end, group, chain, rules, interval_ns)
+        root_comm, root_episode = _comm_of(cap, root_tid), None
+    inferred = source == "proc" and in_chain
+    if inferred:
+        evidence = "inferred from /proc (no wake-up record: the earliest link late in this cycle); " + evidence
+    return {
+        "start_ns": start,
+        "end_ns": end,
+        "duration_ns": end - start,
+        "engine": engine if in_chain else None,
+        "chain_source": source if in_chain else None,
+        "root_tid": root_tid,
+        "root_comm": root_comm,
+        "root_verdict": verdict,
+        "root_episode": root_episode,
+        "inferred": bool(inferred),
+        "waited": sum(1 for _, r, _ in roles if r == "upstream"),
+        "members": len(group),
+        "evidence": evidence,
+        "roles": roles,
+    }
+
+
+def _comm_of(cap: Capture, tid: int | None) -> str:
+    if tid is None:
+        return "?"
+    threads = cap.threads
+    found = threads.loc[threads["tid"] == tid, "comm"]
+    return str(found.iloc[-1]) if len(found) else "?"
+
+
+def _chain_head(chain: pd.DataFrame, group: pd.DataFrame, waits: dict[int, int | None]) -> int | None:
+    """Where to look for the late link: the upstream link of the member first in graph order (then the
+    earliest), else the driver of the chain, else the earliest member."""
+    order = dict(zip(chain["tid"].astype(int), chain["order"], strict=True)) if len(chain) else {}
+    ranked = sorted(group.index, key=lambda i: (order.get(int(group.at[i, "tid"]), np.inf), group.at[i, "start_ns"]))
+    for i in ranked:
+        if waits.get(i) is not None:
+            return waits[i]
+    if len(chain):
+        drivers = chain[chain["driver"]]
+        if len(drivers):
+            return int(drivers["tid"].iloc[0])
+    return int(group.at[ranked[0], "tid"]) if ranked else None
+
+
+def _root_verdict(
+    cap: Capture, row: pd.Series, chain: set[int], rules: IncidentRules, interval_ns: int
+) -> tuple[str, str]:
+    """The root episode's verdict and evidence. A wait asleep with no task outside the chain named as
+    its cause (no waker, or an interrupt) is a late wake-up when the machine's evidence says so."""
+    verdict = str(row["verdict"])
+    evidence = str(row.get("evidence") or "")
+    waker = row.get("waker_tid")
+    known_waker = waker is not None and not pd.isna(waker)
+    if verdict == "lock" and known_waker and int(waker) not in chain and int(waker) != 0:
+        return "lock", evidence  # a holder outside the chain: a lock (its inversion is in the evidence)
+    ran_meanwhile = isinstance(row.get("suspect"), str) and bool(row.get("suspect"))
+    if verdict in WAIT_VERDICTS and not known_waker and not ran_meanwhile:
+        machine = machine_evidence(cap, int(row["start_ns"]), int(row["end_ns"]), rules, interval_ns)
+        if _strong(machine):
+            return "late wake-up", f"{evidence}; {machine}"
+    return verdict, evidence
+
+
+def _strong(machine: str) -> bool:
+    """Evidence that the machine, not a task, held the thread: hypervisor steal, interrupt time, or a
+    gap every thread saw. CPU pressure alone is not: on a busy machine it always rises."""
+    return any(word in machine for word in ("steal", "interrupt time", "the sampler itself"))
+
+
+def _head_verdict(
+    cap: Capture,
+    events: _Wakeups,
+    head: int | None,
+    start: int,
+    end: int,
+    group: pd.DataFrame,
+    chain: pd.DataFrame,
+    rules: IncidentRules,
+    interval_ns: int,
+) -> tuple[int | None, str, str]:
+    """(root tid, verdict, evidence) when every member only waited: walk up the chain from `head` (the
+    link that woke the most upstream member) while the link above it was switched in late too; the last
+    late link is the root, judged by its own switch-ins (eBPF). `late wake-up` when it was woken late,
+    `runqueue` when most of its lateness was spent runnable after its wake-up."""
+    machine = machine_evidence(cap, start, end, rules, interval_ns)
+    periods = pd.to_numeric(group["period_ns"], errors="coerce").dropna()
+    period = float(periods.median()) if len(periods) else np.nan
+    upstream_of = dict(zip(chain["tid"].astype(int), chain["upstream"], strict=True)) if len(chain) else {}
+    timing = _link_timing(events, head, start, end, period)
+    seen = {head}
+    while timing is not None and head is not None:
+        above = [u for u in upstream_of.get(head, ()) if u not in seen]
+        later = []
+        for u in above:
+            t = _link_timing(events, u, start, end, period)
+            if t is not None and t["late"]:
+                later.append((u, t))
+        if not later:
+            break
+        head, timing = later[0]
+        seen.add(head)
+    waited = f"{len(group)} link{'s' if len(group) != 1 else ''} waited for it"
+    name = f"{_comm_of(cap, head)} ({head})"
+    if timing is not None and timing["late"]:
+        text = (
+            f"{name} was switched in {_ms(timing['gap_ns'])} after its previous cycle (period {_ms(period)}): "
+            f"{_ms(timing['late_ns'])} late, below its own stall bar"
+        )
+        if timing["waker"]:
+            text += f"; woken by {timing['waker']}"
+        if timing["ready_ns"] >= 0.5 * timing["late_ns"]:
+            text += f"; runnable {_ms(timing['ready_ns'])} after its wake-up"
+            return head, "runqueue", "; ".join(p for p in (text, waited) if p)
+        return head, "late wake-up", "; ".join(p for p in (text, machine, waited) if p)
+    text = f"every member only waited for its upstream; the head of the chain {name} has no episode"
+    text += " and no switch record" if timing is None else " and no late switch-in"
+    if _strong(machine):
+        return head, "late wake-up", f"{text}; {machine}"
+    return head, "unknown", "; ".join(p for p in (text, machine) if p)
+
+
+class _Wakeups:
+    """Switch-ins and wakings of the links, read from the capture once per find_incidents call."""
+
+    def __init__(self, cap: Capture) -> None:
+        self.cap = cap
+        self._switch_ins: dict[int, np.ndarray] | None = None
+        self._wakings: dict[int, pd.DataFrame] | None = None
+
+    def switch_ins(self, tid: int) -> np.ndarray | None:
+        if self._switch_ins is None:
+            if "sched_switch" not in self.cap.table_names:
+                return None
+            sw = self.cap.table("sched_switch", columns=["t_ns", "next_tid"])
+            self._switch_ins = {
+                int(k): np.sort(v.to_numpy(np.int64)) for k, v in sw.groupby("next_tid", observed=True)["t_ns"]
+            }
+        return self._switch_ins.get(tid, np.zeros(0, np.int64))
+
+    def wakings(self, tid: int) -> pd.DataFrame | None:
+        if self._wakings is None:
+            if "sched_wakeup" not in self.cap.table_names:
+                return None
+            columns = ["t_ns", "kind", "tid", "waker_tid", "waker_comm", "waker_context"]
+            wk = self.cap.table("sched_wakeup", columns=columns)
+            wk = wk[(wk["kind"].astype(str) == "waking").to_numpy()]
+            self._wakings = {int(k): v.sort_values("t_ns") for k, v in wk.groupby("tid", observed=True)}
+        return self._wakings.get(tid)
+
+
+def _link_timing(events: _Wakeups, tid: int | None, start: int, end: int, period: float) -> dict[str, Any] | None:
+    """A link's switch-ins around [start, end] (eBPF): its longest gap between two, how late that is
+    against its period and tolerance, the runnable time before that switch-in (from its wake-up) and
+    who woke it. None without a switch record of it."""
+    if tid is None or np.isnan(period):
+        return None
+    t = events.switch_ins(tid)
+    if t is None:
+        return None
+    t = t[(t >= start - 2 * period) & (t <= end + period)]
+    if len(t) < 2:
+        return None
+    gaps = np.diff(t)
+    k = int(gaps.argmax())
+    gap = float(gaps[k])
+    limit = float(rules.period_limit_ns(np.array([period]), 0.0)[0])
+    switch_in = int(t[k + 1])
+    ready, waker = 0.0, ""
+    mine = events.wakings(tid)
+    if mine is not None:
+        mine = mine[(mine["t_ns"] <= switch_in).to_numpy() & (mine["t_ns"] > t[k]).to_numpy()]
+        if len(mine):
+            last = mine.iloc[-1]
+            ready = float(switch_in - int(last["t_ns"]))
+            if str(last["waker_context"]) == "task":
+                waker = f"{last['waker_comm']} ({int(last['waker_tid'])})"
+            else:
+                waker = f"an interrupt ({last['waker_context']})"
+    return {"gap_ns": gap, "late_ns": gap - period, "late": gap > limit, "ready_ns": ready, "waker": waker}
+
+
+def machine_evidence(cap: Capture, start: int, end: int, rules: IncidentRules, interval_ns: int) -> str:
+    """What the machine shows over [start, end]: /proc/stat steal and irq+softirq deltas, PSI cpu some,
+    and a gap in the sampler's own ticks (every thread unread at once). Empty when it shows nothing."""
+    parts = []
+    system = cap.system
+    if not system.empty:
+        machine = system[system["cpu"] == -1].sort_values("t_ns")
+        t = machine["t_ns"].to_numpy(np.int64)
+        before = np.searchsorted(t, start, side="right") - 1
+        after = np.searchsorted(t, end, side="left")
+        if before >= 0 and after < len(t):
+            clk = int((cap.meta.get("host") or {}).get("clk_tck") or 100)
+            jiffy_ns = 1_000_000_000 // clk
+            lo, hi = machine.iloc[before], machine.iloc[after]
+            span = f"over the {_ms(hi['t_ns'] - lo['t_ns'])} around it"
+            steal = _delta(lo, hi, "steal") * jiffy_ns
+            irq = (_delta(lo, hi, "irq") + _delta(lo, hi, "softirq")) * jiffy_ns
+            if steal >= rules.machine_evidence_min_ns:
+                parts.append(f"hypervisor steal {_ms(steal)} {span} (/proc/stat)")
+            if irq >= rules.machine_evidence_min_ns:
+                parts.append(f"interrupt time {_ms(irq)} {span} (/proc/stat irq+softirq)")
+            if "psi_cpu_some_us" in machine:
+                psi = _delta(lo, hi, "psi_cpu_some_us") * 1000
+                if psi >= rules.machine_evidence_min_ns:
+                    parts.append(f"CPU pressure (PSI cpu some) rose {_ms(psi)} {span}")
+    gap = _sampler_gap(cap, start, end, interval_ns)
+    if gap is not None and gap >= rules.sampler_gap_intervals * interval_ns:
+        parts.append(f"the sampler itself read nothing for {_ms(gap)} (every thread unseen at once)")
+    return "; ".join(parts)
+
+
+def _delta(lo: pd.Series, hi: pd.Series, column: str) -> float:
+    a, b = lo.get(column), hi.get(column)
+    if a is None or b is None or pd.isna(a) or pd.isna(b):
+        return 0.0
+    return max(float(b) - float(a), 0.0)
+
+
+def _sampler_gap(cap: Capture, start: int, end: int, interval_ns: int) -> int | None:
+    """The longest time between two consecutive ticks of the sampler within [start, end] (one column)."""
+    from analyses.source import iter_samples
+
+    ticks = []
+    for batch in iter_samples(cap, ["tid"], t_range=(start - 2 * interval_ns, end + 2 * interval_ns)):
+        ticks.append(batch.groupby("tick")["t_ns"].min())
+    if not ticks:
+        return None
+    t = np.sort(pd.concat(ticks).groupby(level=0).min().to_numpy(np.int64))
+    return int(np.diff(t).max()) if len(t) >= 2 else None
+
+
+def _engine_first_late(cap: Capture, start: int, end: int, chain: pd.DataFrame, rules: IncidentRules) -> int | None:
+    """The first node in signal order that the engine's own records show late in [start, end]: woken
+    (awake - signal) or running (finish - awake) at least engine_late_share of the period. Its thread's
+    tid, or None."""
+    if "engine_nodes" not in cap.table_names or "engine_clients" not in cap.table_names:
+        return None
+    nodes = cap.table("engine_nodes")
+    cycles = cap.table("engine_cycles")
+    if nodes.empty or cycles.empty:
+        return None
+    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
+    nodes = nodes[(nodes["t_ns"] >= start - period) & (nodes["t_ns"] <= end)]
+    woken = nodes["awake_ns"].astype("Float64") - nodes["signal_ns"].astype("Float64")
+    ran = nodes["finish_ns"].astype("Float64") - nodes["awake_ns"].astype("Float64")
+    late = nodes[
+        ((woken >= rules.engine_late_share * period) | (ran >= rules.engine_late_share * period)).fillna(False)
+    ]
+    if late.empty:
+        return None
+    first = late.sort_values(["t_ns", "signal_ns"]).iloc[0]
+    clients = cap.table("engine_clients")
+    pid = clients.loc[clients["name"].astype(str) == str(first["name"]), "pid"].dropna()
+    if pid.empty:
+        return None
+    threads = cap.threads
+    tids = set(threads.loc[threads["pid"] == int(pid.iloc[-1]), "tid"].astype(int)) & set(chain["tid"].astype(int))
+    return min(tids) if tids else None
+
+
+def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
+    """The engine cycle (its own counter) and whether it was an xrun: from engine_cycles and xruns, else
+    from the lab's cycles table (a callback that ended past its deadline)."""
+    n = len(incidents)
+    cycle = pd.array([pd.NA] * n, dtype="Int64")
+    xrun: list[bool | None] = [None] * n
+    xruns = np.zeros(n, dtype=np.int64)
+    starts = incidents["start_ns"].to_numpy(np.int64)
+    ends = incidents["end_ns"].to_numpy(np.int64)
+    names = set(cap.table_names)
+    if "engine_cycles" in names and not cap.table("engine_cycles").empty:
+        cycles = cap.table("engine_cycles").sort_values("t_ns")
+        t = cycles["t_ns"].to_numpy(np.int64)
+        period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
+        k = np.clip(np.searchsorted(t, starts, side="right") - 1, 0, max(len(t) - 1, 0))
+        counter = pd.to_numeric(cycles["cycle"], errors="coerce").to_numpy(dtype=np.float64)
+        cycle = pd.array([None if np.isnan(counter[j]) else int(counter[j]) for j in k], dtype="Int64")
+        reported = cap.table("xruns")["t_ns"].to_numpy(np.int64) if "xruns" in names else np.zeros(0, np.int64)
+        for i in range(n):
+            xruns[i] = int(((reported >= starts[i]) & (reported <= ends[i] + 2 * period)).sum())
+            xrun[i] = bool(xruns[i]) if "xruns" in names else None
+    else:
+        lab = cap.cycles
+        if not lab.empty:
+            late = lab[lab["end_ns"] > lab["deadline_ns"]]
+            for i in range(n):
+                hit = late[(late["end_ns"] >= starts[i]) & (late["start_ns"] <= ends[i])]
+                xruns[i] = len(hit)
+                xrun[i] = bool(len(hit))
+    return incidents.assign(cycle=cycle, xrun=xrun, xruns=xruns)
+
+
+# --------------------------------------------------------------------------------------------------
+# Xruns: one row per engine-reported xrun or missed deadline, joined to its incident
+
+
+XRUN_COLUMNS = ["t_ns", "kind", "client", "delay_us", "source", "incident", "root_comm", "root_verdict"]
+
+
+def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
+    """Engine-reported xruns (xruns table) and missed deadlines (engine_cycles ending past a period, or
+    the lab's callbacks past their deadline), each with the incident it falls in (null: none)."""
+    names = set(cap.table_names)
+    frames = []
+    if "xruns" in names:
+        x = cap.table("xruns")
+        frames.append(
+            pd.DataFrame(
+                {
+                    "t_ns": x["t_ns"].to_numpy(np.int64),
+                    "kind": "xrun",
+                    "client": x["client"].astype(object).to_numpy(),
+                    "delay_us": pd.to_numeric(x["delay_us"], errors="coerce").to_numpy(),
+                    "source": x["source"].astype(str).to_numpy(),
+                }
+            )
+        )
+    if "engine_cycles" in names:
+        c = cap.table("engine_cycles")
+        over = (c["end_ns"].astype("Float64") - c["t_ns"].astype("Float64")) > c["period_ns"].astype("Float64")
+        c = c[over.fillna(False).to_numpy()]
+        frames.append(
+            pd.DataFrame(
+                {
+                    "t_ns": c["t_ns"].to_numpy(np.int64),
+                    "kind": "missed deadline",
+                    "client": c["driver"].astype(object).to_numpy(),
+                    "delay_us": ((c["end_ns"] - c["t_ns"] - c["period_ns"]) / 1000.0).to_numpy(),
+                    "source": "engine_cycles",
+                }
+            )
+        )
+    elif not cap.cycles.empty:
+        lab = cap.cycles
+        late = lab[lab["end_ns"] > lab["deadline_ns"]]
+        frames.append(
+            pd.DataFrame(
+                {
+                    "t_ns": late["deadline_ns"].to_numpy(np.int64),
+                    "kind": "missed deadline",
+                    "client": [_comm_of(cap, int(t)) for t in late["tid"]],
+                    "delay_us": ((late["end_ns"] - late["deadline_ns"]) / 1000.0).to_numpy(),
+                    "source": "cycles",
+                }
+            )
+        )
+    if not frames:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in XRUN_COLUMNS})
+    out = pd.concat(frames, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
+    incident = np.full(len(out), -1, dtype=np.int64)
+    if len(incidents):
+        starts = incidents["start_ns"].to_numpy(np.int64)
+        ends = incidents["end_ns"].to_numpy(np.int64)
+        # An xrun is reported after the late cycle (JACK: ~0.3 ms after the starved driver ran again), a
+        # missed deadline may fall before the episode's first window: the last incident within
+        # XRUN_JOIN_NS of it.
+        for i, t in enumerate(out["t_ns"].to_numpy(np.int64)):
+            k = np.flatnonzero((starts <= t + XRUN_JOIN_NS) & (ends + XRUN_JOIN_NS >= t))
+            if len(k):
+                incident[i] = int(incidents["incident"].iloc[k[-1]])
+    out["incident"] = pd.array([None if v < 0 else int(v) for v in incident], dtype="Int64")
+    roots = incidents.set_index("incident") if len(incidents) else None
+    out["root_comm"] = [
+        roots.at[int(i), "root_comm"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
+    ]
+    out["root_verdict"] = [
+        roots.at[int(i), "root_verdict"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
+    ]
+    return out[XRUN_COLUMNS]

@@ -1,0 +1,159 @@
+"""The incidents view of `forensics stalls` (incidents first, their episodes under each) and the rows of
+`forensics xruns`. Builds report models from analyses.incidents; prints nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from analyses.incidents import IncidentRules, find_incidents, xrun_rows
+from capture.format import Capture
+from forensics.render import Report, Section
+from forensics.render.jsonout import rows
+
+INCIDENT_TABLE = {
+    "label": "#",
+    "start_ns": "at",
+    "cycle_text": "cycle",
+    "xrun_text": "xrun",
+    "thread": "thread",
+    "verdict": "verdict",
+    "stall_ns": "stalled",
+    "waited_text": "waited",
+}
+XRUN_TABLE = {
+    "t_ns": "at",
+    "kind": "kind",
+    "client": "client",
+    "delay_us": "delay us",
+    "source": "source",
+    "incident_text": "incident",
+    "root_comm": "root",
+    "root_verdict": "root verdict",
+}
+
+
+def _xrun_text(value: Any) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
+        return "unknown"
+    return "yes" if bool(value) else "no"
+
+
+def incident_rows(incidents: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
+    """One row per incident (its root) followed by one row per member episode, indented: the table of
+    `forensics stalls`. Incident rows carry the root's evidence as their detail line."""
+    out: list[dict[str, Any]] = []
+    by_incident = members.groupby("incident", sort=True) if len(members) else None
+    for row in incidents.itertuples(index=False):
+        root_stall = np.nan
+        group = by_incident.get_group(row.incident) if by_incident is not None else members.iloc[0:0]
+        if row.root_episode is not None and not pd.isna(row.root_episode):
+            root_stall = float(members.loc[int(row.root_episode), "stall_ns"])
+        out.append(
+            {
+                "label": str(int(row.incident)),
+                "start_ns": row.start_ns,
+                "cycle_text": "unknown" if pd.isna(row.cycle) else str(int(row.cycle)),
+                "xrun_text": _xrun_text(row.xrun),
+                "thread": f"{row.root_comm} ({row.root_tid})",
+                "verdict": row.root_verdict,
+                "stall_ns": root_stall,
+                "waited_text": str(int(row.waited)),
+                "detail": row.evidence,
+            }
+        )
+        ordered = group.assign(_first=group["role"] != "root").sort_values(["_first", "start_ns"], kind="stable")
+        for m in ordered.itertuples(index=False):
+            role = m.role if m.role in ("root", "ran instead", "holder") else m.incident_verdict
+            waited_for = "" if pd.isna(m.upstream_tid) else f" <- {int(m.upstream_tid)}"
+            out.append(
+                {
+                    "label": "",
+                    "start_ns": m.start_ns,
+                    "cycle_text": "",
+                    "xrun_text": "",
+                    "thread": f"  {m.comm} ({m.tid})",
+                    "verdict": f"{role}{waited_for}",
+                    "stall_ns": m.stall_ns,
+                    "waited_text": "",
+                    "detail": "",
+                }
+            )
+    frame = pd.DataFrame(out, columns=[*INCIDENT_TABLE, "detail"])
+    frame["stall_ns"] = frame["stall_ns"].astype("Float64").round(0).astype("Int64")
+    return frame
+
+
+def incidents_json(incidents: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
+    """Incidents with their member episodes (every episode column plus role, verdict in the incident)."""
+    out = incidents.copy()
+    out["episodes"] = [
+        rows(members[members["incident"] == number].drop(columns=["incident"])) for number in incidents["incident"]
+    ]
+    return out
+
+
+def add_incident_sections(
+    report: Report,
+    cap: Capture,
+    episodes: pd.DataFrame,
+    watched: pd.DataFrame,
+    *,
+    interval_ns: int,
+    rules: IncidentRules | None = None,
+    for_json: bool = False,
+    quiet_outside: bool = True,
+) -> pd.DataFrame:
+    """Append the incidents section to `report` (json: incidents with member episodes, the report's JSON
+    root); returns the incidents."""
+    incidents, members = find_incidents(
+        cap, episodes, watched, rules=rules, interval_ns=interval_ns, quiet_outside=quiet_outside
+    )
+    hidden = members.attrs.get("hidden") or {}
+    if hidden.get("episodes"):
+        report.notes.append(
+            f"{hidden['episodes']} episodes of {hidden['threads']} watched threads outside the engine's graph "
+            "(not real-time, not a link of it) are no incident of their own: --episodes, --all or --thread "
+            "REGEX lists them."
+        )
+    if for_json:
+        report.sections.append(Section("incidents", "Incidents", incidents_json(incidents, members)))
+        report.json_root = "incidents"
+        return incidents
+    sources = {"engine": "the engine's records", "ebpf": "eBPF wake-ups", "proc": "/proc periods (inferred)"}
+    used = sorted({sources[s] for s in incidents["chain_source"].dropna().tolist() if s in sources})
+    note = (
+        "Each incident is one late cycle (or a run of them): its root first (the first late link, with its "
+        "evidence), then its episodes; `upstream <- TID` is a client that only waited for that link."
+    )
+    if used:
+        note += " Chains from " + ", ".join(used) + "."
+    report.sections.append(
+        Section(
+            "incidents",
+            "Incidents (root, then episodes)",
+            incident_rows(incidents, members),
+            INCIDENT_TABLE,
+            detail="detail",
+            note=note,
+            empty="(no stall episode, so no incident)",
+        )
+    )
+    return incidents
+
+
+def xruns_report(cap: Capture, name: str, incidents: pd.DataFrame, *, origin_ns: int | None) -> Report:
+    """`forensics xruns`: one row per engine-reported xrun or missed deadline, joined to its incident."""
+    frame = xrun_rows(cap, incidents)
+    frame["incident_text"] = [("" if pd.isna(i) else str(int(i))) for i in frame["incident"]]
+    report = Report(title=f"Xruns and missed deadlines in {name}", origin_ns=origin_ns, json_root="xruns")
+    have = set(cap.table_names)
+    why = ""
+    if "xruns" not in have and "engine_cycles" not in have and cap.cycles.empty:
+        why = "(this capture holds no engine record: no xruns table, engine cycles or lab callbacks)"
+    report.sections.append(
+        Section("xruns", "Xruns (engine-reported) and missed deadlines", frame, XRUN_TABLE, empty=why or "(none)")
+    )
+    return report

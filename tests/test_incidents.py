@@ -1,0 +1,263 @@
+"""Incidents on synthetic captures (tests/synth.py): each root kind, and the upstream chain from each of
+the three sources (engine tables, eBPF wake-ups, /proc periods); the lab captures: one incident per
+episode with the right root verdict; the period tolerance of periodic threads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import forensics
+from analyses import rules
+from analyses.incidents import chain_links, find_incidents, xrun_rows
+from analyses.source import capture_interval_ns
+from analyses.stalls import find_stalls
+from analyses.threads import select_threads, thread_profiles
+from tests import synth
+from tests.synth import MS, T0, US, Episode, Timeline, Waker
+
+REPO = Path(__file__).resolve().parent.parent
+PERIOD = 5_333_333
+SECONDS = 2.0
+DURATION = int(SECONDS * 1e9)
+STARVED_CYCLE = 200  # ~1.07 s in
+
+
+def _graph(driver_episodes=(), client_episodes=None, clients=3, driver_lag_ns=0):
+    """A driver (FIFO 10, its own pid) and `clients` clients (FIFO 5, a pid each) at one period; client j
+    wakes 60 us after the link above it, as a graph's order does."""
+    client_episodes = client_episodes or {}
+    driver = Timeline(tid=500, comm="driverd", pid=500, policy=1, rtprio=10, cpu=0)
+    synth.periodic(driver, t0=T0, duration_ns=DURATION, period_ns=PERIOD, episodes=driver_episodes, work_ns=50 * US)
+    links = [driver]
+    for j in range(clients):
+        tl = Timeline(tid=600 + j, comm=f"client{j}", pid=600 + j, policy=1, rtprio=5, cpu=(j + 1) % 2)
+        synth.periodic(
+            tl, t0=T0 + (j + 1) * 60 * US + driver_lag_ns, duration_ns=DURATION, period_ns=PERIOD,
+            episodes=client_episodes.get(j, ()), work_ns=50 * US, seed=j + 1,
+        )  # fmt: skip
+        links.append(tl)
+    return links
+
+
+def _starved(ms=12.0):
+    """The driver runnable `ms` without a CPU in one cycle; every client asleep that long, waiting for it."""
+    return _graph(
+        driver_episodes=[Episode("runqueue", STARVED_CYCLE, ms)],
+        client_episodes={j: [Episode("lock", STARVED_CYCLE, ms)] for j in range(3)},
+    )
+
+
+def _by_tid_waker(links, extra=()):
+    """ebpf_tables applies one Waker list to every thread: give each client its own upstream waker."""
+    tables = {}
+    for k, tl in enumerate(links):
+        wakers = [*extra] if k == 0 else [*extra, Waker(T0, T0 + 2 * DURATION, links[k - 1].tid, links[k - 1].comm)]
+        one = synth.ebpf_tables([tl], wakers=wakers)
+        for name, frame in one.items():
+            tables.setdefault(name, []).append(frame)
+    return {name: pd.concat(frames, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
+            for name, frames in tables.items()}  # fmt: skip
+
+
+def _analyse(cap):
+    profiles = thread_profiles(cap)
+    episodes = find_stalls(cap, profiles=profiles)
+    watched = select_threads(profiles)
+    incidents, members = find_incidents(cap, episodes, watched, interval_ns=capture_interval_ns(cap))
+    return episodes, incidents, members
+
+
+def _capture(links, ebpf=None, **tables):
+    cap = synth.capture(links, t0=T0, duration_ns=DURATION, **tables)
+    return synth.with_ebpf(cap, ebpf) if ebpf is not None else cap
+
+
+# ---------------------------------------------------------------------------------------------------
+# The chain from each source
+
+
+def test_proc_chain_one_incident_rooted_at_the_earliest_with_clients_upstream():
+    episodes, incidents, members = _analyse(_capture(_starved()))
+    assert (episodes["verdict"] == "lock").sum() >= 1, "without incidents the clients read as lock"
+    assert len(incidents) == 1
+    row = incidents.iloc[0]
+    assert (row.root_tid, row.root_verdict, row.chain_source) == (500, "runqueue", "proc")
+    assert row.inferred and "inferred" in row.evidence
+    clients = members[members["tid"] != 500]
+    assert len(clients) and (clients["incident_verdict"] == "upstream").all()
+    assert not (members["incident_verdict"] == "lock").any()
+
+
+def test_ebpf_chain_upstream_named_by_the_waker():
+    links = _starved()
+    cap = _capture(links, ebpf=_by_tid_waker(links))
+    chain = chain_links(cap, select_threads(thread_profiles(cap))).set_index("tid")
+    assert chain.loc[601, "upstream"] == (600,) and chain.loc[600, "upstream"] == (500,)
+    assert bool(chain.loc[500, "driver"])
+    _, incidents, members = _analyse(cap)
+    assert len(incidents) == 1
+    row = incidents.iloc[0]
+    assert (row.root_tid, row.root_verdict, row.chain_source, row.inferred) == (500, "runqueue", "ebpf", False)
+    clients = members[members["tid"] != 500].set_index("tid")
+    assert (clients["incident_verdict"] == "upstream").all() and row.waited == len(clients)
+    assert clients.loc[602, "upstream_tid"] == 601
+
+
+def test_engine_tables_give_the_chain_and_the_late_node():
+    links = _starved()
+    names = ["driverd", "client0", "client1", "client2"]
+    clients = pd.DataFrame(
+        {"t_ns": T0, "engine": "jack", "event": "present", "name": names, "pid": [500, 600, 601, 602], "node_id": None}
+    )
+    graph = pd.DataFrame(
+        {"t_ns": T0, "engine": "jack", "event": "snapshot", "src_client": names[:-1], "src_port": "out",
+         "dst_client": names[1:], "dst_port": "in"}
+    )  # fmt: skip
+    k = np.arange(int(DURATION // PERIOD))
+    t = T0 + k * PERIOD
+    end = t + 300 * US
+    late = k == STARVED_CYCLE
+    end[late] = t[late] + 13 * MS
+    cycles = pd.DataFrame(
+        {"t_ns": t, "engine": "jack", "driver": "driverd", "cycle": k, "quantum_frames": 256, "rate_hz": 48000,
+         "period_ns": PERIOD, "delay_ns": 0, "end_ns": end, "xruns_total": late.cumsum()}
+    )  # fmt: skip
+    node_rows = []
+    for j, name in enumerate(names):
+        signal = t + j * 60 * US
+        awake = signal + 10 * US + np.where(late & (j == 0), 12 * MS, 0)
+        node_rows.append(
+            pd.DataFrame(
+                {
+                    "t_ns": t,
+                    "engine": "jack",
+                    "node_id": j,
+                    "name": name,
+                    "signal_ns": signal,
+                    "awake_ns": awake,
+                    "finish_ns": awake + 50 * US,
+                    "status": 0,
+                    "xrun": late,
+                }
+            )
+        )
+    xruns = pd.DataFrame(
+        {"t_ns": [int(t[late][0] + 13 * MS)], "engine": "jack", "delay_us": [12000.0], "client": [None],
+         "source": "callback", "text": [None]}
+    )  # fmt: skip
+    cap = _capture(
+        links, engine_clients=clients, engine_graph=graph, engine_cycles=cycles,
+        engine_nodes=pd.concat(node_rows, ignore_index=True), xruns=xruns,
+    )  # fmt: skip
+    chain = chain_links(cap, select_threads(thread_profiles(cap))).set_index("tid")
+    assert set(chain["source"]) == {"engine"} and chain.loc[602, "upstream"] == (601,)
+    assert chain.loc[500, "order"] == 0 and chain.loc[602, "order"] == 3
+    _, incidents, members = _analyse(cap)
+    assert len(incidents) == 1
+    row = incidents.iloc[0]
+    assert (row.root_tid, row.root_verdict, row.chain_source) == (500, "runqueue", "engine")
+    assert row.cycle == STARVED_CYCLE and row.xrun and row.xruns == 1
+    assert (members.loc[members["tid"] != 500, "incident_verdict"] == "upstream").all()
+    x = xrun_rows(cap, incidents)
+    assert set(x["kind"]) == {"xrun", "missed deadline"} and (x["incident"] == row.incident).all()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Root kinds
+
+
+@pytest.mark.parametrize("cause", ["run", "runqueue", "io", "fault"])
+def test_root_kind_in_a_client_with_downstream_upstream(cause):
+    """A client (client0) late for its own reason: it is the root; the clients after it only waited."""
+    links = _graph(
+        client_episodes={0: [Episode(cause, STARVED_CYCLE, 12.0)], 1: [Episode("lock", STARVED_CYCLE, 12.0)],
+                         2: [Episode("lock", STARVED_CYCLE, 12.0)]}
+    )  # fmt: skip
+    cap = _capture(links, ebpf=_by_tid_waker(links))
+    _, incidents, members = _analyse(cap)
+    assert len(incidents) == 1
+    row = incidents.iloc[0]
+    assert (row.root_tid, row.root_verdict) == (600, cause)
+    down = members[members["tid"].isin([601, 602])]
+    assert len(down) == 2 and (down["incident_verdict"] == "upstream").all()
+
+
+def test_lock_outside_the_chain_stays_lock():
+    """client1's wait ended by a thread outside the graph (a mutex holder): lock, the root; client2 only waited."""
+    at = T0 + STARVED_CYCLE * PERIOD
+    holder = Waker(at, at + 20 * MS, 900, "holder")
+    links = _graph(
+        client_episodes={1: [Episode("lock", STARVED_CYCLE, 12.0)], 2: [Episode("lock", STARVED_CYCLE, 12.0)]}
+    )
+    tables = {}
+    for k, tl in enumerate(links):
+        wakers = [] if k == 0 else [Waker(T0, T0 + 2 * DURATION, links[k - 1].tid, links[k - 1].comm)]
+        if tl.tid == 601:
+            wakers = [holder, *wakers]
+        for name, frame in synth.ebpf_tables([tl], wakers=wakers).items():
+            tables.setdefault(name, []).append(frame)
+    ebpf = {
+        n: pd.concat(f, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
+        for n, f in tables.items()
+    }
+    _, incidents, members = _analyse(_capture(links, ebpf=ebpf))
+    assert len(incidents) == 1
+    row = incidents.iloc[0]
+    assert (row.root_tid, row.root_verdict) == (601, "lock") and "holder" in row.evidence
+    assert members.set_index("tid").loc[602, "incident_verdict"] == "upstream"
+
+
+def test_late_wakeup_of_the_driver_without_an_episode_of_its_own():
+    """The driver's timer fired 9 ms late (a sleep ended by an interrupt: no episode of its own); every
+    client waited: the root is the driver, `late wake-up`, measured from its switch-ins."""
+    links = _graph(
+        driver_episodes=[Episode("lock", STARVED_CYCLE, 9.0)],
+        client_episodes={j: [Episode("lock", STARVED_CYCLE, 9.0)] for j in range(3)},
+    )
+    cap = _capture(links, ebpf=_by_tid_waker(links))
+    _, incidents, members = _analyse(cap)
+    assert len(incidents) == 1
+    row = incidents.iloc[0]
+    assert (row.root_tid, row.root_verdict) == (500, "late wake-up") and "late" in row.evidence
+    assert 500 not in set(members["tid"]) and (members["incident_verdict"] == "upstream").all()
+
+
+def test_threads_of_no_engine_are_incidents_of_their_own():
+    """One periodic thread (the lab in miniature): each episode is one incident, its verdict unchanged."""
+    cap = synth.audio_capture([Episode("run", 100, 15.0), Episode("lock", 300, 15.0)])
+    episodes, incidents, members = _analyse(cap)
+    assert len(incidents) == len(episodes) == 2
+    assert list(incidents["root_verdict"]) == ["run", "lock"] and incidents["engine"].isna().all()
+    assert (members["role"] == "root").all()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The lab captures: each episode one incident with the right root verdict
+
+
+@pytest.mark.parametrize("name", ["lab-episodes.ssf", "lab-ebpf.ssf"])
+def test_lab_episode_is_one_incident_with_its_verdict(name):
+    cap = forensics.load(REPO / "captures" / name)
+    _, incidents, _ = _analyse(cap)
+    audio = cap.cycles["tid"].iloc[0]
+    for truth in cap.truth.itertuples(index=False):
+        hit = incidents[(incidents["start_ns"] < truth.end_ns) & (incidents["end_ns"] > truth.start_ns)]
+        hit = hit[hit["root_tid"] == audio]
+        assert len(hit) == 1, (truth.cause, hit)
+        assert hit["root_verdict"].iloc[0] == truth.cause
+    xr = xrun_rows(cap, incidents)
+    assert len(xr) and xr["incident"].notna().all(), "every missed lab deadline belongs to an incident"
+
+
+# ---------------------------------------------------------------------------------------------------
+# A periodic thread is judged against its own period
+
+
+def test_wake_limit_scales_with_the_period():
+    limit = rules.period_limit_ns(np.array([PERIOD, 100 * MS, np.nan]), 0.5 * MS)
+    assert limit[0] == PERIOD + 0.5 * MS  # audio periods keep the fixed margin
+    assert limit[1] == 105 * MS and np.isnan(limit[2])
