@@ -237,13 +237,19 @@ def test_ctrl_c_ends_the_recording_cleanly(tmp_path: Path) -> None:
 def test_match_waits_for_a_process_that_starts_later(tmp_path: Path) -> None:
     out = tmp_path / "match.ssf"
     proc = start_catch_load("-o", str(out), "--match", "late-sleeper-[0-9]+", "-d", "3s")
-    time.sleep(1.0)
+    # The target starts once catch-load says it waits (its start-up alone takes ~1 s on a loaded machine:
+    # a fixed sleep would start the target before discovery runs and measure the start-up, not the scan).
+    assert proc.stderr is not None
+    said = ""
+    while "waiting for a process matching" not in said:
+        line = proc.stderr.readline()
+        assert line, f"catch-load ended before waiting: {said}"
+        said += line
     started = time.monotonic_ns()
     target = subprocess.Popen(["bash", "-c", "exec -a late-sleeper-42 sleep 1"])
     _, err = proc.communicate(timeout=30)
     target.wait()
-    assert proc.returncode == 0, err
-    assert "waiting for a process matching" in err
+    assert proc.returncode == 0, said + err
     cap = forensics.load(out)
     rows = cap.samples[cap.samples["pid"] == target.pid]
     assert not rows.empty
