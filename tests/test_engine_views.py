@@ -1,0 +1,75 @@
+"""The views on an engine's own cycles (jitter, plot, report), on a synthetic capture with engine tables.
+
+The captures in captures/ have no engine tables: their outputs are pinned by tests/test_golden.py.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from capture.format import Capture
+
+PERIOD_NS = 5_333_333  # 256 frames at 48 kHz
+
+
+def engine_capture() -> Capture:
+    """40 JACK cycles: one lost cycle (a 2x spacing) and one lost pair (3x), one cycle ending after its
+    deadline, one whose end is unknown; two xrun callbacks within a period and a log line blaming `cue`."""
+    starts, t = [], 10_000_000_000
+    for i in range(40):
+        starts.append(t)
+        t += PERIOD_NS * (2 if i == 10 else 3 if i == 20 else 1)
+    ends: list[int | None] = [s + 400_000 for s in starts]
+    ends[30] = starts[30] + 7_000_000  # ended after the next cycle was due
+    ends[35] = None
+    late = int(starts[30] + 7_000_000)
+    return Capture.from_frames(
+        meta={"sources": {"engine": {"kind": "jack", "version": "1.9.22"}}},
+        engine_cycles=pd.DataFrame(
+            {"t_ns": starts, "engine": "jack", "driver": "system", "quantum_frames": 256, "rate_hz": 48000,
+             "period_ns": PERIOD_NS, "end_ns": pd.array(ends, dtype="Int64")}
+        ),
+        xruns=pd.DataFrame(
+            {"t_ns": [late, late + 30_000, late + 60_000], "engine": "jack", "delay_us": [1700.0, 1700.0, None],
+             "client": [None, None, "cue"], "source": ["callback", "callback", "server-log"], "text": None}
+        ),
+        engine_status=pd.DataFrame(
+            {"t_ns": [starts[0], starts[-1]], "engine": "jack", "quantum_frames": 256, "rate_hz": 48000,
+             "dsp_load_percent": [3.0, 4.0]}
+        ),
+    )  # fmt: skip
+
+
+def test_engine_jitter_figures() -> None:
+    from analyses.jitter import engine_jitter
+
+    starts, hist, ends = engine_jitter(engine_capture())
+    assert len(starts) == 1
+    row = starts.iloc[0]
+    assert (row["engine"], row["driver"], row["nominal_ns"]) == ("jack", "system", PERIOD_NS)
+    assert row["n"] == 39 and row["lost_2x"] == 1 and row["lost_3x"] == 1 and row["lost_4x"] == 0
+    assert "engine cycles" in row["source"]
+    assert set(hist.loc[hist["count"] > 0, "multiple"]) == {0, 2, 3}
+    assert int(hist["count"].sum()) == 39
+    e = ends.iloc[0]
+    assert (e["cycles"], e["cycles_with_end"], e["deadline_misses"], e["misses_unknown"]) == (40, 39, 1, 1)
+    assert e["end_p50_ns"] == 400_000 and e["end_max_ns"] == 7_000_000
+    assert e["xruns"] == 1 and e["xrun_reports"] == 2 and e["xrun_delay_max_us"] == 1700.0
+    assert e["xruns_from"] == "callback"
+
+
+def test_engine_jitter_is_empty_without_engine_cycles() -> None:
+    from analyses.jitter import engine_jitter
+
+    assert all(f.empty for f in engine_jitter(Capture.from_frames(meta={})))
+
+
+def test_jitter_view_shows_the_engine_sections() -> None:
+    from forensics.render import render
+    from forensics.views.jitter import jitter_report
+
+    report = jitter_report(engine_capture(), "synthetic")
+    names = [s.name for s in report.sections]
+    assert {"engine_starts", "engine_histogram", "engine_ends"} <= set(names)
+    text = render(report, "table")
+    assert "jack engine cycles" in text and "2x period" in text and "3x period" in text
