@@ -12,10 +12,11 @@ from capture.format import Capture
 PERIOD_NS = 5_333_333  # 256 frames at 48 kHz
 
 
-def engine_capture() -> Capture:
-    """40 JACK cycles: one lost cycle (a 2x spacing) and one lost pair (3x), one cycle ending after its
-    deadline, one whose end is unknown; two xrun callbacks within a period and a log line blaming `cue`."""
-    starts, t = [], 10_000_000_000
+def engine_capture(t0: int = 10_000_000_000, base: Capture | None = None) -> Capture:
+    """(`base`'s tables plus) 40 JACK cycles from t0: one lost cycle (a 2x spacing) and one lost pair (3x),
+    one cycle ending after its deadline, one whose end is unknown; two xrun callbacks within a period and a
+    log line blaming `cue`."""
+    starts, t = [], t0
     for i in range(40):
         starts.append(t)
         t += PERIOD_NS * (2 if i == 10 else 3 if i == 20 else 1)
@@ -23,8 +24,15 @@ def engine_capture() -> Capture:
     ends[30] = starts[30] + 7_000_000  # ended after the next cycle was due
     ends[35] = None
     late = int(starts[30] + 7_000_000)
+    engine = {"kind": "jack", "version": "1.9.22"}
+    meta = (
+        dict(base.meta, sources=dict(base.meta["sources"], engine=engine)) if base else {"sources": {"engine": engine}}
+    )
+    frames = {name: base.table(name) for name in base.table_names} if base else {}
     return Capture.from_frames(
-        meta={"sources": {"engine": {"kind": "jack", "version": "1.9.22"}}},
+        meta=meta,
+        trailer=base.trailer if base else None,
+        **frames,
         engine_cycles=pd.DataFrame(
             {"t_ns": starts, "engine": "jack", "driver": "system", "quantum_frames": 256, "rate_hz": 48000,
              "period_ns": PERIOD_NS, "end_ns": pd.array(ends, dtype="Int64")}
@@ -73,3 +81,22 @@ def test_jitter_view_shows_the_engine_sections() -> None:
     assert {"engine_starts", "engine_histogram", "engine_ends"} <= set(names)
     text = render(report, "table")
     assert "jack engine cycles" in text and "2x period" in text and "3x period" in text
+
+
+def test_timeline_top_panel_uses_the_engine_cycles_and_marks_its_xruns() -> None:
+    from forensics.plots.data import timeline_data
+    from forensics.plots.timeline import draw_timeline
+    from tests import synth
+
+    cap = engine_capture(synth.T0 + 100_000_000, synth.audio_capture(seconds=1.0))
+    data = timeline_data(cap, "engine")
+    assert len(data.cycles) == 39  # the cycle without an end has no point
+    assert data.cycles["value_ns"].max() == 7_000_000 and int(data.cycles["missed"].sum()) == 1
+    assert data.deadline_ns == PERIOD_NS and "jack" in data.deadline_label and "jack engine cycles" in data.cycles_label
+    assert len(data.xruns) == 3
+    fig = draw_timeline(data)
+    gids = [a.get_gid() for a in fig.findobj()]
+    assert gids.count("xrun") == 3 and "late-cycles" in gids
+    # Without the engine tables the same threads give the /proc estimate, and no xrun mark.
+    plain = timeline_data(synth.audio_capture(seconds=1.0), "plain")
+    assert "engine" not in plain.cycles_label and plain.xruns.empty
