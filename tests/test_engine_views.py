@@ -100,3 +100,15 @@ def test_timeline_top_panel_uses_the_engine_cycles_and_marks_its_xruns() -> None
     # Without the engine tables the same threads give the /proc estimate, and no xrun mark.
     plain = timeline_data(synth.audio_capture(seconds=1.0), "plain")
     assert "engine" not in plain.cycles_label and plain.xruns.empty
+
+
+def test_report_engine_rows() -> None:
+    from analyses.engine import engine_overview
+    from forensics.views.report import engine_rows
+
+    rows = engine_rows(engine_overview(engine_capture()) or {})
+    assert rows["engine"] == "jack" and rows["version"] == "1.9.22"
+    assert rows["quantum / rate"].startswith("256 frames / 48000 Hz")
+    assert rows["cycles observed"] == "40 (39 with an end)" and rows["cycle end max"] == "7.000 ms"
+    assert rows["deadline misses"] == "1 (1 cycles unknown)" and rows["clients blamed"] == "cue (1)"
+    assert engine_overview(Capture.from_frames(meta={})) is None
