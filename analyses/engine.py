@@ -15,6 +15,8 @@ xrun_figures(cap)                 what the engine reported: reports (rows), xrun
                                   period apart are one xrun: jack2 notifies once for the driver's late
                                   wake-up and once per client not finished), their span and rate, the
                                   largest delay it reported, the clients it named
+engine_overview(cap)              the engine, its version and settings, its cycle ends and xruns: what
+                                  the report's engine section shows
 
 A cycle's end is the engine's (the last client's finish), never inferred from thread data.
 """
@@ -141,4 +143,48 @@ def xrun_figures(cap: Capture, t_range: tuple[int | None, int | None] | None = N
         "delay_max_us": float(delays.max()) if len(delays) else float("nan"),
         "blamed": blamed.value_counts().to_dict(),
         "counted_from": ", ".join(sorted(set(counted["source"].astype(str)))) or "none reported",
+    }
+
+
+def engine_overview(cap: Capture, t_range: tuple[int | None, int | None] | None = None) -> dict[str, Any] | None:
+    """None when the capture has no engine source and no engine cycles; else, per the engine source: engine,
+    version, quantum_frames, rate_hz, period_ns, cycles (observed in the span), cycles_with_end, end
+    p50/p99/max (ns), deadline_misses, misses_unknown, and the xrun figures (xrun_figures, None when the
+    source did not record xruns). A figure the capture does not hold is None (shown as unknown)."""
+    engine = cap.sources.get("engine")
+    cycles = cap.engine_cycles
+    if not isinstance(engine, dict) and cycles.empty:
+        return None
+    meta = engine if isinstance(engine, dict) else {}
+    cycles = cycles[in_span(cycles["t_ns"].to_numpy(), t_range)]
+    summary = engine_cycle_summary(cycles, cap.engine_nodes)
+    if len(summary) > 1:  # JACK through PipeWire: the engine with the most cycles
+        summary = summary.sort_values("cycles", ascending=False, kind="stable")
+    row = summary.iloc[0] if len(summary) else None
+    status = cap.table("engine_status", ["t_ns", "quantum_frames", "rate_hz"])
+    status = status[in_span(status["t_ns"].to_numpy(), t_range)]
+    # The quantum and rate in effect: the last status the source recorded, else the last cycle's.
+    settings = status if len(status) else cycles
+    quantum = settings["quantum_frames"].dropna() if "quantum_frames" in settings else pd.Series(dtype=float)
+    rate = settings["rate_hz"].dropna() if "rate_hz" in settings else pd.Series(dtype=float)
+    period = cycles["period_ns"].dropna() if len(cycles) else pd.Series(dtype=float)
+
+    def known(key: str) -> float | None:
+        return None if row is None or pd.isna(row[key]) else float(row[key])
+
+    return {
+        "engine": str(row["engine"]) if row is not None else str(meta.get("kind") or "unknown"),
+        "version": meta.get("version") or None,
+        "unavailable": meta.get("unavailable") or None,
+        "quantum_frames": int(quantum.iloc[-1]) if len(quantum) else None,
+        "rate_hz": int(rate.iloc[-1]) if len(rate) else None,
+        "period_ns": float(period.median()) if len(period) else None,
+        "cycles": int(row["cycles"]) if row is not None else 0,
+        "cycles_with_end": int(row["cycles_with_end"]) if row is not None else 0,
+        "end_p50_ns": known("end_p50_ns"),
+        "end_p99_ns": known("end_p99_ns"),
+        "end_max_ns": known("end_max_ns"),
+        "deadline_misses": int(row["deadline_misses"]) if row is not None else None,
+        "misses_unknown": int(row["misses_unknown"]) if row is not None else None,
+        "xruns": xrun_figures(cap, t_range),
     }

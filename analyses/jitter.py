@@ -9,6 +9,10 @@ Sources, best first: the lab's `cycles` table (callback starts, exact); else /pr
 whose switch-in counter moved, timed at the end of that window, so each interval is known to one sampling
 interval (a 5.333 ms period reads as 4 or 6 ms at 2 ms sampling) and the histogram bins are one interval
 wide. A period shorter than the sampling interval cannot be timed from /proc at all (said so, not guessed).
+
+The engine's own view (engine_jitter), where the capture has engine cycles (JACK, PipeWire): the spacing of
+the driver's cycle starts (engine_cycles.t_ns) against the nominal period (quantum / rate; peaks at 2x, 3x
+are cycles the engine lost), where each cycle ended against that period, and the xruns the engine reported.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyses.engine import engine_cycle_ends, xrun_figures
 from analyses.source import capture_interval_ns
+from analyses.span import in_span
 from analyses.threads import select_threads, thread_profiles
 from analyses.windows import _group_starts, thread_windows
 from capture.format import Capture
@@ -92,51 +98,110 @@ def jitter(
                  "flag": "period shorter than the sampling interval: record at a shorter --interval or with eBPF"}
             )  # fmt: skip
             continue
-        tolerance = max(0.1 * nominal, resolution)
-        lost = {k: int((np.abs(mine - k * nominal) <= tolerance).sum()) for k in MULTIPLES}
-        flags = [f"{n} at {k}x the period" for k, n in lost.items() if n]
-        stats.append(
-            {
-                "tid": row.tid,
-                "comm": row.comm,
-                "source": source,
-                "nominal_ns": nominal,
-                "n": len(mine),
-                "p50_ns": float(np.percentile(mine, 50)),
-                "p99_ns": float(np.percentile(mine, 99)),
-                "min_ns": float(mine.min()),
-                "max_ns": float(mine.max()),
-                "std_ns": float(mine.std()),
-                # At window resolution the spread is mostly the sampling's own rounding: not a jitter figure.
-                "jitter_pct": 100.0 * float(mine.std()) / nominal if exact else np.nan,
-                **{f"lost_{k}x": n for k, n in lost.items()},
-                "flag": ("lost wake-ups: " + ", ".join(flags)) if flags else "",
-            }
-        )
-        width = resolution if resolution else max((mine.max() - mine.min()) / bins, 1.0)
-        top = max(mine.max(), (max(MULTIPLES) if any(lost.values()) else 1) * nominal)
-        edges = np.arange(max(mine.min() - width / 2, 0), top + width, width)
-        if not exact:  # centre bins on multiples of the interval: that is all /proc can time
-            edges = np.arange(0, top + 1.5 * width, width) - width / 2
-            edges = edges[edges >= 0] if (edges >= 0).any() else edges
-        counts, edges = np.histogram(mine, bins=edges)
-        centre = (edges[:-1] + edges[1:]) / 2
-        multiple = np.zeros(len(counts), dtype=np.int64)
-        for k in MULTIPLES:
-            multiple[np.abs(centre - k * nominal) <= max(width / 2, tolerance)] = k
-        nonzero = (counts > 0) | (multiple > 0)
-        hists.append(
-            pd.DataFrame(
-                {
-                    "tid": row.tid,
-                    "comm": row.comm,
-                    "lo_ns": edges[:-1][nonzero],
-                    "hi_ns": edges[1:][nonzero],
-                    "count": counts[nonzero],
-                    "multiple": multiple[nonzero],
-                }
-            )
-        )
+        figures, hist = _period_figures(mine, nominal, resolution, bins)
+        stats.append({"tid": row.tid, "comm": row.comm, "source": source, **figures})
+        hists.append(hist.assign(tid=row.tid, comm=row.comm)[HIST_COLUMNS])
     stats_df = pd.DataFrame(stats)
     hist_df = pd.concat(hists, ignore_index=True) if hists else pd.DataFrame()
     return stats_df, hist_df
+
+
+HIST_COLUMNS = ["tid", "comm", "lo_ns", "hi_ns", "count", "multiple"]
+
+
+def _period_figures(mine: np.ndarray, nominal: float, resolution: float, bins: int) -> tuple[dict, pd.DataFrame]:
+    """The figures of one series of intervals against its nominal period, and its histogram (lo_ns hi_ns
+    count multiple). resolution 0: the intervals are exact; else they are timed to that resolution (ns)."""
+    exact = resolution == 0
+    tolerance = max(0.1 * nominal, resolution)
+    lost = {k: int((np.abs(mine - k * nominal) <= tolerance).sum()) for k in MULTIPLES}
+    flags = [f"{n} at {k}x the period" for k, n in lost.items() if n]
+    figures = {
+        "nominal_ns": nominal,
+        "n": len(mine),
+        "p50_ns": float(np.percentile(mine, 50)),
+        "p99_ns": float(np.percentile(mine, 99)),
+        "min_ns": float(mine.min()),
+        "max_ns": float(mine.max()),
+        "std_ns": float(mine.std()),
+        # At window resolution the spread is mostly the sampling's own rounding: not a jitter figure.
+        "jitter_pct": 100.0 * float(mine.std()) / nominal if exact else np.nan,
+        **{f"lost_{k}x": n for k, n in lost.items()},
+        "flag": ("lost wake-ups: " + ", ".join(flags)) if flags else "",
+    }
+    width = resolution if resolution else max((mine.max() - mine.min()) / bins, 1.0)
+    top = max(mine.max(), (max(MULTIPLES) if any(lost.values()) else 1) * nominal)
+    edges = np.arange(max(mine.min() - width / 2, 0), top + width, width)
+    if not exact:  # centre bins on multiples of the interval: that is all /proc can time
+        edges = np.arange(0, top + 1.5 * width, width) - width / 2
+        edges = edges[edges >= 0] if (edges >= 0).any() else edges
+    counts, edges = np.histogram(mine, bins=edges)
+    centre = (edges[:-1] + edges[1:]) / 2
+    multiple = np.zeros(len(counts), dtype=np.int64)
+    for k in MULTIPLES:
+        multiple[np.abs(centre - k * nominal) <= max(width / 2, tolerance)] = k
+    nonzero = (counts > 0) | (multiple > 0)
+    hist = pd.DataFrame(
+        {
+            "lo_ns": edges[:-1][nonzero],
+            "hi_ns": edges[1:][nonzero],
+            "count": counts[nonzero],
+            "multiple": multiple[nonzero],
+        }
+    )
+    return figures, hist
+
+
+def engine_jitter(
+    cap: Capture, *, t_range: tuple[int | None, int | None] | None = None, bins: int = 24
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(starts, histogram, ends) per engine and driver; all empty when the capture has no engine cycles.
+
+    starts: engine driver source nominal_ns n p50_ns ... lost_4x flag (the spacing of the driver's cycle
+    starts, as the thread stats). histogram: engine driver lo_ns hi_ns count multiple. ends: engine source
+    period_ns cycles cycles_with_end end_p50_ns end_p99_ns end_max_ns deadline_misses misses_unknown xruns
+    xrun_reports xrun_delay_max_us xruns_from (xruns NaN when the source did not record them).
+    """
+    cycles = cap.engine_cycles
+    if cycles.empty:
+        return pd.DataFrame(), pd.DataFrame(), pd.DataFrame()
+    cycles = cycles[in_span(cycles["t_ns"].to_numpy(), t_range)].copy()
+    cycles["engine"] = cycles["engine"].astype(str)
+    cycles["driver"] = cycles["driver"].astype(object).where(cycles["driver"].notna(), "?").astype(str)
+    starts, hists = [], []
+    for (engine, driver), group in cycles.groupby(["engine", "driver"], sort=True):
+        t = np.sort(group["t_ns"].to_numpy(dtype=np.int64))
+        # The nominal period is the engine's (quantum / rate), never the median of what was seen: a
+        # driver that loses every other cycle would otherwise look on time.
+        period = group["period_ns"].dropna()
+        if len(t) < 3 or period.empty:
+            continue
+        figures, hist = _period_figures(np.diff(t).astype(np.float64), float(period.median()), 0.0, bins)
+        where = f"{engine} engine cycles (driver's cycle starts, exact)"
+        starts.append({"engine": engine, "driver": driver, "source": where, **figures})
+        hists.append(hist.assign(engine=engine, driver=driver))
+    ends = engine_cycle_ends(cycles, cap.engine_nodes)
+    xruns = xrun_figures(cap, t_range)
+    rows = []
+    for engine, group in ends.groupby("engine", sort=True):
+        known = group["end_rel_ns"].dropna().to_numpy(dtype=np.float64)
+        rows.append(
+            {
+                "engine": engine,
+                "source": f"{engine} engine cycles (last node's finish after the driver's start)",
+                "period_ns": float(group["period_ns"].median()),
+                "cycles": len(group),
+                "cycles_with_end": len(known),
+                "end_p50_ns": float(np.percentile(known, 50)) if len(known) else np.nan,
+                "end_p99_ns": float(np.percentile(known, 99)) if len(known) else np.nan,
+                "end_max_ns": float(known.max()) if len(known) else np.nan,
+                "deadline_misses": int(group["missed"].sum(skipna=True)),
+                "misses_unknown": int(group["missed"].isna().sum()),
+                "xruns": float(xruns["xruns"]) if xruns else np.nan,
+                "xrun_reports": float(xruns["reports"]) if xruns else np.nan,
+                "xrun_delay_max_us": xruns["delay_max_us"] if xruns else np.nan,
+                "xruns_from": xruns["counted_from"] if xruns else "unknown: no engine source in the capture",
+            }
+        )
+    hist_df = pd.concat(hists, ignore_index=True) if hists else pd.DataFrame()
+    return pd.DataFrame(starts), hist_df, pd.DataFrame(rows)

@@ -31,13 +31,14 @@ class TimelineData:
     windows: pd.DataFrame  # tid start_ns end_ns wall_ns on_cpu_ns runqueue_ns blocked_ns faults cpu core_type
     stalls: pd.DataFrame  # tid comm start_ns end_ns verdict stall_ns (of the chosen threads)
     markers: pd.DataFrame  # t_ns text
-    cycles: pd.DataFrame  # t_ns value_ns missed: one point per callback
+    cycles: pd.DataFrame  # t_ns value_ns missed: one point per callback (or engine cycle)
     deadline_ns: float | None = None
     deadline_label: str = ""
     cycles_label: str = ""
     core_types: dict[int, str] = field(default_factory=dict)  # cpu -> label ("" when uniform)
     slow_types: set[str] = field(default_factory=set)
     cpus: list[int] = field(default_factory=list)
+    xruns: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"t_ns": []}))  # t_ns: engine-reported
 
 
 def _markers(cap: Capture) -> pd.DataFrame:
@@ -90,6 +91,7 @@ def timeline_data(
     stalls: pd.DataFrame | None = None,
 ) -> TimelineData:
     from analyses.cycles import lab_cycles, proc_cycles
+    from analyses.engine import engine_cycles
     from analyses.rules import blocked_ns
     from analyses.source import STATE_D, capture_interval_ns, capture_origin_ns
     from analyses.stalls import find_stalls
@@ -151,13 +153,34 @@ def timeline_data(
         ]
     )[["tid", "comm", "label", "watched", "rt", "period_ns"]].reset_index(drop=True)
 
-    # Deadline: the lab's callbacks (exact), else the main periodic thread's period (/proc estimate).
+    # Deadline: the engine's own cycles (their ends, exact), else the lab's callbacks (exact), else the main
+    # periodic thread's period (/proc estimate).
     cycles = pd.DataFrame({"t_ns": [], "value_ns": [], "missed": []})
     deadline, deadline_label, cycles_label = None, "", ""
-    lab = lab_cycles(cap)
+    engine = engine_cycles(cap, (lo, hi))
+    if len(engine) and engine["engine"].nunique() > 1:  # JACK through PipeWire: the engine with the most cycles
+        engine = engine[engine["engine"] == engine["engine"].value_counts().idxmax()]
+    engine = engine[engine["end_rel_ns"].notna().to_numpy()]  # a point needs an end
+    xruns = cap.xruns
+    xruns = pd.DataFrame({"t_ns": xruns["t_ns"].to_numpy(dtype=np.int64)})
+    xruns = _in_range(xruns, lo, hi)
+    lab = lab_cycles(cap) if engine.empty else pd.DataFrame()
     if len(lab):
         lab = lab[(lab["start_ns"] >= lo) & (lab["start_ns"] <= hi)]
-    if len(lab):
+    if len(engine):
+        name_ = str(engine["engine"].iloc[0])
+        period = float(engine["period_ns"].median())
+        missed = engine["missed"].to_numpy(dtype=bool)
+        t_ns = engine["t_ns"].to_numpy(dtype=np.int64)
+        end_rel = engine["end_rel_ns"].to_numpy(dtype=np.float64)
+        cycles = pd.DataFrame({"t_ns": t_ns, "value_ns": end_rel, "missed": missed})
+        deadline = period
+        deadline_label = f"deadline = period {period / 1e6:.3f} ms ({name_} quantum / rate)"
+        cycles_label = (
+            f"cycle end after the driver's start ({name_} engine cycles, exact; {int(missed.sum())} late"
+            f"{f'; {len(xruns)} xrun reports' if len(xruns) else ''})"
+        )
+    elif len(lab):
         period = float(lab["period_ns"].iloc[0])
         cycles = pd.DataFrame(
             {"t_ns": lab["start_ns"].to_numpy(), "value_ns": lab["end_rel_ns"].to_numpy(), "missed": lab["missed"]}
@@ -216,6 +239,7 @@ def timeline_data(
         core_types=mapping,
         slow_types=slow,
         cpus=[int(c) for c in cpus_meta],
+        xruns=xruns,
     )
 
 

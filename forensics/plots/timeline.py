@@ -1,7 +1,8 @@
 """The timeline picture: where each chosen thread's time went, window by window, with the verdicts on it.
 
 Panels, sharing one time axis (seconds since the first sample):
-  callbacks   each callback's end after its cycle began, against the deadline (when a deadline is known)
+  callbacks   each callback's end after its cycle began, against the deadline (when a deadline is known):
+              the engine's cycle ends where the capture has them, with the xruns it reported as marks
   one per thread   % of each window on CPU / waiting for a CPU / blocked in D, stacked; stall episodes
               shaded in their verdict's colour and labelled ("io 18.6 ms") with a marker on top
   faults      page faults per window of each thread (symlog: a storm of thousands next to a few)
@@ -27,6 +28,7 @@ from forensics.plots.data import TimelineData
 
 MARKER_COLOR = "#333333"
 DEADLINE_COLOR = "#c0392b"
+XRUN_COLOR = "#8e44ad"
 
 
 def _seconds(t_ns: np.ndarray | pd.Series, origin: int) -> np.ndarray:
@@ -81,6 +83,10 @@ def draw_timeline(data: TimelineData) -> Figure:
             _faults_panel(ax, data, colors)
         else:
             _placement_panel(ax, data, placed, colors, legend)
+    if len(data.xruns):  # what the engine reported, never inferred: on the top panel
+        for x in _seconds(data.xruns["t_ns"], origin):
+            axes[0].axvline(float(x), color=XRUN_COLOR, lw=1.0, alpha=0.8, zorder=4, gid="xrun")
+        legend["xrun (reported by the engine)"] = Line2D([], [], color=XRUN_COLOR, lw=1.0)
     for i, row in data.markers.iterrows():
         x = float(_seconds(np.array([row["t_ns"]]), origin)[0])
         for ax in axes:

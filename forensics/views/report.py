@@ -36,6 +36,7 @@ def build_report(
 ) -> Report:
     """The report's sections, from the same builders the analysis commands print (stalls, summarize,
     spikes, jitter, system) and the plots; nothing here decides a verdict."""
+    from analyses.engine import engine_overview
     from analyses.jitter import jitter
     from analyses.source import capture_origin_ns
     from analyses.span import resolve_span
@@ -80,6 +81,18 @@ def build_report(
     out.sections.append(Section("timing", "How the capture was taken", _kv(timing), KV))
     out.sections.append(_part(Section("targets", "Targets", _kv(described["Targets"]), KV)))
     out.sections.append(_part(Section("contents", "Contents (rows)", _kv(described["Contents (rows)"]), KV)))
+    overview = engine_overview(cap, t_range)
+    if overview is not None:
+        out.sections.append(
+            Section(
+                "engine",
+                "The engine's own view (its cycles and the xruns it reported)",
+                _kv(engine_rows(overview)),
+                KV,
+                note="From the engine's tables: a cycle ends when its last client finished; its deadline is the "
+                "period (quantum / rate).",
+            )
+        )
 
     step("finding stalls")
     profiles = thread_profiles(cap, t_range=t_range)
@@ -169,6 +182,48 @@ def build_report(
         )
     )
     return out
+
+
+def engine_rows(overview: dict[str, Any]) -> dict[str, str]:
+    """The engine section's lines; `unknown` (with why) where the capture does not hold the figure."""
+
+    def ms(value: float | None) -> str:
+        return "unknown" if value is None else f"{value / 1e6:.3f} ms"
+
+    rows = {"engine": overview["engine"], "version": overview["version"] or "unknown"}
+    if overview["unavailable"]:
+        rows["recorded"] = f"nothing: {overview['unavailable']}"
+    quantum, rate = overview["quantum_frames"], overview["rate_hz"]
+    rows["quantum / rate"] = (
+        f"{quantum if quantum is not None else 'unknown'} frames / {rate if rate is not None else 'unknown'} Hz"
+        + (f" (period {ms(overview['period_ns'])})" if overview["period_ns"] is not None else "")
+    )
+    cycles, ended = overview["cycles"], overview["cycles_with_end"]
+    rows["cycles observed"] = f"{cycles} ({ended} with an end)" if cycles else "none: unknown"
+    no_end = "unknown: the source saw no cycle end" if cycles else "unknown: no engine cycle recorded"
+    for key, label in (("end_p50_ns", "cycle end p50"), ("end_p99_ns", "cycle end p99"), ("end_max_ns", "max")):
+        rows[label if label != "max" else "cycle end max"] = ms(overview[key]) if overview[key] is not None else no_end
+    misses, unknown_misses = overview["deadline_misses"], overview["misses_unknown"]
+    rows["deadline misses"] = (
+        "unknown: no engine cycle recorded"
+        if misses is None
+        else f"{misses}" + (f" ({unknown_misses} cycles unknown)" if unknown_misses else "")
+    )
+    xruns = overview["xruns"]
+    if xruns is None:
+        rows["xruns"] = "unknown: no engine source recorded xruns"
+    else:
+        delay = xruns["delay_max_us"]
+        rows["xruns"] = f"{xruns['xruns']} ({xruns['reports']} reports, from {xruns['counted_from']})" + (
+            f", largest delay {delay:.0f} us" if delay == delay else ""
+        )
+        blamed = xruns["blamed"]
+        rows["clients blamed"] = (
+            ", ".join(f"{name} ({n})" for name, n in blamed.items())
+            if blamed
+            else "unknown: the engine named no client"
+        )
+    return rows
 
 
 def unknowns(cap: Capture, figures: pd.DataFrame, stall_notes: list[str], *, has_truth: bool) -> pd.DataFrame:

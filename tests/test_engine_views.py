@@ -1,0 +1,114 @@
+"""The views on an engine's own cycles (jitter, plot, report), on a synthetic capture with engine tables.
+
+The captures in captures/ have no engine tables: their outputs are pinned by tests/test_golden.py.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from capture.format import Capture
+
+PERIOD_NS = 5_333_333  # 256 frames at 48 kHz
+
+
+def engine_capture(t0: int = 10_000_000_000, base: Capture | None = None) -> Capture:
+    """(`base`'s tables plus) 40 JACK cycles from t0: one lost cycle (a 2x spacing) and one lost pair (3x),
+    one cycle ending after its deadline, one whose end is unknown; two xrun callbacks within a period and a
+    log line blaming `cue`."""
+    starts, t = [], t0
+    for i in range(40):
+        starts.append(t)
+        t += PERIOD_NS * (2 if i == 10 else 3 if i == 20 else 1)
+    ends: list[int | None] = [s + 400_000 for s in starts]
+    ends[30] = starts[30] + 7_000_000  # ended after the next cycle was due
+    ends[35] = None
+    late = int(starts[30] + 7_000_000)
+    engine = {"kind": "jack", "version": "1.9.22"}
+    meta = (
+        dict(base.meta, sources=dict(base.meta["sources"], engine=engine)) if base else {"sources": {"engine": engine}}
+    )
+    frames = {name: base.table(name) for name in base.table_names} if base else {}
+    return Capture.from_frames(
+        meta=meta,
+        trailer=base.trailer if base else None,
+        **frames,
+        engine_cycles=pd.DataFrame(
+            {"t_ns": starts, "engine": "jack", "driver": "system", "quantum_frames": 256, "rate_hz": 48000,
+             "period_ns": PERIOD_NS, "end_ns": pd.array(ends, dtype="Int64")}
+        ),
+        xruns=pd.DataFrame(
+            {"t_ns": [late, late + 30_000, late + 60_000], "engine": "jack", "delay_us": [1700.0, 1700.0, None],
+             "client": [None, None, "cue"], "source": ["callback", "callback", "server-log"], "text": None}
+        ),
+        engine_status=pd.DataFrame(
+            {"t_ns": [starts[0], starts[-1]], "engine": "jack", "quantum_frames": 256, "rate_hz": 48000,
+             "dsp_load_percent": [3.0, 4.0]}
+        ),
+    )  # fmt: skip
+
+
+def test_engine_jitter_figures() -> None:
+    from analyses.jitter import engine_jitter
+
+    starts, hist, ends = engine_jitter(engine_capture())
+    assert len(starts) == 1
+    row = starts.iloc[0]
+    assert (row["engine"], row["driver"], row["nominal_ns"]) == ("jack", "system", PERIOD_NS)
+    assert row["n"] == 39 and row["lost_2x"] == 1 and row["lost_3x"] == 1 and row["lost_4x"] == 0
+    assert "engine cycles" in row["source"]
+    assert set(hist.loc[hist["count"] > 0, "multiple"]) == {0, 2, 3}
+    assert int(hist["count"].sum()) == 39
+    e = ends.iloc[0]
+    assert (e["cycles"], e["cycles_with_end"], e["deadline_misses"], e["misses_unknown"]) == (40, 39, 1, 1)
+    assert e["end_p50_ns"] == 400_000 and e["end_max_ns"] == 7_000_000
+    assert e["xruns"] == 1 and e["xrun_reports"] == 2 and e["xrun_delay_max_us"] == 1700.0
+    assert e["xruns_from"] == "callback"
+
+
+def test_engine_jitter_is_empty_without_engine_cycles() -> None:
+    from analyses.jitter import engine_jitter
+
+    assert all(f.empty for f in engine_jitter(Capture.from_frames(meta={})))
+
+
+def test_jitter_view_shows_the_engine_sections() -> None:
+    from forensics.render import render
+    from forensics.views.jitter import jitter_report
+
+    report = jitter_report(engine_capture(), "synthetic")
+    names = [s.name for s in report.sections]
+    assert {"engine_starts", "engine_histogram", "engine_ends"} <= set(names)
+    text = render(report, "table")
+    assert "jack engine cycles" in text and "2x period" in text and "3x period" in text
+
+
+def test_timeline_top_panel_uses_the_engine_cycles_and_marks_its_xruns() -> None:
+    from forensics.plots.data import timeline_data
+    from forensics.plots.timeline import draw_timeline
+    from tests import synth
+
+    cap = engine_capture(synth.T0 + 100_000_000, synth.audio_capture(seconds=1.0))
+    data = timeline_data(cap, "engine")
+    assert len(data.cycles) == 39  # the cycle without an end has no point
+    assert data.cycles["value_ns"].max() == 7_000_000 and int(data.cycles["missed"].sum()) == 1
+    assert data.deadline_ns == PERIOD_NS and "jack" in data.deadline_label and "jack engine cycles" in data.cycles_label
+    assert len(data.xruns) == 3
+    fig = draw_timeline(data)
+    gids = [a.get_gid() for a in fig.findobj()]
+    assert gids.count("xrun") == 3 and "late-cycles" in gids
+    # Without the engine tables the same threads give the /proc estimate, and no xrun mark.
+    plain = timeline_data(synth.audio_capture(seconds=1.0), "plain")
+    assert "engine" not in plain.cycles_label and plain.xruns.empty
+
+
+def test_report_engine_rows() -> None:
+    from analyses.engine import engine_overview
+    from forensics.views.report import engine_rows
+
+    rows = engine_rows(engine_overview(engine_capture()) or {})
+    assert rows["engine"] == "jack" and rows["version"] == "1.9.22"
+    assert rows["quantum / rate"].startswith("256 frames / 48000 Hz")
+    assert rows["cycles observed"] == "40 (39 with an end)" and rows["cycle end max"] == "7.000 ms"
+    assert rows["deadline misses"] == "1 (1 cycles unknown)" and rows["clients blamed"] == "cue (1)"
+    assert engine_overview(Capture.from_frames(meta={})) is None
