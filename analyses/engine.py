@@ -35,6 +35,7 @@ HOUR_NS = 3_600_000_000_000
 CYCLE_COLUMNS = ["t_ns", "engine", "period_ns", "end_rel_ns", "missed"]
 SUMMARY_COLUMNS = [
     "engine",
+    "period_ns",
     "cycles",
     "cycles_with_end",
     "end_p50_ns",
@@ -83,6 +84,7 @@ def engine_cycle_summary(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFr
         rows.append(
             {
                 "engine": engine,
+                "period_ns": float(group["period_ns"].median()),
                 "cycles": len(group),
                 "cycles_with_end": len(known),
                 "end_p50_ns": float(np.percentile(known, 50)) if len(known) else np.nan,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyses.engine import engine_cycle_ends, xrun_figures
+from analyses.engine import SUMMARY_COLUMNS, engine_cycle_summary, xrun_figures
 from analyses.source import capture_interval_ns
 from analyses.span import in_span
 from analyses.threads import select_threads, thread_profiles
@@ -180,28 +180,19 @@ def engine_jitter(
         where = f"{engine} engine cycles (driver's cycle starts, exact)"
         starts.append({"engine": engine, "driver": driver, "source": where, **figures})
         hists.append(hist.assign(engine=engine, driver=driver))
-    ends = engine_cycle_ends(cycles, cap.engine_nodes)
+    summary = engine_cycle_summary(cycles, cap.engine_nodes)
     xruns = xrun_figures(cap, t_range)
-    rows = []
-    for engine, group in ends.groupby("engine", sort=True):
-        known = group["end_rel_ns"].dropna().to_numpy(dtype=np.float64)
-        rows.append(
-            {
-                "engine": engine,
-                "source": f"{engine} engine cycles (last node's finish after the driver's start)",
-                "period_ns": float(group["period_ns"].median()),
-                "cycles": len(group),
-                "cycles_with_end": len(known),
-                "end_p50_ns": float(np.percentile(known, 50)) if len(known) else np.nan,
-                "end_p99_ns": float(np.percentile(known, 99)) if len(known) else np.nan,
-                "end_max_ns": float(known.max()) if len(known) else np.nan,
-                "deadline_misses": int(group["missed"].sum(skipna=True)),
-                "misses_unknown": int(group["missed"].isna().sum()),
-                "xruns": float(xruns["xruns"]) if xruns else np.nan,
-                "xrun_reports": float(xruns["reports"]) if xruns else np.nan,
-                "xrun_delay_max_us": xruns["delay_max_us"] if xruns else np.nan,
-                "xruns_from": xruns["counted_from"] if xruns else "unknown: no engine source in the capture",
-            }
-        )
+    rows = [
+        {
+            "engine": row["engine"],
+            "source": f"{row['engine']} engine cycles (last node's finish after the driver's start)",
+            **{k: row[k] for k in SUMMARY_COLUMNS if k not in ("engine", "span_ns")},
+            "xruns": float(xruns["xruns"]) if xruns else np.nan,
+            "xrun_reports": float(xruns["reports"]) if xruns else np.nan,
+            "xrun_delay_max_us": xruns["delay_max_us"] if xruns else np.nan,
+            "xruns_from": xruns["counted_from"] if xruns else "unknown: no engine source in the capture",
+        }
+        for row in summary.to_dict("records")
+    ]
     hist_df = pd.concat(hists, ignore_index=True) if hists else pd.DataFrame()
     return pd.DataFrame(starts), hist_df, pd.DataFrame(rows)
