@@ -16,7 +16,7 @@ import pytest
 from capture.format import load
 from tests.pipewire_lab import PERIOD_NS, catch_load, pipewire_daemon, read_truth
 
-pytestmark = [pytest.mark.root, pytest.mark.slow]
+pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 
 SPINS = 10
 
