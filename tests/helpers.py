@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -38,3 +40,19 @@ def bcc_missing() -> str | None:
     except BccUnavailable as err:
         return f"BCC is not installed ({err}); .ci/run installs python3-bpfcc"
     return None
+
+
+def reap(process: subprocess.Popen[Any], timeout_s: float = 5.0) -> None:
+    """Wait for a process already asked to end; kill it if it has not within timeout_s."""
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def stop_process(process: subprocess.Popen[Any], timeout_s: float = 5.0) -> None:
+    """SIGTERM a process the test started (if it still runs), then reap it."""
+    if process.poll() is None:
+        process.terminate()
+        reap(process, timeout_s)

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import stop_process
+from tests.recording import catch_load_argv
+
 REPO = Path(__file__).resolve().parent.parent
 CUE_CLIENT = REPO / "tests" / "workloads" / "jack_cue_client.py"
 LV2_PLUGINS = [  # four plugins with one audio in and out, from lsp-plugins-lv2 and x42-plugins
@@ -106,6 +109,15 @@ class JackServer:
         os.close(holder)
         return process
 
+    def fluidsynth(self) -> subprocess.Popen[bytes]:
+        """A real softsynth client (ports fluidsynth:left/right); its soundfont load takes seconds."""
+        return self.start(
+            *("fluidsynth", "-a", "jack", "-n", "-r", "48000", "-i", "-s", "/usr/share/sounds/sf2/TimGM6mb.sf2"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
     def stop(self) -> None:
         # Clients first, with SIGTERM (they close their JACK client: the server then removes its
         # semaphore file from /dev/shm), SIGKILL after a grace time.
@@ -122,13 +134,7 @@ class JackServer:
                 process.wait()
         # SIGTERM first: jackd then leaves jack2's server registry, which has 8 slots per machine and
         # reclaims a dead server's slot only for a server of the same name (common/shm.c).
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout_s=10.0)
         # What a killed server or client leaves in jack2's tmp dir, for this test's server name only.
         for stale in [*Path("/dev/shm").glob(f"jack_sem.{os.getuid()}_{self.name}_*"),
                       Path(f"/dev/shm/jack_{self.name}_{os.getuid()}_0")]:  # fmt: skip
@@ -181,7 +187,7 @@ def jackd(tmp: Path, period: int = 256, extra: tuple[str, ...] = (), name: str |
 
 def catch_load(server: JackServer, out: Path, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), *args],
+        [*catch_load_argv(), "-q", "-o", str(out), *args],
         env=server.env,
         cwd=REPO,
         stdout=subprocess.PIPE,

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import reap, stop_process
+from tests.recording import catch_load_argv
+
 REPO = Path(__file__).resolve().parent.parent
 SPIN_CLIENT = str(REPO / "tests" / "workloads" / "pw_spin_client.py")
 QUANTUM = "256/48000"
@@ -102,25 +105,15 @@ def pipewire_daemon() -> Iterator[Daemon]:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
         for child in daemon.children:
-            try:
-                child.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                child.wait()
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            reap(child)
+        stop_process(proc)
         shutil.rmtree(runtime, ignore_errors=True)
 
 
 def catch_load(daemon_env: dict[str, str], *args: str) -> subprocess.Popen[str]:
     """catch-load from this checkout, in the daemon's environment, output captured."""
     return subprocess.Popen(
-        [sys.executable, "-m", "forensics.cli.catch_load", "-q", *args],
+        [*catch_load_argv(), "-q", *args],
         env=daemon_env,
         cwd=REPO,
         stdout=subprocess.PIPE,

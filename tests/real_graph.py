@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.helpers import stop_process
+
 PLUGIN = "http://gareus.org/oss/lv2/balance"  # x42-plugins: a stereo gain/balance, cheap and quiet
 SOUNDFONT = "/usr/share/sounds/sf2/TimGM6mb.sf2"
 HOG_SOURCE = Path(__file__).resolve().parent / "workloads" / "fifo_hog.c"
@@ -110,14 +112,7 @@ def jack_graph(workdir: Path, *, frames: int = 128, clients: int = 4) -> Iterato
         yield graph
     finally:
         for name in reversed(list(graph.procs)):
-            proc = graph.procs[name]
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop_process(graph.procs[name])
         for fd in graph.fifos:
             os.close(fd)
 

@@ -13,6 +13,7 @@ from capture.errors import CaptureWarning
 from capture.format import load
 from forensics.export.perfetto_engine import ENGINE_PID
 from tests.jack_fixtures import LV2_PLUGINS, catch_load, jackd, wait_engine_started
+from tests.recording import catch_load_argv
 
 pytestmark = [pytest.mark.slow]
 
@@ -144,20 +145,7 @@ def test_quiet_run_records_no_xrun_the_engine_did_not_report(tmp_path: Path) -> 
     (a callback, or a server-log XRun line), and each callback has a log line from the server beside it."""
     out = tmp_path / "quiet.ssf"
     with jackd(tmp_path, extra=()) as server:
-        server.start(
-            "fluidsynth",
-            "-a",
-            "jack",
-            "-n",
-            "-r",
-            "48000",
-            "-i",
-            "-s",
-            "/usr/share/sounds/sf2/TimGM6mb.sf2",
-            stdin=subprocess_devnull(),
-            stdout=subprocess_devnull(),
-            stderr=subprocess_devnull(),
-        )
+        server.fluidsynth()
         server.jalv("p0", LV2_PLUGINS[0])
         server.wait_ports("p0:in", "fluidsynth:left", timeout=90)  # a soundfont load is slow under load
         rec = catch_load(
@@ -211,20 +199,7 @@ def _graph_capture(tmp_path: Path, name: str, series: bool) -> Path:
     work = tmp_path / name
     work.mkdir()
     with jackd(work) as server:
-        server.start(
-            "fluidsynth",
-            "-a",
-            "jack",
-            "-n",
-            "-r",
-            "48000",
-            "-i",
-            "-s",
-            "/usr/share/sounds/sf2/TimGM6mb.sf2",
-            stdin=subprocess_devnull(),
-            stdout=subprocess_devnull(),
-            stderr=subprocess_devnull(),
-        )
+        server.fluidsynth()
         if series:
             for i, uri in enumerate(LV2_PLUGINS):
                 server.jalv(f"p{i}", uri)
@@ -296,7 +271,6 @@ def test_without_libjack_records_threads_and_says_so_in_one_line(tmp_path: Path)
     """libjack cannot be absent on a machine that runs the other tests: a `jack` module that raises what
     JACK-Client raises without it (OSError 'JACK library not found') stands in for the missing library."""
     import subprocess
-    import sys
 
     fake = tmp_path / "nolibjack"
     fake.mkdir()
@@ -306,7 +280,7 @@ def test_without_libjack_records_threads_and_says_so_in_one_line(tmp_path: Path)
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         result = subprocess.run(
-            [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), "--jack", "-d", "2s", "-p",
+            [*catch_load_argv(), "-q", "-o", str(out), "--jack", "-d", "2s", "-p",
              str(sleeper.pid)],
             capture_output=True, text=True, timeout=60, env=env,
         )  # fmt: skip
@@ -337,7 +311,7 @@ def test_catch_load_starting_jackd_keeps_its_log_lines_and_follows_its_clients(t
     env = env_with(name)
     out = tmp_path / "launched.ssf"
     rec = subprocess.Popen(
-        [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), "-d", "60s", "--",
+        [*catch_load_argv(), "-q", "-o", str(out), "-d", "60s", "--",
          "jackd", "-n", name, "-R", "-d", "dummy", "-r", "48000", "-p", "256"],
         env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

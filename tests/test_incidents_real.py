@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from analyses.source import capture_interval_ns, iter_samples
 from analyses.stalls import find_stalls
 from analyses.threads import select_threads, thread_profiles
 from tests import real_graph
+from tests.recording import catch_load_argv
 
 REPO = Path(__file__).resolve().parent.parent
 INJECTIONS = 8
@@ -64,7 +64,7 @@ def _record(tmp_path: Path, ebpf: bool) -> tuple[Path, list[tuple[int, int]], di
     out = tmp_path / ("graph-ebpf.ssf" if ebpf else "graph-proc.ssf")
     with real_graph.jack_graph(tmp_path) as graph:
         time.sleep(1.0)  # the graph settles into its rhythm
-        args = [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out)]
+        args = [*catch_load_argv(), "-q", "-o", str(out)]
         for pid in graph.pids.values():
             args += ["-p", str(pid)]
         if ebpf:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import forensics
 from forensics.cli.export import perfetto_trace
+from tests.recording import catch_load_argv
 from tests.synth import MS, SLEEP, T0, Timeline, capture
 
 REPO = Path(__file__).resolve().parent.parent
@@ -50,7 +51,7 @@ def test_a_thread_id_given_as_pid_records_its_process(tmp_path: Path) -> None:
     out = tmp_path / "tid.ssf"
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "forensics.cli.catch_load", "-o", str(out), "-p", str(tids[0]), "-d", "0.5s"],
+            [*catch_load_argv(), "-o", str(out), "-p", str(tids[0]), "-d", "0.5s"],
             capture_output=True,
             text=True,
             env=_env(),
@@ -68,7 +69,7 @@ def test_a_thread_id_given_as_pid_records_its_process(tmp_path: Path) -> None:
 
 def test_an_interval_below_what_a_tick_costs_is_a_warning(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "forensics.cli.catch_load", "-o", str(tmp_path / "fast.ssf"), "-i", "1us", "-d",
+        [*catch_load_argv(), "-o", str(tmp_path / "fast.ssf"), "-i", "1us", "-d",
          "0.3s", "--", "sleep", "1"],
         capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120,
     )  # fmt: skip
@@ -76,7 +77,7 @@ def test_an_interval_below_what_a_tick_costs_is_a_warning(tmp_path: Path) -> Non
     warning = [line for line in proc.stderr.splitlines() if "warning: -i" in line]
     assert len(warning) == 1 and "busy" in warning[0] and "miss" in warning[0]
     slow = subprocess.run(
-        [sys.executable, "-m", "forensics.cli.catch_load", "-o", str(tmp_path / "ok.ssf"), "-d", "0.3s", "--",
+        [*catch_load_argv(), "-o", str(tmp_path / "ok.ssf"), "-d", "0.3s", "--",
          "sleep", "1"],
         capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120,
     )  # fmt: skip
@@ -98,7 +99,7 @@ CHURN = (
 def test_short_lived_threads_between_scans_are_counted(tmp_path: Path) -> None:
     out = tmp_path / "churn.ssf"
     proc = subprocess.run(
-        [sys.executable, "-m", "forensics.cli.catch_load", "-o", str(out), "--", sys.executable, "-c", CHURN],
+        [*catch_load_argv(), "-o", str(out), "--", sys.executable, "-c", CHURN],
         capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -119,7 +120,7 @@ def test_short_lived_threads_between_scans_are_counted(tmp_path: Path) -> None:
 def test_absurd_durations_are_one_line() -> None:
     for option, value in (("-d", "1e999"), ("-i", "1e30"), ("-d", "nan"), ("-i", "0")):
         proc = subprocess.run(
-            [sys.executable, "-m", "forensics.cli.catch_load", option, value, "--", "true"],
+            [*catch_load_argv(), option, value, "--", "true"],
             capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120,
         )  # fmt: skip
         assert proc.returncode == 2, (option, value, proc.stderr)

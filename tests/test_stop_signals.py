@@ -21,6 +21,7 @@ import pytest
 
 import forensics
 from capture.format import MAGIC
+from tests.recording import catch_load_argv
 
 REPO = Path(__file__).resolve().parent.parent
 STOP_BOUND_S = 2.0
@@ -60,7 +61,7 @@ def _children(pid: int) -> list[int]:
 def _start(out: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
     """catch-load recording into `out`, once its capture has begun; (recorder, writer pid)."""
     recorder = subprocess.Popen(
-        [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), *args],
+        [*catch_load_argv(), "-q", "-o", str(out), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -248,7 +249,7 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
 def test_a_full_disk_is_one_line(tiny_disk: Path, target: int) -> None:
     out = tiny_disk / "full.ssf"
     recorder = subprocess.run(
-        [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(out), "-p", str(target), "-d", "20s"],
+        [*catch_load_argv(), "-q", "-o", str(out), "-p", str(target), "-d", "20s"],
         capture_output=True,
         text=True,
         env=_env(),
