@@ -2,7 +2,7 @@
 # written to bench/out/ and quoted in the README (side by side, as ratios).
 PYTHON ?= python3
 
-.PHONY: test lint bench bench-sampler bench-churn bench-analyses bench-exact bench-lab bench-pipewire
+.PHONY: man test lint bench bench-sampler bench-churn bench-analyses bench-exact bench-lab bench-pipewire bench-startup bench-flight
 test:
 	$(PYTHON) -m pytest
 
@@ -29,3 +29,12 @@ bench-lab:
 
 bench-pipewire:  # a headless PipeWire: what the PipeWire source costs the graph
 	$(PYTHON) bench/pipewire_source_cost.py
+
+bench-startup:  # catch-load --help with and without pandas loaded
+	$(PYTHON) bench/recorder_startup.py
+
+man:  # docs/man/*.1 from the commands' help (click-man); installed with the package
+	$(PYTHON) docs/make_man.py
+
+bench-flight:  # the flight recorder beside plain recording: RSS over 10 minutes, CPU
+	$(PYTHON) bench/flight_bench.py

@@ -11,7 +11,9 @@ Figures, each with A, B and the change in % of A:
     CPU of the targets    on-CPU time of all recorded threads, % of one core
     runnable wait         % of the targets' CPU time spent waiting for a CPU
     minor faults / s, context switches / s (machine), stall episodes and their verdicts
-    RSS                   unknown: the samples hold no memory column yet
+    RSS peak / at end     resident memory of the target processes together (the `processes` table, read
+                          at 20 Hz: each process's last read of every 50 ms round, summed), MiB;
+                          unknown for a capture without that table (recorded before it existed)
 """
 
 from __future__ import annotations
@@ -85,13 +87,34 @@ def capture_figures(cap: Capture) -> dict[str, tuple[float, str]]:
     out["minor faults"] = (minflt / (duration / 1e9) if duration else np.nan, "/s")
     loads = cpu_loads(cap)
     out["context switches (machine)"] = (loads.get("ctxt_per_s", np.nan), "/s")
-    out["RSS"] = (np.nan, "unknown: not in the capture")
+    peak, end = rss_mib(cap)
+    out["RSS peak"] = (peak, "MiB, target processes")
+    out["RSS at end"] = (end, "MiB, target processes")
     stalls = find_stalls(cap, profiles=profiles, with_suspects=False)
     out["stall episodes"] = (float(len(stalls)), "")
     counts = stalls["verdict"].value_counts() if len(stalls) else pd.Series(dtype=int)
     for verdict in ("run", "runqueue", "io", "fault", "lock", "unknown"):
         out[f"  {verdict}"] = (float(counts.get(verdict, 0)), "episodes")
     return out
+
+
+RSS_ROUND_NS = 50_000_000  # the recorder reads every target's memory once per 50 ms round (20 Hz)
+
+
+def rss_mib(cap: Capture) -> tuple[float, float]:
+    """(peak, at end) of the target processes' summed RSS, MiB; NaN where the capture has no memory reads.
+
+    A process counts in a round when it was read in it: one that exited leaves the sum, one that
+    started joins it."""
+    memory = cap.processes
+    if memory.empty or "rss_kib" not in memory:
+        return np.nan, np.nan
+    t = memory["t_ns"].to_numpy(np.int64)
+    rounds = memory.assign(round=(t - t.min()) // RSS_ROUND_NS).sort_values("t_ns", kind="stable")
+    per_round = rounds.groupby(["round", "pid"])["rss_kib"].last().groupby(level=0).sum()
+    if per_round.empty:
+        return np.nan, np.nan
+    return float(per_round.max()) / 1024.0, float(per_round.iloc[-1]) / 1024.0
 
 
 def compare(a: Capture, b: Capture) -> pd.DataFrame:

@@ -19,6 +19,8 @@ switch-ins are left out (which wake-up waited is unknown).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pandas as pd
 
@@ -26,10 +28,13 @@ from analyses.windows import _group_starts, thread_windows
 from capture.format import Capture
 
 
-def lab_cycles(cap: Capture) -> pd.DataFrame:
+def lab_cycles(cap: Capture, tids: Iterable[int] | None = None) -> pd.DataFrame:
     """Per cycle (grouped by deadline): start_ns end_ns deadline_ns period_ns delay_ns cycle_ns end_rel_ns
-    missed stages. Empty when the capture has no cycles table."""
+    missed stages. Empty when the capture has no cycles table (or, with `tids`, none of those threads').
+    `tids`: the callbacks of those threads only."""
     cycles = cap.cycles
+    if tids is not None and not cycles.empty:
+        cycles = cycles[cycles["tid"].isin(list(tids)).to_numpy()]
     if cycles.empty:
         return pd.DataFrame(
             columns=["start_ns", "end_ns", "deadline_ns", "period_ns", "delay_ns", "cycle_ns", "end_rel_ns", "missed"]

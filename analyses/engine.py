@@ -11,6 +11,7 @@ The engine's clock is already the capture's (the sources convert it), so these a
 engine_cycle_ends(cycles, nodes)  every cycle: t_ns engine period_ns end_rel_ns missed (both nullable)
 engine_cycle_summary(...)         per engine: cycles, ends known, end p50/p99/max, misses, unknown misses
 engine_cycles(cap)                the cycles of a capture whose end or lateness is known, with end_ns
+distinct_xrun_times(cap)          the time of each xrun (its first report)
 xrun_figures(cap)                 what the engine reported: reports (rows), xruns (reports less than one
                                   period apart are one xrun: jack2 notifies once for the driver's late
                                   wake-up and once per client not finished), their span and rate, the
@@ -129,11 +130,8 @@ def xrun_figures(cap: Capture, t_range: tuple[int | None, int | None] | None = N
     period_ns = (
         float(1e9 * status["quantum_frames"].iloc[-1] / status["rate_hz"].iloc[-1]) if len(status) else float("nan")
     )
-    # The callback is the engine's count; log lines (when present) add who it blamed.
-    counted = xruns[xruns["source"] == "callback"] if (xruns["source"] == "callback").any() else xruns
-    times = np.sort(counted["t_ns"].to_numpy(dtype="int64"))
-    gap = period_ns if not np.isnan(period_ns) else 0.0
-    distinct = int(len(times) and 1 + (np.diff(times) > gap).sum())
+    counted = _counted(xruns)
+    distinct = len(_distinct(counted, period_ns))
     delays = xruns["delay_us"].dropna()
     blamed = xruns["client"].dropna()
     return {
@@ -146,6 +144,26 @@ def xrun_figures(cap: Capture, t_range: tuple[int | None, int | None] | None = N
         "blamed": blamed.value_counts().to_dict(),
         "counted_from": ", ".join(sorted(set(counted["source"].astype(str)))) or "none reported",
     }
+
+
+def _counted(xruns: pd.DataFrame) -> pd.DataFrame:
+    """The callback is the engine's count; log lines (when present) add who it blamed."""
+    return xruns[xruns["source"] == "callback"] if (xruns["source"] == "callback").any() else xruns
+
+
+def _distinct(counted: pd.DataFrame, period_ns: float) -> np.ndarray:
+    times = np.sort(counted["t_ns"].to_numpy(dtype="int64"))
+    gap = period_ns if not np.isnan(period_ns) else 0.0
+    return times[np.r_[True, np.diff(times) > gap]] if len(times) else times
+
+
+def distinct_xrun_times(cap: Capture) -> np.ndarray:
+    """The first report of each xrun the engine reported (reports less than a period apart are one)."""
+    if "xruns" not in cap.table_names:
+        return np.zeros(0, dtype=np.int64)
+    status = cap.table("engine_status", ["quantum_frames", "rate_hz"]).dropna()
+    period_ns = float(1e9 * status["quantum_frames"].iloc[-1] / status["rate_hz"].iloc[-1]) if len(status) else np.nan
+    return _distinct(_counted(cap.table("xruns")), period_ns)
 
 
 def engine_overview(cap: Capture, t_range: tuple[int | None, int | None] | None = None) -> dict[str, Any] | None:

@@ -275,6 +275,11 @@ def exact_headline(row: Any) -> str:
         return f"{comm} spent {_ms(row.fault_ns)} taking page faults"
     if verdict == "reclaim":
         return f"{comm} spent {_ms(row.reclaim_ns)} in memory reclaim, thrashing or compaction"
+    if row.uncounted_ns >= row.unknown_ns / 2 and row.uncounted_ns > 0:
+        return (
+            f"{comm} was on CPU {_ms(row.uncounted_ns)} by the switch record that its own clock did not count: "
+            "the machine's (hypervisor steal or interrupts)"
+        )
     if row.not_block_ns >= row.unknown_ns / 2 and row.not_block_ns > 0:
         return (
             f"{comm} was uninterruptible (D) {_ms(row.not_block_ns)} without block-IO delay: a kernel lock, "
@@ -293,6 +298,11 @@ def exact_evidence(ep: pd.DataFrame, has_block: bool) -> list[str]:
             parts.append(f"on CPU {_ms(row.run_ns)}")
         if row.runqueue_ns > small and row.verdict != "runqueue":
             parts.append(f"runnable {_ms(row.runqueue_ns)}")
+        if row.uncounted_ns > small and row.verdict != "unknown":
+            parts.append(
+                f"{_ms(row.uncounted_ns)} on CPU by the switch record but not counted by its own clock: the "
+                "machine's (hypervisor steal or interrupts), not its run"
+            )
         if row.preemptions:
             parts.append(f"{int(row.preemptions)} preemption{'s' if row.preemptions != 1 else ''}")
         if row.d_ns and row.verdict != "io":

@@ -35,7 +35,9 @@ timeline, with exact starts and ends; /proc decides only where the timeline has 
 3. Episodes. Consecutive segments of a thread without an `idle` or `gap` between them are one busy span
    (a callback and whatever held it up). Its *core* runs from its first to its last significant
    segment: a `run` at least `long_run_ns` (half the period of a periodic thread, two sampling
-   intervals otherwise: the same bar as the /proc rules), or any other cause at least MINOR_NS (0.1 ms:
+   intervals otherwise: the same bar as the /proc rules; or any run of a span whose runs add up to it
+   and that has no other significant segment),
+   or any other cause at least MINOR_NS (0.1 ms:
    wake-up latency here is 2-30 us, measured). The callback's ordinary work around a stall is trimmed
    off; what lies inside the core counts. Components (ns per cause) are summed over the core's segments;
    then, per episode, from the counters that bracket it (the last read at or before its start, the
@@ -490,7 +492,13 @@ def episodes_from_segments(segments: pd.DataFrame, long_run_ns: pd.Series) -> tu
     busy = np.where(separator, -1, np.cumsum(begins) - 1)
     duration = end - start
     long_run = long_run_ns.reindex(tid).to_numpy(dtype=float)
-    significant = ~separator & np.where(cause == "run", duration >= long_run, duration >= MINOR_NS)
+    # A run is significant alone, or when the runs of a busy span with nothing else significant add up
+    # to the bar: a thread issuing back-to-back requests that complete in tens of us (a fast virtual
+    # disk) is on CPU in short slices.
+    span_run = pd.Series(np.where(cause == "run", duration, 0)).groupby(busy).transform("sum").to_numpy()
+    other = pd.Series(~separator & (cause != "run") & (duration >= MINOR_NS)).groupby(busy).transform("max")
+    run_long = (duration >= long_run) | ((span_run >= long_run) & ~other.to_numpy(dtype=bool))
+    significant = ~separator & np.where(cause == "run", run_long, duration >= MINOR_NS)
     position = np.arange(len(seg))
     frame = pd.DataFrame({"busy": busy, "pos": np.where(significant, position, np.nan)})
     grouped = frame[busy >= 0].groupby("busy")["pos"]
@@ -589,6 +597,54 @@ def _policy_near(policies: pd.DataFrame, tids: pd.Series, at: pd.Series) -> pd.D
     return out
 
 
+def uncounted_on_cpu(episodes: pd.DataFrame, on_cpu: pd.DataFrame, run_reads: pd.DataFrame) -> np.ndarray:
+    """Per episode (tid start_ns end_ns), the ns the switch record shows its thread on a CPU that the
+    thread's own clock did not count, between the /proc reads that bracket it (`run_reads`: tid t_ns
+    run_ns, schedstat's sum_exec_runtime); 0 where no read brackets it.
+
+    The task clock leaves out hypervisor steal and, with IRQ_TIME_ACCOUNTING, interrupt time
+    (update_rq_clock_task() in kernel/sched/core.c); the switch record does not: a vCPU the host takes
+    away from a running thread leaves it "on CPU" between its switches. Only on-CPU intervals that ended
+    by the second read are compared: a thread still running at a read has its clock updated only at the
+    last tick, which would make its own time look uncounted. A slice in progress at the first read is
+    counted from that read, which its clock covers too. Both choices can only make the result smaller.
+    """
+    out = np.zeros(len(episodes), dtype=np.int64)
+    if episodes.empty or on_cpu.empty or run_reads.empty:
+        return out
+    keys = episodes[["tid", "start_ns", "end_ns"]].astype(np.int64).reset_index(drop=True).reset_index(names="_row")
+    right = run_reads[["tid", "t_ns", "run_ns"]].dropna().astype(np.int64).sort_values("t_ns", kind="stable")
+    found = {}
+    for edge, direction in (("start_ns", "backward"), ("end_ns", "forward")):
+        found[edge] = (
+            pd.merge_asof(
+                keys.sort_values(edge, kind="stable"), right, left_on=edge, right_on="t_ns", by="tid",
+                direction=direction, tolerance=BRACKET_TOLERANCE_NS,
+            )
+            .set_index("_row")
+            .reindex(keys["_row"])
+        )  # fmt: skip
+    first, last = found["start_ns"], found["end_ns"]
+    ok = (first["t_ns"].notna() & last["t_ns"].notna()).to_numpy()
+    by_tid = {
+        int(tid): (g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+        for tid, g in on_cpu.sort_values("end_ns", kind="stable").groupby("tid", sort=False)
+    }
+    for i in np.flatnonzero(ok):  # one pass per episode (tens to hundreds)
+        starts_ends = by_tid.get(int(keys["tid"].iat[i]))
+        if starts_ends is None:
+            continue
+        a, b = int(first["t_ns"].iat[i]), int(last["t_ns"].iat[i])
+        counted = int(last["run_ns"].iat[i]) - int(first["run_ns"].iat[i])
+        if counted < 0:  # a reused tid: not the same thread's clock
+            continue
+        starts, ends = starts_ends
+        lo, hi = np.searchsorted(ends, a, side="right"), np.searchsorted(ends, b, side="right")
+        on = int((ends[lo:hi] - np.maximum(starts[lo:hi], a)).sum())
+        out[i] = max(0, on - counted)
+    return out
+
+
 def _cumulative_faults(windows: pd.DataFrame) -> pd.DataFrame | None:
     """Per (tid, t_ns): running minflt and majflt from the /proc windows (for brackets)."""
     if windows is None or windows.empty or "minflt" not in windows:
@@ -650,13 +706,22 @@ def finish_episodes(
         proc_storm = R.is_fault_storm(counted, run, fault_rate_per_ms)
         fault = fault + np.where(proc_storm, run, 0)
         run = np.where(proc_storm, 0, run)
+    # On-CPU time the thread's own clock did not count is the machine's (steal, interrupts), not its run:
+    # `unknown` (what the machine did with it is not in the capture), named in the evidence.
+    from analyses.source import load_samples
+
+    reads = load_samples(cap, ["run_ns"], tids=sorted({int(t) for t in ep["tid"]})) if len(ep) else pd.DataFrame()
+    uncounted = uncounted_on_cpu(ep, data.on_cpu, reads)
+    uncounted = np.minimum(np.where(uncounted >= R.UNCOUNTED_MIN_NS, uncounted, 0), run)
+    run = run - uncounted
+    ep["uncounted_ns"] = uncounted
     blkio = ep["ts_blkio_ns"].astype("Int64").to_numpy(dtype="float64", na_value=np.nan)
     blkio_known = ~np.isnan(blkio)
     fault = fault + np.where(major, d_time, 0)
     covered = np.nan_to_num(blkio) + BLKIO_SLACK_PER_WAIT_NS * ep["d_waits"].to_numpy(np.int64)
     io = np.where(major, 0, np.where(blkio_known, np.minimum(d_time, covered), d_time)).astype(np.int64)
     not_block = np.where(major, 0, d_time - io)  # D time the kernel did not account as block IO
-    unknown = unknown + not_block
+    unknown = unknown + not_block + uncounted
     reclaim_parts = [ep[c].astype("Int64") for c in R.RECLAIM_COLUMNS]
     reclaim_frame = pd.concat(reclaim_parts, axis=1)
     reclaim_known = reclaim_frame.notna().any(axis=1).to_numpy()

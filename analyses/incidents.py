@@ -42,7 +42,8 @@ import numpy as np
 import pandas as pd
 
 from analyses import rules
-from analyses.rules import USUAL_WAKER_SHARE, XRUN_JOIN_NS, IncidentRules
+from analyses.machine import held_one_cpu_ns, machine_growth
+from analyses.rules import USUAL_WAKER_SHARE, XRUN_JOIN_NS, IncidentRules, period_limit_ns
 from capture.format import Capture
 
 # --------------------------------------------------------------------------------------------------
@@ -113,6 +114,10 @@ def _engine_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> 
     driver_name = str(cycles["driver"].astype(str).mode().iloc[0]) if cycles["driver"].notna().any() else None
     present = clients[clients["pid"].notna()].drop_duplicates("name", keep="last")
     pid_of = dict(zip(present["name"].astype(str), present["pid"].astype(np.int64), strict=True))
+    server = _server_pid(cap)
+    if driver_name is not None and driver_name not in pid_of and server is not None:
+        # JACK's driver ("system") is a client of no process of its own: it runs in the server's thread.
+        pid_of[driver_name] = server
     order = _graph_order(cap, list(pid_of), driver_name)
     periodic = _periodic(threads)
     rows = []
@@ -143,6 +148,13 @@ def _engine_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> 
     return links.drop(columns="client").reset_index(drop=True)
 
 
+def _server_pid(cap: Capture) -> int | None:
+    """The engine server's pid as its source recorded it (jackd), or None."""
+    engine = (cap.meta.get("sources") or {}).get("engine") or {}
+    pid = engine.get("jackd_pid") if isinstance(engine, dict) else None
+    return int(pid) if isinstance(pid, int) and pid > 0 else None
+
+
 def _graph_edges(cap: Capture) -> dict[str, tuple[str, ...]]:
     """dst client -> src clients of the last connection snapshot (engine_graph), self-loops left out."""
     if "engine_graph" not in cap.table_names:
@@ -151,7 +163,8 @@ def _graph_edges(cap: Capture) -> dict[str, tuple[str, ...]]:
     if graph.empty:
         return {}
     event = graph["event"].astype(str)
-    graph = graph[event.isin(["connected", "snapshot"]).to_numpy()]
+    ends = graph["src_client"].notna().to_numpy() & graph["dst_client"].notna().to_numpy()  # a port of no client
+    graph = graph[event.isin(["connected", "snapshot"]).to_numpy() & ends]
     out: dict[str, set[str]] = {}
     for src, dst in zip(graph["src_client"].astype(str), graph["dst_client"].astype(str), strict=True):
         if src != dst:
@@ -503,8 +516,14 @@ def _judge(
     order = dict(zip(chain["tid"].astype(int), chain["order"], strict=True)) if len(chain) else {}
     roles: list[tuple[int, str, int | None]] = []
     waits: dict[int, int | None] = {}
+    # The link the engine's own records show late first (woken late, or running long): it did not only
+    # wait for its upstream, whatever its own episode says (a callback blocked inside its call sleeps too).
+    first_late = _engine_first_late(cap, start, end, chain, rules) if source == "engine" else None
+    late = first_late[0] if first_late is not None else None
     for i, row in group.iterrows():
         if not in_chain or row["verdict"] not in WAIT_VERDICTS:
+            continue
+        if first_late is not None and _overlaps(row, first_late):
             continue
         waker = row.get("waker_tid")
         waker = None if waker is None or pd.isna(waker) else int(waker)
@@ -524,11 +543,9 @@ def _judge(
     candidates = [i for i in group.index if i not in waits]
     root_tid: int | None
     root_episode: int | None
-    if source == "engine":
-        late = _engine_first_late(cap, start, end, chain, rules)
-        if late is not None:
-            in_group = [i for i in candidates if int(group.at[i, "tid"]) == late]
-            candidates = in_group or candidates
+    if source == "engine" and late is not None:
+        in_group = [i for i in candidates if int(group.at[i, "tid"]) == late]
+        candidates = in_group or candidates
     if candidates:
         # A candidate kept off the CPU by another candidate (who ran instead) is that one's victim.
         tids = {int(group.at[i, "tid"]) for i in candidates}
@@ -541,7 +558,8 @@ def _judge(
             (i, "root" if i == root else ("upstream" if i in waits else "member"), waits.get(i)) for i in group.index
         ]
         row = group.loc[root]
-        verdict, evidence = _root_verdict(cap, row, chain_tids, rules, interval_ns)
+        drivers = set(chain.loc[chain["driver"].astype(bool), "tid"].astype(int)) if len(chain) else set()
+        verdict, evidence = _root_verdict(cap, row, chain_tids, rules, interval_ns, int(row["tid"]) in drivers)
         root_tid, root_comm, root_episode = int(row["tid"]), str(row["comm"]), int(root)
     else:
         # Every member only waited: the head of the chain is the first late link.
@@ -594,21 +612,29 @@ def _chain_head(chain: pd.DataFrame, group: pd.DataFrame, waits: dict[int, int |
 
 
 def _root_verdict(
-    cap: Capture, row: pd.Series, chain: set[int], rules: IncidentRules, interval_ns: int
+    cap: Capture, row: pd.Series, chain: set[int], rules: IncidentRules, interval_ns: int, driver: bool = False
 ) -> tuple[str, str]:
     """The root episode's verdict and evidence. A wait asleep with no task outside the chain named as
-    its cause (no waker, or an interrupt) is a late wake-up when the machine's evidence says so."""
+    its cause (no waker, or an interrupt; /proc: no thread outside the chain ran meanwhile) is a late
+    wake-up when the machine's evidence says so, and always for the chain's driver: it sleeps on its
+    clock (a timer, a device's interrupt), never on a lock."""
     verdict = str(row["verdict"])
     evidence = str(row.get("evidence") or "")
     waker = row.get("waker_tid")
-    known_waker = waker is not None and not pd.isna(waker)
-    if verdict == "lock" and known_waker and int(waker) not in chain and int(waker) != 0:
+    known_waker = waker is not None and not pd.isna(waker) and int(waker) != 0
+    if verdict == "lock" and known_waker and int(waker) not in chain:
         return "lock", evidence  # a holder outside the chain: a lock (its inversion is in the evidence)
-    ran_meanwhile = isinstance(row.get("suspect"), str) and bool(row.get("suspect"))
-    if verdict in WAIT_VERDICTS and not known_waker and not ran_meanwhile:
-        machine = machine_evidence(cap, int(row["start_ns"]), int(row["end_ns"]), rules, interval_ns)
-        if _strong(machine):
+    blamed = _blamed_tid(row)
+    suspect = row.get("suspect")
+    # What ran meanwhile, when named, counts only from outside the chain (a link ran its own cycle).
+    outside_ran = blamed not in chain if blamed is not None else isinstance(suspect, str) and bool(suspect)
+    if verdict in WAIT_VERDICTS and not outside_ran:
+        machine, gap = _machine_reading(cap, int(row["start_ns"]), int(row["end_ns"]), rules, interval_ns)
+        if _strong(machine) and _machine_covers(cap, row, gap):
             return "late wake-up", f"{evidence}; {machine}"
+        if driver:
+            said = machine or "no task outside the graph ran instead"
+            return "late wake-up", f"{evidence}; the driver waits for its clock alone: {said}"
     return verdict, evidence
 
 
@@ -665,9 +691,36 @@ def _head_verdict(
         return head, "late wake-up", "; ".join(p for p in (text, machine, waited) if p)
     text = f"every member only waited for its upstream; the head of the chain {name} has no episode"
     text += " and no switch record" if timing is None else " and no late switch-in"
+    drivers = chain.loc[chain["driver"].astype(bool), "tid"].astype(int).tolist() if len(chain) else []
+    gap = _cycle_start_gap(cap, start, end)
+    if timing is None and drivers and gap is not None and gap[0] > float(period_limit_ns(np.array([gap[1]]), 0.0)[0]):
+        # No switch record, but the engine's own stamps: the cycle began late, so its driver woke late.
+        head = drivers[0]
+        said = f"the engine's cycle started {_ms(gap[0])} after the previous one (period {_ms(gap[1])})"
+        return (
+            head,
+            "late wake-up",
+            "; ".join(p for p in (f"{_comm_of(cap, head)} ({head}): {said}", machine, waited) if p),
+        )
     if _strong(machine):
         return head, "late wake-up", f"{text}; {machine}"
     return head, "unknown", "; ".join(p for p in (text, machine) if p)
+
+
+def _cycle_start_gap(cap: Capture, start: int, end: int) -> tuple[float, float] | None:
+    """The longest time between two consecutive cycle starts of the engine (its own stamps) that ends
+    within a period of [start, end], and the engine's period; None without engine cycles there."""
+    if "engine_cycles" not in cap.table_names:
+        return None
+    cycles = cap.table("engine_cycles", columns=["t_ns", "period_ns"])
+    if len(cycles) < 2:
+        return None
+    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
+    t = np.sort(cycles["t_ns"].to_numpy(np.int64))
+    k = np.flatnonzero((t[1:] >= start) & (t[1:] <= end + period)) + 1
+    if not len(k) or not np.isfinite(period):
+        return None
+    return float((t[k] - t[k - 1]).max()), period
 
 
 class _Wakeups:
@@ -733,39 +786,49 @@ def _link_timing(events: _Wakeups, tid: int | None, start: int, end: int, period
 def machine_evidence(cap: Capture, start: int, end: int, rules: IncidentRules, interval_ns: int) -> str:
     """What the machine shows over [start, end]: /proc/stat steal and irq+softirq deltas, PSI cpu some,
     and a gap in the sampler's own ticks (every thread unread at once). Empty when it shows nothing."""
+    return _machine_reading(cap, start, end, rules, interval_ns)[0]
+
+
+def _machine_reading(cap: Capture, start: int, end: int, rules: IncidentRules, interval_ns: int) -> tuple[str, int]:
+    """machine_evidence's text, and the sampler's gap it reports (0 when it reports none)."""
     parts = []
     system = cap.system
-    if not system.empty:
-        machine = system[system["cpu"] == -1].sort_values("t_ns")
-        t = machine["t_ns"].to_numpy(np.int64)
-        before = np.searchsorted(t, start, side="right") - 1
-        after = np.searchsorted(t, end, side="left")
-        if before >= 0 and after < len(t):
-            clk = int((cap.meta.get("host") or {}).get("clk_tck") or 100)
-            jiffy_ns = 1_000_000_000 // clk
-            lo, hi = machine.iloc[before], machine.iloc[after]
-            span = f"over the {_ms(hi['t_ns'] - lo['t_ns'])} around it"
-            steal = _delta(lo, hi, "steal") * jiffy_ns
-            irq = (_delta(lo, hi, "irq") + _delta(lo, hi, "softirq")) * jiffy_ns
-            if steal >= rules.machine_evidence_min_ns:
-                parts.append(f"hypervisor steal {_ms(steal)} {span} (/proc/stat)")
-            if irq >= rules.machine_evidence_min_ns:
-                parts.append(f"interrupt time {_ms(irq)} {span} (/proc/stat irq+softirq)")
-            if "psi_cpu_some_us" in machine:
-                psi = _delta(lo, hi, "psi_cpu_some_us") * 1000
-                if psi >= rules.machine_evidence_min_ns:
-                    parts.append(f"CPU pressure (PSI cpu some) rose {_ms(psi)} {span}")
+    span, grew = machine_growth(system, [start], [end], ("steal", "irq", "softirq", "psi_cpu_some_us"))
+    if not np.isnan(span[0]):
+        jiffy_ns = _jiffy_ns(cap)
+        where = f"over the {_ms(span[0])} around it"
+        steal = grew["steal"][0] * jiffy_ns
+        irq = (grew["irq"][0] + grew["softirq"][0]) * jiffy_ns
+        if steal >= rules.machine_evidence_min_ns:
+            parts.append(f"hypervisor steal {_ms(steal)} {where} (/proc/stat)")
+        if irq >= rules.machine_evidence_min_ns:
+            parts.append(f"interrupt time {_ms(irq)} {where} (/proc/stat irq+softirq)")
+        if "psi_cpu_some_us" in system:
+            psi = grew["psi_cpu_some_us"][0] * 1000
+            if psi >= rules.machine_evidence_min_ns:
+                parts.append(f"CPU pressure (PSI cpu some) rose {_ms(psi)} {where}")
     gap = _sampler_gap(cap, start, end, interval_ns)
     if gap is not None and gap >= rules.sampler_gap_intervals * interval_ns:
         parts.append(f"the sampler itself read nothing for {_ms(gap)} (every thread unseen at once)")
-    return "; ".join(parts)
+        return "; ".join(parts), gap
+    return "; ".join(parts), 0
 
 
-def _delta(lo: pd.Series, hi: pd.Series, column: str) -> float:
-    a, b = lo.get(column), hi.get(column)
-    if a is None or b is None or pd.isna(a) or pd.isna(b):
-        return 0.0
-    return max(float(b) - float(a), 0.0)
+def _jiffy_ns(cap: Capture) -> int:
+    """One /proc/stat tick in ns (USER_HZ as the capture's host reported it; 100 by default)."""
+    return 1_000_000_000 // int((cap.meta.get("host") or {}).get("clk_tck") or 100)
+
+
+def _machine_covers(cap: Capture, row: pd.Series, sampler_gap_ns: int) -> bool:
+    """Whether what the machine certainly took can cover the episode's stall: the time it held one CPU
+    (machine.held_one_cpu_ns), or the sampler's own gap when every thread went unread at once (as
+    machine_evidence reported it). A 10 ms steal tick somewhere on the machine in the 50-100 ms around a
+    16 ms lock wait, or a 5.5 ms gap in the sampler during an 18 ms one, does not make it a late wake-up
+    (JACK lock injections in CI read so)."""
+    start, end = int(row["start_ns"]), int(row["end_ns"])
+    stall = float(row.get("stall_ns") or 0)
+    held = held_one_cpu_ns(cap.system, start, end, _jiffy_ns(cap))
+    return max(held, float(sampler_gap_ns)) >= stall
 
 
 def _sampler_gap(cap: Capture, start: int, end: int, interval_ns: int) -> int | None:
@@ -781,10 +844,20 @@ def _sampler_gap(cap: Capture, start: int, end: int, interval_ns: int) -> int | 
     return int(np.diff(t).max()) if len(t) >= 2 else None
 
 
-def _engine_first_late(cap: Capture, start: int, end: int, chain: pd.DataFrame, rules: IncidentRules) -> int | None:
-    """The first node in signal order that the engine's own records show late in [start, end]: woken
+def _overlaps(row: pd.Series, late: tuple[int, int, int]) -> bool:
+    """Whether an episode is of the late link and overlaps its late cycle (tid, from_ns, to_ns)."""
+    return int(row["tid"]) == late[0] and int(row["start_ns"]) <= late[2] and int(row["end_ns"]) >= late[1]
+
+
+def _engine_first_late(
+    cap: Capture, start: int, end: int, chain: pd.DataFrame, rules: IncidentRules
+) -> tuple[int, int, int] | None:
+    """The first link the engine's own records show late over [start, end]: the driver when a cycle
+    started engine_late_share of a period or more after the previous one's start plus a period (the
+    driver woke late: nothing downstream could run), else the first node in signal order woken
     (awake - signal) or running (finish - awake) at least engine_late_share of the period. Its thread's
-    tid, or None."""
+    tid and the span of its late cycle (its start to its finish, or to the incident's end unfinished),
+    or None."""
     if "engine_nodes" not in cap.table_names or "engine_clients" not in cap.table_names:
         return None
     nodes = cap.table("engine_nodes")
@@ -792,22 +865,36 @@ def _engine_first_late(cap: Capture, start: int, end: int, chain: pd.DataFrame, 
     if nodes.empty or cycles.empty:
         return None
     period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
-    nodes = nodes[(nodes["t_ns"] >= start - period) & (nodes["t_ns"] <= end)]
+    # Cycles that ran over [start, end]: a /proc episode of a callback blocked inside its call may only
+    # begin a period or more after its cycle started (its missed wake-ups are what /proc sees).
+    finish = nodes["finish_ns"].astype("Float64").fillna(nodes["t_ns"].astype("Float64") + period)
+    nodes = nodes[((nodes["t_ns"] <= end) & (finish >= start)).to_numpy(dtype=bool)]
+    finish = finish[nodes.index]
     woken = nodes["awake_ns"].astype("Float64") - nodes["signal_ns"].astype("Float64")
     ran = nodes["finish_ns"].astype("Float64") - nodes["awake_ns"].astype("Float64")
+    # Awake and never seen finishing (the engine flagged it unfinished): it ran past its period.
+    unfinished = (nodes["awake_ns"] >= nodes["signal_ns"]) & nodes["finish_ns"].isna() & (nodes["xrun"] == True)  # noqa: E712
+    ran = ran.mask(unfinished.fillna(False), period)
     late = nodes[
         ((woken >= rules.engine_late_share * period) | (ran >= rules.engine_late_share * period)).fillna(False)
     ]
+    starts = np.sort(cycles["t_ns"].to_numpy(np.int64))
+    k = np.flatnonzero((starts[1:] >= start) & (starts[:-1] <= end)) + 1
+    slow = k[starts[k] - starts[k - 1] >= (1 + rules.engine_late_share) * period]
+    drivers = chain.loc[chain["driver"].astype(bool), "tid"].astype(int).tolist() if len(chain) else []
+    if len(slow) and drivers and (late.empty or starts[slow[0]] <= int(late["t_ns"].min())):
+        return drivers[0], int(starts[slow[0] - 1] + period), int(starts[slow[0]])
     if late.empty:
         return None
     first = late.sort_values(["t_ns", "signal_ns"]).iloc[0]
+    span_end = max(int(finish.loc[first.name]), end) if pd.isna(first["finish_ns"]) else int(first["finish_ns"])
     clients = cap.table("engine_clients")
     pid = clients.loc[clients["name"].astype(str) == str(first["name"]), "pid"].dropna()
     if pid.empty:
         return None
     threads = cap.threads
     tids = set(threads.loc[threads["pid"] == int(pid.iloc[-1]), "tid"].astype(int)) & set(chain["tid"].astype(int))
-    return min(tids) if tids else None
+    return (min(tids), int(first["t_ns"]), span_end) if tids else None
 
 
 def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:

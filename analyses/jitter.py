@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.engine import SUMMARY_COLUMNS, engine_cycle_summary, xrun_figures
+from analyses.rules import LOST_WAKEUP_TOLERANCE
 from analyses.source import capture_interval_ns
 from analyses.span import in_span
 from analyses.threads import select_threads, thread_profiles
@@ -71,6 +72,7 @@ def jitter(
     pattern: str | None = None,
     t_range: tuple[int | None, int | None] | None = None,
     bins: int = 24,
+    tids: tuple[int, ...] = (),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(stats, histogram) for the periodic threads (or those matching `pattern`).
 
@@ -79,7 +81,11 @@ def jitter(
     """
     interval = capture_interval_ns(cap)
     profiles = thread_profiles(cap, t_range=t_range)
-    chosen = select_threads(profiles, pattern=pattern) if pattern else profiles[profiles["periodic"].to_numpy(bool)]
+    chosen = (
+        select_threads(profiles, pattern=pattern, tids=tids)
+        if pattern or tids
+        else profiles[profiles["periodic"].to_numpy(bool)]
+    )
     if chosen.empty:
         return pd.DataFrame(), pd.DataFrame()
     intervals, sources = wakeup_intervals(cap, chosen, t_range=t_range)
@@ -88,7 +94,10 @@ def jitter(
         mine = intervals.loc[intervals["tid"] == row.tid, "period_ns"].to_numpy(dtype=np.float64)
         source = sources.get(int(row.tid), "")
         exact = source.startswith("lab")
-        nominal = float(np.median(mine)) if exact and len(mine) else float(row.period_ns)
+        # One period per thread for every view: the profile's (the lab's clock where the capture has it).
+        nominal = float(row.period_ns)
+        if np.isnan(nominal) and exact and len(mine):
+            nominal = float(np.median(mine))
         if np.isnan(nominal) or len(mine) < 2:
             continue
         resolution = 0.0 if exact else float(interval)
@@ -113,7 +122,7 @@ def _period_figures(mine: np.ndarray, nominal: float, resolution: float, bins: i
     """The figures of one series of intervals against its nominal period, and its histogram (lo_ns hi_ns
     count multiple). resolution 0: the intervals are exact; else they are timed to that resolution (ns)."""
     exact = resolution == 0
-    tolerance = max(0.1 * nominal, resolution)
+    tolerance = max(LOST_WAKEUP_TOLERANCE * nominal, resolution)
     lost = {k: int((np.abs(mine - k * nominal) <= tolerance).sum()) for k in MULTIPLES}
     flags = [f"{n} at {k}x the period" for k, n in lost.items() if n]
     figures = {

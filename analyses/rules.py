@@ -58,9 +58,17 @@ BRACKET_TOLERANCE_NS = 50_000_000  # a counter read further than this from an ep
 # try_to_wake_up() before the sched_wakeup tracepoint (kernel/sched/core.c): the two clocks differ by a
 # few us per wait (measured: 5-7 us). D time within this much per wait of the blkio delay is block IO.
 BLKIO_SLACK_PER_WAIT_NS = 20_000
+# On-CPU time by the switch record that the thread's clock did not count (steal, interrupts) is taken out
+# of its run from this much on: the tracepoints' and the rq clock's timestamps differ by a few us per
+# switch (2-4 us measured on a busy SCHED_FIFO thread's 11-20 ms runs).
+UNCOUNTED_MIN_NS = 100_000
 # /proc path with taskstats: a D window whose blkio delay covers at least this share of its D time is
 # block IO for all of it (the window's off time is known to the window only).
 BLKIO_COVER_SHARE = 0.5
+
+# Jitter: an interval this close (a share of the period, at least the timing's resolution) to k x the
+# period, k >= 2, is a lost wake-up.
+LOST_WAKEUP_TOLERANCE = 0.1
 
 # Spikes.
 SPIKE_FACTOR = 5.0  # times the thread's typical (median) CPU per window

@@ -84,9 +84,13 @@ def iter_samples(
     tid_set = np.asarray(sorted(set(tids)), dtype=np.int32) if tids is not None else None
     pending: list[pd.DataFrame] = []
     rows = 0
+    fill = _Fill.of(cap)
     for chunk in cap.iter_chunks("samples", columns=wanted):
+        last_tick = int(chunk["tick"].max()) if len(chunk) else None
         if tid_set is not None:
             chunk = chunk[np.isin(chunk["tid"].to_numpy(), tid_set)]
+        if fill is not None and last_tick is not None:
+            chunk = fill(chunk, last_tick)
         if t_range is not None:
             t = chunk["t_ns"].to_numpy()
             keep = np.ones(len(t), dtype=bool)
@@ -104,6 +108,54 @@ def iter_samples(
             pending, rows = [], 0
     if pending:
         yield pd.concat(pending, ignore_index=True)
+
+
+class _Fill:
+    """The rows of a capture by the eBPF sampler, which stores a thread's row only where it changed (and every
+    `keyframe_ticks`), filled back to one row per thread per tick: each tick between two stored rows gets a
+    copy of the earlier one at that tick's read time (nothing in it changed; DESIGN.md "The eBPF sampler").
+    Called on the chunks in time order; a thread's last stored row fills at most keyframe_ticks - 1 more."""
+
+    def __init__(self, ticks: np.ndarray, times: np.ndarray, keyframe_ticks: int) -> None:
+        self.ticks, self.times, self.keyframe = ticks, times, keyframe_ticks
+        self.carry: pd.DataFrame | None = None
+        self.done = -1  # the ticks up to this one are filled
+
+    @classmethod
+    def of(cls, cap: Capture) -> _Fill | None:
+        sampler = cap.meta.get("ebpf_sampler") or {}
+        if not sampler.get("keyframe_ticks") or "sampler_ticks" not in cap.table_names:
+            return None
+        grid = cap.table("sampler_ticks").sort_values("tick")
+        ticks = grid["tick"].to_numpy(dtype=np.int64)
+        return cls(ticks, grid["t_ns"].to_numpy(dtype=np.int64), int(sampler["keyframe_ticks"]))
+
+    def __call__(self, chunk: pd.DataFrame, last_tick: int) -> pd.DataFrame:
+        lo, hi = np.searchsorted(self.ticks, [self.done + 1, last_tick + 1])
+        grid, grid_t = self.ticks[lo:hi], self.times[lo:hi]
+        self.done = max(self.done, last_tick)
+        rows = chunk if self.carry is None else pd.concat([self.carry, chunk], ignore_index=True)
+        if rows.empty or not len(grid):
+            return chunk
+        tid = rows["tid"].to_numpy(dtype=np.int64)
+        tick = rows["tick"].to_numpy(dtype=np.int64)
+        order = np.lexsort((tick, tid))
+        rows, tid, tick = rows.take(order).reset_index(drop=True), tid[order], tick[order]
+        shift = np.int64(1 << 34)
+        keys = tid * shift + tick
+        threads = np.unique(tid)
+        at = np.searchsorted(keys, (threads[:, None] * shift + grid[None, :]).ravel(), side="right") - 1
+        want_tid = np.repeat(threads, len(grid))
+        want_tick = np.tile(grid, len(threads))
+        source = np.maximum(at, 0)
+        ok = (at >= 0) & (tid[source] == want_tid) & (want_tick - tick[source] < self.keyframe)
+        out = rows.take(source[ok]).reset_index(drop=True)
+        out["tick"] = want_tick[ok].astype(out["tick"].dtype)
+        out["t_ns"] = np.tile(grid_t, len(threads))[ok]
+        last = np.r_[tid[1:] != tid[:-1], True]
+        alive = last & (grid[-1] - tick < self.keyframe)
+        self.carry = rows[alive].reset_index(drop=True)
+        return out
 
 
 def load_samples(
@@ -142,7 +194,12 @@ def capture_interval_ns(cap: Capture) -> int:
 
 
 def capture_origin_ns(cap: Capture) -> int | None:
-    """The first sample's t_ns (times in views are shown relative to it); None for an empty capture."""
+    """The first sample's t_ns (times in views are shown relative to it); None for an empty capture. A
+    flight recorder's window (README, "Flight recorder") counts from its recording's start instead, so
+    its times read as in the whole session."""
+    window = cap.meta.get("window")
+    if isinstance(window, dict) and isinstance(window.get("origin_ns"), int):
+        return int(window["origin_ns"])
     for chunk in cap.iter_chunks("samples", columns=["t_ns"]):
         if len(chunk):
             return int(chunk["t_ns"].min())

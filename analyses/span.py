@@ -1,23 +1,21 @@
 """`--span FROM..TO`: a part of a capture named by markers or by times since its first sample.
 
-Each side is empty (the capture's start or end), a time since the first sample (`1.5s`, `200ms`,
-`2500us`, or plain seconds), a marker's label (the text of a `marker` event, exactly, or a part of it
-that only one marker has), or `#N`, the N-th marker (1-based). Examples: `load..loaded`, `#1..#2`,
-`2s..7.5s`, `load..`, `..3s`.
+Each side is empty (the capture's start or end), a time since the first sample with its unit (`1.5s`,
+`200ms`, `2500us`; a bare number is only a marker's label), a marker's label (the text of a `marker`
+event, exactly, or a part of it that only one marker has), or `#N`, the N-th marker (1-based).
+Examples: `load..loaded`, `#1..#2`, `2s..7.5s`, `load..`, `..3s`.
 """
 
 from __future__ import annotations
 
-import re
+from typing import Any
 
 import numpy as np
 
 from analyses.source import capture_origin_ns
 from capture.errors import ForensicsError
 from capture.format import Capture
-from capture.vocabulary import DURATION_UNITS_NS
-
-_TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(ns|us|µs|ms|s|)\s*$", re.IGNORECASE)
+from capture.vocabulary import DURATION_FORMS, parse_duration_ns
 
 
 def _markers(cap: Capture) -> tuple[list[str], list[int]]:
@@ -32,9 +30,10 @@ def _side(cap: Capture, text: str, origin: int, labels: list[str], times: list[i
     text = text.strip()
     if not text:
         return None
-    match = _TIME.match(text)
-    if match:
-        return origin + round(float(match.group(1)) * DURATION_UNITS_NS[match.group(2).lower()])
+    try:
+        return origin + parse_duration_ns(text)
+    except ValueError:
+        pass  # a marker's label, or neither (said below)
     if text.startswith("#") and text[1:].isdigit():
         index = int(text[1:])
         if not 1 <= index <= len(times):
@@ -49,7 +48,10 @@ def _side(cap: Capture, text: str, origin: int, labels: list[str], times: list[i
     known = ", ".join(repr(label) for label in labels) or "none"
     if partial:
         raise ForensicsError(f"--span: {text!r} matches several markers ({known}); give the exact label or #N")
-    raise ForensicsError(f"--span: {text!r} is neither a time (2s, 150ms) nor a marker label; markers: {known}")
+    raise ForensicsError(
+        f"--span: {text!r} is neither a time since the first sample ({DURATION_FORMS}) nor a marker label; "
+        f"markers: {known}"
+    )
 
 
 def resolve_span(cap: Capture, text: str | None) -> tuple[int | None, int | None] | None:
@@ -78,4 +80,19 @@ def in_span(t_ns: np.ndarray, span: tuple[int | None, int | None] | None) -> np.
         keep &= t_ns >= span[0]
     if span[1] is not None:
         keep &= t_ns <= span[1]
+    return keep
+
+
+def overlaps_span(start_ns: Any, end_ns: Any, span: tuple[int | None, int | None] | None) -> np.ndarray:
+    """Which [start, end) intervals (episodes, incidents) touch the span: what a span shows of the
+    verdicts decided on the whole capture."""
+    start = np.asarray(start_ns, dtype=np.float64)
+    end = np.asarray(end_ns, dtype=np.float64)
+    keep = np.ones(len(start), dtype=bool)
+    if span is None:
+        return keep
+    if span[0] is not None:
+        keep &= end > span[0]
+    if span[1] is not None:
+        keep &= start < span[1]
     return keep

@@ -44,6 +44,7 @@ def find_spikes(
     limit: int | None = 50,
     t_range: tuple[int | None, int | None] | None = None,
     busy_fraction: float = rules.DEFAULT_RULES.busy_fraction,
+    tids: tuple[int, ...] = (),
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(spikes, burners): one row per spike (module docstring) and its `top` CPU burners, ranked.
 
@@ -63,7 +64,7 @@ def find_spikes(
     )
     if windows.empty:
         return _empty(SPIKE_COLUMNS), _empty(BURNER_COLUMNS)
-    watched = profiles if pattern is None else select_threads(profiles, pattern=pattern)
+    watched = profiles if pattern is None and not tids else select_threads(profiles, pattern=pattern, tids=tids)
     tid = windows["tid"].to_numpy()
     on = windows["on_cpu_ns"].to_numpy()
     busy = on + windows["runqueue_ns"].to_numpy()
@@ -124,7 +125,7 @@ def find_spikes(
     if limit is not None and len(spikes) > limit:
         spikes = spikes.sort_values(["late", "ratio"], ascending=False).head(limit).sort_index()
     spikes = spikes.reset_index()
-    spikes["spike"] = np.arange(len(spikes))
+    spikes["spike"] = np.arange(1, len(spikes) + 1)  # numbered from 1, as incidents and markers are
     names = profiles.set_index("tid")["comm"]
     spikes["comm"] = names.reindex(spikes["tid"]).fillna("?").to_numpy()
     spikes["policy"] = [

@@ -64,7 +64,9 @@ from analyses import rules as R
 from analyses.exact_stalls import ExactData, load_exact
 from analyses.rules import CAUSES, RECLAIM_COLUMNS, StallRules
 from analyses.source import STATE_D, STATE_S, capture_interval_ns
+from analyses.span import overlaps_span
 from analyses.threads import policy_label, select_threads, thread_profiles
+from analyses.tiers import slow_tier_undecided
 from analyses.windows import _group_starts, thread_windows
 from capture.format import Capture
 
@@ -235,6 +237,7 @@ def find_stalls(
     *,
     pattern: str | None = None,
     everything: bool = False,
+    tids: tuple[int, ...] = (),
     rules: StallRules | None = None,
     t_range: tuple[int | None, int | None] | None = None,
     profiles: pd.DataFrame | None = None,
@@ -258,25 +261,30 @@ def find_stalls(
     """
     rules = rules or StallRules()
     interval = capture_interval_ns(cap)
-    profiles = thread_profiles(cap, t_range=t_range) if profiles is None else profiles
-    chosen = select_threads(profiles, pattern=pattern, everything=everything)
+    # A span selects which episodes are shown, never what is decided: the threads' profiles (period,
+    # normal busy share) and the windows are the whole capture's, so an episode inside a span has the
+    # verdict it has in the whole capture (README, "Explaining a spike").
+    if profiles is None or profiles.attrs.get("t_range") is not None:
+        profiles = thread_profiles(cap)
+    chosen = select_threads(profiles, pattern=pattern, everything=everything, tids=tids)
     if chosen.empty:
         return empty_stalls()
     data = load_exact(cap) if use_exact else None
     parts, sources = [], dict.fromkeys(SOURCE_FLAGS, False)
     for group in _thread_groups(chosen, max_samples):
-        found, group_sources = _episodes_of(cap, group, profiles, interval, rules, t_range, data)
+        found, group_sources = _episodes_of(cap, group, profiles, interval, rules, data)
         sources = {k: v or group_sources[k] for k, v in sources.items()}
         if len(found):
             parts.append(found)
-    undecided = evidence.undecided(sources, data, chosen, t_range)
+    undecided = evidence.undecided(sources, data, chosen, t_range) + slow_tier_undecided(cap, chosen["tid"], t_range)
     if not parts:
         return empty_stalls(undecided)
     episodes = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
     episodes = _excess_filter(episodes, interval, rules)
+    episodes = episodes[overlaps_span(episodes["start_ns"], episodes["end_ns"], t_range)].reset_index(drop=True)
     if episodes.empty:
         return empty_stalls(undecided)
-    for column in [*STALL_COLUMNS, "not_block_ns"]:
+    for column in [*STALL_COLUMNS, "not_block_ns", "uncounted_ns"]:
         if column not in episodes:
             episodes[column] = None
     proc = (episodes["basis"] == "proc").to_numpy()
@@ -324,11 +332,10 @@ def _episodes_of(
     profiles: pd.DataFrame,
     interval: int,
     rules: StallRules,
-    t_range: tuple[int | None, int | None] | None,
     data: ExactData | None = None,
 ) -> tuple[pd.DataFrame, dict[str, bool]]:
     """Episodes (rules 1-3, before the min-stall filter) of some threads, and the sources they had."""
-    windows = thread_windows(cap, tids=chosen["tid"].tolist(), t_range=t_range)
+    windows = thread_windows(cap, tids=chosen["tid"].tolist())
     sources = _sources_present(cap, windows, data)
     if windows.empty:
         return pd.DataFrame(), sources
@@ -357,7 +364,7 @@ def _episodes_of(
         proc["basis"] = "proc"
     if data is None:
         return proc, sources
-    exact = _exact_episodes(cap, data, chosen, profiles, windows, onset, interval, rules, t_range)
+    exact = _exact_episodes(cap, data, chosen, profiles, windows, onset, interval, rules)
     return _merge_exact(exact, proc, data, interval, rules), sources
 
 
@@ -370,20 +377,12 @@ def _exact_episodes(
     onset: pd.Series,
     interval: int,
     rules: StallRules,
-    t_range: tuple[int | None, int | None] | None,
 ) -> pd.DataFrame:
     """Episodes of these threads from their exact timelines (analyses.exact_stalls), before rule 4."""
     threads = _thread_info(chosen, profiles).merge(chosen[["tid", "pid"]], on="tid", how="left")
     threads["onset_ns"] = onset.reindex(threads["tid"]).to_numpy(dtype=float)
     long_run = R.min_stall_ns(threads["period_ns"].to_numpy(dtype=float), interval, rules)
     segments = exact_stalls.thread_segments(data, threads, rules)
-    if t_range is not None and len(segments):
-        lo = -np.inf if t_range[0] is None else t_range[0]
-        hi = np.inf if t_range[1] is None else t_range[1]
-        keep = (segments["end_ns"].to_numpy() > lo) & (segments["start_ns"].to_numpy() < hi)
-        segments = segments[keep].reset_index(drop=True)
-        segments["start_ns"] = np.maximum(segments["start_ns"].to_numpy(dtype=float), lo).astype(np.int64)
-        segments["end_ns"] = np.minimum(segments["end_ns"].to_numpy(dtype=float), hi).astype(np.int64)
     raw, seg = exact_stalls.episodes_from_segments(segments, pd.Series(long_run, index=threads["tid"].to_numpy()))
     if raw.empty:
         return pd.DataFrame()

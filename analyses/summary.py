@@ -7,6 +7,9 @@
 4. faults      minor and major faults per bin, and the thread that took most of them
 5. worst       the worst stall episodes with their verdicts (`analyses.stalls`)
 
+With `tids` (`--tid N`) views 1, 2, 3 and 5 hold only those threads (3 whatever their policy and
+period); view 4 stays the whole machine's (its `by` column names who took the faults).
+
 Views 1-4 stream the capture once (raw window deltas summed into bins of about a fiftieth of the span,
 so the tick-lag of the counters does not matter); view 5 reads only the watched threads. "Sharing its
 CPU": in the same tick another recorded thread whose last CPU (stat field 39) was the same one was on
@@ -71,8 +74,10 @@ def summarize(
     worst: int = 10,
     bins: int = 50,
     rules: StallRules | None = None,
+    tids: tuple[int, ...] = (),
 ) -> Summary:
-    """The five views (module docstring) as DataFrames in `Summary.views`."""
+    """The five views (module docstring) as DataFrames in `Summary.views`; `tids`: only those threads in
+    the per-thread views (1, 2, 3, 5), the faults over time stay the machine's."""
     interval = capture_interval_ns(cap)
     profiles = thread_profiles(cap, t_range=t_range)
     origin = capture_origin_ns(cap)
@@ -81,24 +86,38 @@ def summarize(
     start = int(profiles["first_ns"].min())
     span = int(profiles["last_ns"].max()) - start
     bin_ns = nice_bin_ns(span, interval, bins)
-    watched = select_threads(profiles)
+    watched = select_threads(profiles, tids=tids)
     watched_tids = watched["tid"].to_numpy(dtype=np.int32)
-    acc = _stream(cap, t_range, start, bin_ns, watched_tids)
+    acc = _stream(cap, t_range, start, bin_ns, watched_tids, only_watched=bool(tids))
     names = profiles.set_index("tid")["comm"]
     views: dict[str, pd.DataFrame] = {}
-    per_bin = acc["per_bin"]
-    views["timeline"], views["timeline_bins"] = _timeline(per_bin, names, start, bin_ns, top)
-    views["breakdown"] = _breakdown(profiles, per_bin)
+    per_bin = acc["per_bin"]  # every thread's: the faults over time are the machine's
+    mine = per_bin[per_bin["tid"].isin(watched_tids)] if tids else per_bin
+    shown = profiles[profiles["tid"].isin(watched_tids)] if tids else profiles
+    views["timeline"], views["timeline_bins"] = _timeline(mine, names, start, bin_ns, top, nbins=_bins(per_bin))
+    views["breakdown"] = _breakdown(shown, mine)
     views["placement"], views["placement_changes"] = _placement(acc, watched, start, bin_ns, per_bin)
     views["faults"], views["faults_bins"] = _faults(per_bin, names, start, bin_ns)
-    stalls = find_stalls(cap, rules=rules, t_range=t_range, profiles=profiles)
+    stalls = find_stalls(cap, tids=tids, rules=rules, t_range=t_range, profiles=profiles)
     views["worst"] = stalls.sort_values("stall_ns", ascending=False).head(worst) if len(stalls) else stalls
     return Summary(bin_ns=bin_ns, origin_ns=origin, views=views)
 
 
+def _bins(per_bin: pd.DataFrame) -> int:
+    return int(per_bin["bin"].max()) + 1 if len(per_bin) else 0
+
+
 def _stream(
-    cap: Capture, t_range: tuple[int | None, int | None] | None, start: int, bin_ns: int, watched: np.ndarray
+    cap: Capture,
+    t_range: tuple[int | None, int | None] | None,
+    start: int,
+    bin_ns: int,
+    watched: np.ndarray,
+    *,
+    only_watched: bool = False,
 ) -> dict[str, pd.DataFrame]:
+    """Per bin every thread's sums; the placement of the `watched` threads (and of any real-time one,
+    unless `only_watched`)."""
     columns = ["pid", "run_ns", "wait_ns", "slices", "state", "minflt", "majflt", "cpu", "policy", "rtprio"]
     per_bin, per_cpu, totals, changes = [], [], [], []
     for w in iter_raw_windows(cap, columns, t_range=t_range):
@@ -120,7 +139,9 @@ def _stream(
         )
         per_bin.append(frame.groupby(["tid", "bin"], sort=False).sum())
         # Placement of watched threads: which CPU, slow cores, a busy neighbour on the same CPU.
-        mine = np.isin(tid, watched) | np.isin(w["policy"].to_numpy(), RT_POLICIES)
+        mine = np.isin(tid, watched)
+        if not only_watched:
+            mine |= np.isin(w["policy"].to_numpy(), RT_POLICIES)
         if not mine.any():
             continue
         tick = w["tick"].to_numpy().astype(np.int64)
@@ -201,11 +222,12 @@ def _stream(
 
 
 def _timeline(
-    per_bin: pd.DataFrame, names: pd.Series, start: int, bin_ns: int, top: int
+    per_bin: pd.DataFrame, names: pd.Series, start: int, bin_ns: int, top: int, *, nbins: int | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`nbins`: the timeline's width (default: up to the last bin of `per_bin`)."""
     if per_bin.empty:
         return pd.DataFrame(), pd.DataFrame()
-    nbins = int(per_bin["bin"].max()) + 1
+    nbins = _bins(per_bin) if nbins is None else nbins
     totals = per_bin.groupby("tid")["on"].sum().sort_values(ascending=False)
     chosen = totals[totals > 0].head(top).index
     long = per_bin[per_bin["tid"].isin(chosen)][["tid", "bin", "on"]]

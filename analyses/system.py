@@ -1,5 +1,6 @@
 """The summary a 2004 jackd + fluidsynth kernel benchmark reported, from a capture.
 
+    XRUNs                      deadline misses (lab cycles), and the span they are counted in
     XRUN rate                  deadline misses per hour (lab cycles)
     Delay rate (> spare time)  cycles whose delay exceeded the spare time of the period, per hour
     Delay rate (> 1000 us)     per hour
@@ -12,6 +13,9 @@
 Spare time of a cycle = period - that cycle's run time. With the lab's cycles table the delay and cycle
 figures are exact; otherwise they are estimated for the main periodic thread from /proc (see
 `analyses.cycles`) and say so in their `source`. A figure the capture cannot give is NaN with the reason.
+With `tids` (`--tid N`) those threads are timed: their own lab callbacks, else one of them from /proc
+(the periodic one with the highest priority, else the first asked for); the machine's figures (CPU
+loads, interrupt and context-switch rates, the engine's own) stay the whole machine's.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import pandas as pd
 
 from analyses.cycles import lab_cycles, proc_cycles
 from analyses.engine import engine_cycles, xrun_figures
-from analyses.threads import thread_profiles
+from analyses.threads import thread_names, thread_profiles
 from capture.format import Capture
 
 HOUR_NS = 3_600_000_000_000
@@ -38,6 +42,27 @@ def main_periodic_thread(profiles: pd.DataFrame) -> pd.Series | None:
         return None
     ranked = periodic.sort_values(["max_rtprio", "switches"], ascending=False)
     return ranked.iloc[0]
+
+
+def timed_thread(profiles: pd.DataFrame, tids: tuple[int, ...] = ()) -> pd.Series | None:
+    """The thread whose wake-ups are timed from /proc: the main periodic thread, or with `tids` the
+    periodic one of those (highest priority, then most wake-ups), else the first of them in `profiles`."""
+    if not tids:
+        return main_periodic_thread(profiles)
+    asked = profiles[profiles["tid"].isin(tids).to_numpy()]
+    if asked.empty:
+        return None
+    main = main_periodic_thread(asked)
+    if main is not None:
+        return main
+    present = set(asked["tid"].tolist())
+    first = next(t for t in tids if t in present)
+    return asked[asked["tid"].to_numpy() == first].iloc[0]
+
+
+def _who(cap: Capture, tids: tuple[int, ...]) -> str:
+    names = thread_names(cap).set_index("tid")["comm"]
+    return ", ".join(f"{names.get(t, '?')} ({t})" for t in tids)
 
 
 def cpu_loads(cap: Capture, t_range: tuple[int | None, int | None] | None = None) -> dict[str, float]:
@@ -68,9 +93,13 @@ def cpu_loads(cap: Capture, t_range: tuple[int | None, int | None] | None = None
 
 
 def system_figures(
-    cap: Capture, *, t_range: tuple[int | None, int | None] | None = None, profiles: pd.DataFrame | None = None
+    cap: Capture,
+    *,
+    t_range: tuple[int | None, int | None] | None = None,
+    profiles: pd.DataFrame | None = None,
+    tids: tuple[int, ...] = (),
 ) -> pd.DataFrame:
-    """One row per figure: figure, value, unit, source (module docstring)."""
+    """One row per figure: figure, value, unit, source (module docstring; `tids`: the threads timed)."""
     profiles = thread_profiles(cap, t_range=t_range) if profiles is None else profiles
     rows: list[dict[str, object]] = []
 
@@ -78,7 +107,7 @@ def system_figures(
         rows.append({"figure": figure, "value": value, "unit": unit, "source": source})
 
     duration = float(profiles["last_ns"].max() - profiles["first_ns"].min()) if len(profiles) else float("nan")
-    cycles = lab_cycles(cap)
+    cycles = lab_cycles(cap, tids or None)
     if t_range is not None and len(cycles):
         lo, hi = t_range
         keep = np.ones(len(cycles), dtype=bool)
@@ -94,6 +123,11 @@ def system_figures(
         spare = period - cycles["cycle_ns"].to_numpy()
         delay = cycles["delay_ns"].to_numpy()
         source = f"lab cycles ({len(cycles)})"
+        if tids:  # the threads asked for that have callbacks
+            timed = set(cap.cycles["tid"].tolist())
+            source = f"lab cycles of {_who(cap, tuple(t for t in tids if t in timed))} ({len(cycles)})"
+        # The count and the span it is from first: a rate per hour from a few seconds is an extrapolation.
+        add("XRUNs (deadline misses)", float(cycles["missed"].sum()), f"in {span / 1e9:.1f} s", source)
         add("XRUN rate (deadline misses)", float(cycles["missed"].sum()) * per_hour, "/hour", source)
         add("Delay rate (> spare time)", float((delay > spare).sum()) * per_hour, "/hour", source)
         add("Delay rate (> 1000 us)", float((delay > 1_000_000).sum()) * per_hour, "/hour", source)
@@ -101,10 +135,15 @@ def system_figures(
         add("Cycle maximum", float(cycles["cycle_ns"].max()) / 1e3, "us", source)
         add("Average DSP load", 100.0 * float(cycles["cycle_ns"].mean()) / period, "%", source)
     else:
-        main = main_periodic_thread(profiles)
+        main = timed_thread(profiles, tids)
         if main is None:
-            reason = "unknown: no lab cycles and no periodic thread"
+            reason = (
+                f"unknown: {_who(cap, tids)}: no lab cycles, and no samples in this span"
+                if tids
+                else "unknown: no lab cycles and no periodic thread"
+            )
             for figure, unit in (
+                ("XRUNs (deadline misses)", ""),
                 ("XRUN rate (deadline misses)", "/hour"),
                 ("Delay rate (> spare time)", "/hour"),
                 ("Delay rate (> 1000 us)", "/hour"),
@@ -119,16 +158,26 @@ def system_figures(
             clean = est[~est["ambiguous"].to_numpy(dtype=bool)]
             span = float(main["wall_ns"])
             per_hour = HOUR_NS / span if span > 0 else np.nan
-            source = f"/proc estimate, {main['comm']} ({int(main['tid'])}), {len(clean)} wake-ups"
+            who = f"{main['comm']} ({int(main['tid'])})"
+            source = f"/proc estimate, {who}, {len(clean)} wake-ups"
+            add("XRUNs (deadline misses)", np.nan, "", "unknown: needs cycle ends (lab cycles)")
             add("XRUN rate (deadline misses)", np.nan, "/hour", "unknown: needs cycle ends (lab cycles)")
             if len(clean):
-                spare = period - float(np.median(clean["cycle_ns"]))
                 delay = clean["delay_ns"].to_numpy()
-                add("Delay rate (> spare time)", float((delay > spare).sum()) * per_hour, "/hour", source)
+                # A thread asked for by --tid may have no period: no spare time, no DSP load.
+                aperiodic = bool(tids) and not np.isfinite(period)
+                if aperiodic:
+                    add("Delay rate (> spare time)", np.nan, "/hour", f"unknown: {who} is not periodic")
+                else:
+                    spare = period - float(np.median(clean["cycle_ns"]))
+                    add("Delay rate (> spare time)", float((delay > spare).sum()) * per_hour, "/hour", source)
                 add("Delay rate (> 1000 us)", float((delay > 1_000_000).sum()) * per_hour, "/hour", source)
                 add("Delay maximum", float(delay.max()) / 1e3, "us", source)
                 add("Cycle maximum", float(clean["cycle_ns"].max()) / 1e3, "us", source)
-                add("Average DSP load", 100.0 * float(clean["cycle_ns"].mean()) / period, "%", source)
+                if aperiodic:
+                    add("Average DSP load", np.nan, "%", f"unknown: {who} is not periodic")
+                else:
+                    add("Average DSP load", 100.0 * float(clean["cycle_ns"].mean()) / period, "%", source)
     _engine_figures(cap, t_range, add)
     loads = cpu_loads(cap, t_range)
     labels = {

@@ -14,19 +14,25 @@ is periodic when
 - and it sleeps: busy (on CPU or runnable) for at most 70 % of the block. A CPU-bound thread sharing a CPU
   is switched in at a steady rate too, by the scheduler's time slices, and is not a periodic waker.
 
-Its period is the blocks' time divided by their switch-ins. An engine thread that is switched in more
-than once a cycle (it also waits for workers) shows a fraction of its real period: the limits are in
-the README.
+Its period is the steady blocks' time divided by the sampling windows in which it was switched in (a
+preempted SCHED_OTHER callback is switched in twice a cycle; a window holds at most one wake-up of a
+thread whose period is longer than it), or by their switch-ins when that says the period is shorter
+than two windows; the lab's own clock replaces it where the capture holds the lab's callbacks. An
+engine thread that is switched in more than once a cycle (it also waits for workers) shows a fraction
+of its real period: the limits are in the README.
 """
 
 from __future__ import annotations
 
 import re
+import weakref
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
 
-from analyses.source import iter_samples
+from analyses.source import capture_interval_ns, iter_samples
+from capture.errors import ForensicsError
 from capture.format import Capture
 from capture.vocabulary import RT_POLICIES, policy_name
 
@@ -38,6 +44,7 @@ MIN_BLOCKS = 5
 STEADY_FRACTION = 0.5
 MAX_DISPERSION = 0.1
 MAX_BUSY_FRACTION = 0.7
+WINDOWED_PERIOD_INTERVALS = 2.0  # a period this many sampling intervals long is counted in woken windows
 
 
 def policy_label(policy: int, rtprio: int, nice: int | None = None) -> str:
@@ -48,8 +55,9 @@ def policy_label(policy: int, rtprio: int, nice: int | None = None) -> str:
 
 
 def thread_names(cap: Capture) -> pd.DataFrame:
-    """tid -> comm, process (latest names: a process is named by its leader thread's latest comm)."""
-    threads = cap.threads
+    """tid -> comm, process (latest names: a process is named by its leader thread's latest comm; a tid
+    that was several threads is named as its latest one)."""
+    threads = cap.threads.drop_duplicates("tid", keep="last")
     if threads.empty:
         return pd.DataFrame({"tid": pd.Series(dtype="int32"), "comm": pd.Series(dtype=object), "process": []})
     return pd.DataFrame(
@@ -61,35 +69,71 @@ def thread_names(cap: Capture) -> pd.DataFrame:
     )
 
 
+# Whole-capture profiles of each Capture read, computed once: every view and every span asks for them.
+_WHOLE: weakref.WeakKeyDictionary[Capture, pd.DataFrame] = weakref.WeakKeyDictionary()
+
+
 def thread_profiles(
     cap: Capture, *, t_range: tuple[int | None, int | None] | None = None, block_ns: int = BLOCK_NS
 ) -> pd.DataFrame:
     """One row per thread: names, policy, totals, wake-up rate, `periodic` and `period_ns`.
 
-    Streams the capture (bounded memory): per batch, per thread and block, the last cumulative counters.
+    The totals (samples, on_cpu_ns, switches...) are those of `t_range`; whether a thread is periodic and
+    its period always come from the whole capture (a span selects what is shown, never what is decided:
+    README, "Explaining a spike"). `attrs["t_range"]` says which span the totals cover.
     """
-    columns = ["pid", "run_ns", "wait_ns", "slices", "policy", "rtprio", "nice"]
+    whole = _WHOLE.get(cap) if block_ns == BLOCK_NS else None
+    if whole is None:
+        whole = _profiles(cap, t_range=None, block_ns=block_ns)
+        whole.attrs["t_range"] = None
+        if block_ns == BLOCK_NS:
+            _WHOLE[cap] = whole
+    if t_range is None:
+        return whole.copy()
+    part = _profiles(cap, t_range=t_range, block_ns=block_ns)
+    decided = whole.set_index("tid")
+    for column in ("periodic", "period_ns", "period_source", "steady_fraction"):
+        values = decided[column].reindex(part["tid"].to_numpy())
+        part[column] = values.fillna(False).astype(bool).to_numpy() if column == "periodic" else values.to_numpy()
+    part.attrs["t_range"] = t_range
+    return part
+
+
+def _profiles(cap: Capture, *, t_range: tuple[int | None, int | None] | None, block_ns: int) -> pd.DataFrame:
+    """thread_profiles over `t_range` alone (periods too). Streams the capture (bounded memory): per
+    batch, per thread and block, the last cumulative counters."""
+    columns = ["pid", "run_ns", "wait_ns", "slices", "policy", "rtprio", "nice", "starttime"]
     origin: int | None = None
     per_block: list[pd.DataFrame] = []
     per_thread: list[pd.DataFrame] = []
+    last_slices = pd.Series(dtype=np.float64)  # per tid, the switch-in count of its previous sample
     for batch in iter_samples(cap, columns, t_range=t_range):
         if origin is None:
             origin = int(batch["t_ns"].min())
+        batch = batch.sort_values(["tid", "t_ns"], kind="stable")
         rt = np.isin(batch["policy"].to_numpy(), RT_POLICIES)
+        previous = batch.groupby("tid", sort=False)["slices"].shift(1)
+        previous = previous.fillna(batch["tid"].map(last_slices))
+        last_slices = batch.groupby("tid", sort=False)["slices"].last().combine_first(last_slices)
         frame = batch.assign(
             block=(batch["t_ns"].to_numpy() - origin) // block_ns,
             busy=batch["run_ns"].to_numpy() + batch["wait_ns"].to_numpy(),
             rt=rt,
             rt_prio=np.where(rt, batch["rtprio"].to_numpy(), -1),
+            # A thread is (tid, start time): a reused tid's counters start again from zero (DESIGN.md,
+            # "Kernel facts"); captures without start times read as one thread per tid.
+            life=pd.to_numeric(batch["starttime"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64),
+            # A window (the time since the thread's previous read) in which it was switched in at all.
+            woke=(batch["slices"].to_numpy(np.float64) > previous.to_numpy(np.float64)).astype(np.int64),
         )
         per_block.append(
-            frame.groupby(["tid", "block"], sort=False).agg(
-                t_last=("t_ns", "max"), slices=("slices", "max"), busy=("busy", "max")
+            frame.groupby(["tid", "life", "block"], sort=False).agg(
+                t_last=("t_ns", "max"), slices=("slices", "max"), busy=("busy", "max"), woke=("woke", "sum")
             )
         )
         ordered = frame.sort_values("t_ns", kind="stable")
         per_thread.append(
-            ordered.groupby("tid", sort=False).agg(
+            ordered.groupby(["tid", "life"], sort=False).agg(
                 pid=("pid", "last"),
                 samples=("t_ns", "size"),
                 first_ns=("t_ns", "min"),
@@ -109,9 +153,9 @@ def thread_profiles(
         )
     if not per_thread:
         return _empty_profiles()
-    threads = (
+    lives = (
         pd.concat(per_thread)
-        .groupby(level=0)
+        .groupby(level=[0, 1])
         .agg(
             pid=("pid", "last"),
             samples=("samples", "sum"),
@@ -130,13 +174,39 @@ def thread_profiles(
             nice=("nice", "last"),
         )
     )
-    blocks = pd.concat(per_block).groupby(level=[0, 1]).max().reset_index().sort_values(["tid", "block"])
-    periodic = _periodicity(blocks)
+    # Each thread's own deltas; a tid that was several threads adds them up (never one across two).
+    lives = lives.assign(
+        wall_ns=lives["last_ns"] - lives["first_ns"],
+        on_cpu_ns=lives["run_last"] - lives["run_first"],
+        runqueue_ns=lives["wait_last"] - lives["wait_first"],
+        switches=lives["slices_last"] - lives["slices_first"],
+    ).sort_values("first_ns", kind="stable")
+    threads = lives.groupby(level=0).agg(
+        pid=("pid", "last"),
+        samples=("samples", "sum"),
+        first_ns=("first_ns", "min"),
+        last_ns=("last_ns", "max"),
+        wall_ns=("wall_ns", "sum"),
+        on_cpu_ns=("on_cpu_ns", "sum"),
+        runqueue_ns=("runqueue_ns", "sum"),
+        switches=("switches", "sum"),
+        rt=("rt", "max"),
+        max_rtprio=("max_rtprio", "max"),
+        policy=("policy", "last"),
+        rtprio=("rtprio", "last"),
+        nice=("nice", "last"),
+    )
+    joined = pd.concat(per_block).groupby(level=[0, 1, 2])
+    blocks = joined.max().assign(woke=joined["woke"].sum()).reset_index().sort_values(["tid", "life", "block"])
+    periodic = _periodicity(blocks, capture_interval_ns(cap))
+    exact = lab_periods(cap)
+    known = exact.index.intersection(threads.index)
+    if len(known):  # the lab's own clock, where the capture has it: exact and periodic (README, "The lab")
+        periodic = periodic.reindex(periodic.index.union(known))
+        periodic.loc[known, "periodic"] = True
+        periodic.loc[known, "period_ns"] = exact.reindex(known).to_numpy()
+        periodic.loc[known, "period_source"] = "lab cycles"
     out = threads.join(periodic, how="left")
-    out["wall_ns"] = out["last_ns"] - out["first_ns"]
-    out["on_cpu_ns"] = out["run_last"] - out["run_first"]
-    out["runqueue_ns"] = out["wait_last"] - out["wait_first"]
-    out["switches"] = out["slices_last"] - out["slices_first"]
     out["wakeups_per_s"] = np.where(out["wall_ns"] > 0, out["switches"] / (out["wall_ns"] / 1e9), np.nan)
     out["periodic"] = out["periodic"].fillna(False).astype(bool)
     out = out.reset_index().rename(columns={"index": "tid"})
@@ -146,24 +216,82 @@ def thread_profiles(
     keep = [
         "tid", "pid", "comm", "process", "policy", "rtprio", "nice", "rt", "max_rtprio", "samples",
         "first_ns", "last_ns", "wall_ns", "on_cpu_ns", "runqueue_ns", "switches", "wakeups_per_s",
-        "periodic", "period_ns", "steady_fraction",
+        "periodic", "period_ns", "period_source", "steady_fraction",
     ]  # fmt: skip
-    return out[keep].sort_values("tid").reset_index(drop=True)
+    return engine_periods(cap, out[keep]).sort_values("tid").reset_index(drop=True)
 
 
-def _periodicity(blocks: pd.DataFrame) -> pd.DataFrame:
-    """Per tid: periodic flag, period_ns and the fraction of steady blocks (module docstring)."""
+ENGINE_WAKES_PER_CYCLE = (2, 3, 4)
+ENGINE_PERIOD_FRACTION = 0.02  # as IncidentRules.same_period_fraction: one graph's threads agree within 0.4 %
+
+
+def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
+    """Threads of an engine's processes switched in k times a cycle (PipeWire's data loop: by its timer,
+    then by its clients' finish) show a k-th of the engine's period: where the capture has the engine's
+    own cycles, such a thread's period is the engine's (its stall limits then follow the cycle, not
+    the mean gap between its two wake-ups). Threads at the engine's period, or at no fraction of it,
+    are left as measured."""
+    names = set(cap.table_names)
+    if not {"engine_cycles", "engine_clients"} <= names:
+        return profiles
+    cycles = cap.table("engine_cycles")
+    if cycles.empty:
+        return profiles
+    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
+    if not np.isfinite(period) or period <= 0:
+        return profiles
+    pids = set(pd.to_numeric(cap.table("engine_clients")["pid"], errors="coerce").dropna().astype(np.int64))
+    engine = (cap.meta.get("sources") or {}).get("engine") or {}
+    if isinstance(engine, dict) and isinstance(engine.get("jackd_pid"), int):
+        pids.add(int(engine["jackd_pid"]))
+    measured = pd.to_numeric(profiles["period_ns"], errors="coerce").to_numpy(dtype=np.float64)
+    mine = profiles["pid"].isin(pids).to_numpy() & profiles["periodic"].to_numpy(dtype=bool)
+    fraction = np.zeros(len(profiles), dtype=bool)
+    for k in ENGINE_WAKES_PER_CYCLE:
+        fraction |= np.abs(measured * k - period) <= ENGINE_PERIOD_FRACTION * period
+    fix = mine & fraction
+    if not fix.any():
+        return profiles
+    out = profiles.copy()
+    out.loc[fix, "period_ns"] = period
+    return out
+
+
+def lab_periods(cap: Capture) -> pd.Series:
+    """tid -> period_ns from the lab's cycles (the spacing of their deadlines per period number, on the
+    lab's absolute clock; periods it skipped after a late callback count): exact, where the capture
+    holds the lab's callbacks."""
+    cycles = cap.cycles
+    if cycles.empty or "period" not in cycles:
+        return pd.Series(dtype=np.float64)
+    cycles = cycles.sort_values(["tid", "deadline_ns"])
+    by_tid = cycles.groupby("tid")
+    steps = by_tid["period"].diff()
+    spacing = cycles.assign(gap=by_tid["deadline_ns"].diff() / steps.where(steps > 0))
+    spacing = spacing[spacing["gap"] > 0]
+    return spacing.groupby("tid")["gap"].median().astype(np.float64)
+
+
+def _periodicity(blocks: pd.DataFrame, interval_ns: int) -> pd.DataFrame:
+    """Per tid: periodic flag, period_ns, period_source and the fraction of steady blocks (module
+    docstring)."""
     tid = blocks["tid"].to_numpy()
     block = blocks["block"].to_numpy()
     same = np.r_[False, (tid[1:] == tid[:-1]) & (block[1:] == block[:-1] + 1)]
+    if "life" in blocks:  # consecutive blocks of one thread, not of a tid reused meanwhile
+        life = blocks["life"].to_numpy()
+        same[1:] &= life[1:] == life[:-1]
     prev = np.r_[0, np.arange(len(tid) - 1)]
     counts = blocks["slices"].to_numpy() - blocks["slices"].to_numpy()[prev]
     spans = blocks["t_last"].to_numpy() - blocks["t_last"].to_numpy()[prev]
     busy = blocks["busy"].to_numpy() - blocks["busy"].to_numpy()[prev]
     ok = same & (counts >= 0) & (spans > 0)
-    d = pd.DataFrame({"tid": tid[ok], "block": block[ok], "count": counts[ok], "span": spans[ok], "busy": busy[ok]})
+    woke = blocks["woke"].to_numpy()
+    d = pd.DataFrame(
+        {"tid": tid[ok], "block": block[ok], "count": counts[ok], "span": spans[ok], "busy": busy[ok], "woke": woke[ok]}
+    )
     if d.empty:
-        return pd.DataFrame(columns=["periodic", "period_ns", "steady_fraction"])
+        return pd.DataFrame(columns=["periodic", "period_ns", "period_source", "steady_fraction"])
     # Slow wakers get longer blocks (k consecutive ones) so that a block holds about MIN_COUNT wake-ups:
     # a Poisson count of n varies by +-sqrt(n), so "steady within +-1" only separates the two from ~20 up.
     rate = d.groupby("tid")["count"].transform("median").to_numpy()
@@ -171,11 +299,16 @@ def _periodicity(blocks: pd.DataFrame) -> pd.DataFrame:
     d["group"] = d["block"].to_numpy() // k
     d["k"] = k
     grouped = d.groupby(["tid", "group"]).agg(
-        count=("count", "sum"), span=("span", "sum"), busy=("busy", "sum"), n=("count", "size"), k=("k", "first")
+        count=("count", "sum"),
+        span=("span", "sum"),
+        busy=("busy", "sum"),
+        woke=("woke", "sum"),
+        n=("count", "size"),
+        k=("k", "first"),
     )
     d = grouped[grouped["n"] == grouped["k"]].reset_index()  # whole groups only
     if d.empty:
-        return pd.DataFrame(columns=["periodic", "period_ns", "steady_fraction"])
+        return pd.DataFrame(columns=["periodic", "period_ns", "period_source", "steady_fraction"])
     d["busy"] = d["busy"] / d["span"]
     d["rate"] = d["count"] / d["k"]  # wake-ups per BLOCK_NS, for the rate test
     median = d.groupby("tid")["count"].transform("median")
@@ -184,7 +317,7 @@ def _periodicity(blocks: pd.DataFrame) -> pd.DataFrame:
     steady = d[d["steady"]]
     agg = d.groupby("tid").agg(n=("count", "size"), rate=("rate", "median"), busy=("busy", "median"))
     agg["steady_fraction"] = d.groupby("tid")["steady"].mean()
-    sums = steady.groupby("tid").agg(span=("span", "sum"), count=("count", "sum"))
+    sums = steady.groupby("tid").agg(span=("span", "sum"), count=("count", "sum"), woke=("woke", "sum"))
     spread = steady.groupby("tid")["count"].agg(lambda c: c.var(ddof=0) / c.mean() if c.mean() > 0 else np.inf)
     agg = agg.join(sums, how="left").join(spread.rename("dispersion"), how="left")
     agg["periodic"] = (
@@ -194,10 +327,19 @@ def _periodicity(blocks: pd.DataFrame) -> pd.DataFrame:
         & (agg["dispersion"] <= MAX_DISPERSION)
         & (agg["busy"] <= MAX_BUSY_FRACTION)
     )
-    agg["period_ns"] = np.where(
-        agg["periodic"] & (agg["count"] > 0), agg["span"] / agg["count"].where(agg["count"] > 0), np.nan
-    )
-    return agg[["periodic", "period_ns", "steady_fraction"]]
+    # Every switch-in counts in `count`, also those that end a preemption: a SCHED_OTHER callback
+    # preempted mid-cycle is switched in twice a period, and span / count reads short (3.9 ms for the
+    # lab's 5.333 ms under load). A window holds at most one wake-up of a thread whose period is longer
+    # than the window, so the windows with a switch-in count its wake-ups, and a preemption inside a
+    # woken window is not counted again. That count is used when it says the period is at least two
+    # windows long (a thread waking every window could have any shorter period: the raw count is kept).
+    by_count = agg["span"] / agg["count"].where(agg["count"] > 0)
+    by_window = agg["span"] / agg["woke"].where(agg["woke"] > 0)
+    windowed = by_window >= WINDOWED_PERIOD_INTERVALS * interval_ns
+    agg["period_ns"] = np.where(agg["periodic"], np.where(windowed, by_window, by_count), np.nan)
+    source = np.where(windowed, "/proc windows with a switch-in", "/proc switch-ins").astype(object)
+    agg["period_source"] = np.where(agg["periodic"].to_numpy(bool), source, np.array(None, dtype=object))
+    return agg[["periodic", "period_ns", "period_source", "steady_fraction"]]
 
 
 def _empty_profiles() -> pd.DataFrame:
@@ -222,25 +364,58 @@ def _empty_profiles() -> pd.DataFrame:
             "wakeups_per_s": pd.Series(dtype="float64"),
             "periodic": pd.Series(dtype=bool),
             "period_ns": pd.Series(dtype="float64"),
+            "period_source": pd.Series(dtype=object),
             "steady_fraction": pd.Series(dtype="float64"),
         }
     )
 
 
-def select_threads(profiles: pd.DataFrame, *, pattern: str | None = None, everything: bool = False) -> pd.DataFrame:
-    """Threads of interest: all (`everything`), those whose comm or process matches `pattern`, or by
-    default the real-time threads and the periodic ones. Adds a `why` column."""
+def select_threads(
+    profiles: pd.DataFrame, *, pattern: str | None = None, everything: bool = False, tids: tuple[int, ...] = ()
+) -> pd.DataFrame:
+    """Threads of interest: all (`everything`), those named by tid (`tids`) or whose thread or process
+    name matches `pattern`, or by default the real-time threads and the periodic ones. Adds a `why`
+    column that says which name matched."""
     if everything:
         return profiles.assign(why="all threads")
-    if pattern is not None:
-        regex = re.compile(pattern)
-        match = profiles["comm"].astype(str).map(lambda s: bool(regex.search(s))) | profiles["process"].astype(str).map(
-            lambda s: bool(regex.search(s))
+    if tids or pattern is not None:
+        by_tid = profiles["tid"].isin(tids).to_numpy()
+        by_comm = np.zeros(len(profiles), dtype=bool)
+        by_process = np.zeros(len(profiles), dtype=bool)
+        if pattern is not None:
+            regex = re.compile(pattern)
+            by_comm = profiles["comm"].astype(str).map(lambda s: bool(regex.search(s))).to_numpy(bool)
+            by_process = profiles["process"].astype(str).map(lambda s: bool(regex.search(s))).to_numpy(bool)
+        why = np.where(
+            by_tid,
+            "--tid",
+            np.where(
+                by_comm, f"thread name matches {pattern!r}", f"process name matches {pattern!r} (not the thread's)"
+            ),
         )
-        return profiles[match.to_numpy()].assign(why=f"name matches {pattern!r}")
+        keep = by_tid | by_comm | by_process
+        return profiles[keep].assign(why=why[keep])
     rt = profiles["rt"].to_numpy(dtype=bool)
     periodic = profiles["periodic"].to_numpy(dtype=bool)
     chosen = profiles[rt | periodic].copy()
     why = np.where(rt & periodic, "real-time, periodic", np.where(rt, "real-time", "periodic"))
     chosen["why"] = why[rt | periodic]
     return chosen
+
+
+def check_tids(cap: Capture, tids: Iterable[int], name: str) -> None:
+    """The one check of `--tid N` (every command that takes it): each tid asked for must be a thread of
+    the capture (at any time in it: a --span may still leave it out). Raises a one-line ForensicsError
+    naming those it lacks."""
+    wanted = sorted({int(t) for t in tids})
+    if not wanted:
+        return
+    known = set(pd.to_numeric(cap.threads["tid"], errors="coerce").dropna().astype(np.int64).tolist())
+    missing = [t for t in wanted if t not in known]
+    if missing:  # a thread sampled but never named (a capture without its threads table)
+        known |= set(thread_profiles(cap)["tid"].astype(np.int64).tolist())
+        missing = [t for t in wanted if t not in known]
+    if missing:
+        asked = ", ".join(f"--tid {t}" for t in missing)
+        which = "no such thread" if len(missing) == 1 else "no such threads"
+        raise ForensicsError(f"{asked}: {which} in {name} (`forensics dump --table threads` lists them)")

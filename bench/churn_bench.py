@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--churn", type=float, default=0.6)
     ap.add_argument("--threads", type=int, default=20, help="long-lived threads beside the churn")
     args = ap.parse_args()
-    target_bin, _ = build()
+    target_bin, *_ = build()
     env = dict(os.environ, PYTHONPATH=str(REPO))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -64,7 +64,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for rep in range(args.repeat):
             truth = Path(tmp) / f"truth{rep}.json"
-            command = [sys.executable, "-m", "lab", *args.lab_args, "--quiet", f"--truth={truth}"]
+            command = [sys.executable, "-m", "forensics.lab", *args.lab_args, "--quiet", f"--truth={truth}"]
             proc = subprocess.Popen(command, env=env)
             rows: list[tuple[int, int, int, int, int, str]] = []
             poller = threading.Thread(target=poll, args=(proc, rows))

@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 def run_arm(topology: str, args: argparse.Namespace, truth: Path) -> dict[str, float]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    command = [sys.executable, "-m", "lab", "--episodes=none", f"--duration={args.seconds}s"]
+    command = [sys.executable, "-m", "forensics.lab", "--episodes=none", f"--duration={args.seconds}s"]
     command += [f"--topology={topology}", f"--stages={args.stages}", f"--quantum={args.quantum}"]
     command += [f"--rate={args.rate}", f"--taps={args.taps}", "--quiet", f"--truth={truth}"]
     subprocess.run(command, env=env, check=True)

@@ -37,18 +37,24 @@ import json
 import mmap
 import os
 import struct
+import sys
 import warnings
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.errors import CaptureFormatError, CaptureWarning
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# pandas is imported where a table is read back, not here: the recorder writes with pyarrow alone and its
+# start-up stays light (README "Recording: catch-load"; bench/recorder_startup.py measures it).
 
 MAGIC = b"\x89SSF\r\n\x1a\n"  # PNG-style: a high byte and CR/LF/^Z catch text-mode and 7-bit damage.
 FORMAT_VERSION = 2
@@ -187,6 +193,23 @@ THREAD_SEEN_SCHEMA = pa.schema(
     [("tid", pa.int32()), ("first_ns", pa.int64()), ("last_ns", pa.int64()), ("rows", pa.int64())]
 )
 
+_DICT_STR = pa.dictionary(pa.int32(), pa.string())
+# Read tiers (README, "Read tiers"): one row per thread when it is found and at every change of tier. From
+# t_ns on, the thread is read every interval_ns (the fast tier: every tick; the slow tier: once per phase).
+TIERS_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),
+        ("tid", pa.int32()),
+        ("pid", pa.int32()),
+        ("tier", _DICT_STR),  # fast | slow
+        ("interval_ns", pa.int64()),
+        ("why", _DICT_STR),  # start | engine | realtime | --fast | ran | quiet | all fast
+    ]
+)
+# The ticks of a recording by the eBPF sampler (samplers/ebpf/sampler_rows.py), whose samples hold a thread's
+# row only where it changed (and every 25 ticks): analyses/source.py fills the other ticks from these.
+SAMPLER_TICKS_SCHEMA = pa.schema([("tick", pa.uint32()), ("t_ns", pa.int64())])
+
 TRUTH_SCHEMA = pa.schema(
     [("cause", pa.string()), ("tid", pa.int32()), ("start_ns", pa.int64()), ("end_ns", pa.int64())]
 )
@@ -253,7 +276,6 @@ TASKSTATS_SCHEMA = pa.schema(
     ]
 )
 
-_DICT_STR = pa.dictionary(pa.int32(), pa.string())
 
 SCHED_SWITCH_SCHEMA = pa.schema(
     [
@@ -422,12 +444,63 @@ SCHEMAS: dict[str, pa.Schema] = {
     "events": EVENTS_SCHEMA,
     "processes": PROCESSES_SCHEMA,
     "thread_seen": THREAD_SEEN_SCHEMA,
+    "tiers": TIERS_SCHEMA,
+    "sampler_ticks": SAMPLER_TICKS_SCHEMA,
     "truth": TRUTH_SCHEMA,
     "cycles": CYCLES_SCHEMA,
     "taskstats": TASKSTATS_SCHEMA,
     **EBPF_SCHEMAS,
     **ENGINE_SCHEMAS,
 }
+
+# --------------------------------------------------------------------------------------------------
+# The flight recorder's own capture (flight.ssf, README "Flight recorder"): the long run's counters beside
+# the windows it saved. Times are the capture clock (CLOCK_MONOTONIC ns).
+
+# One row per window the triggers asked for: saved, or skipped (a limit, a write error) with why.
+FLIGHT_WINDOWS_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),  # the first trigger of the window
+        ("start_ns", pa.int64()),  # the window: [first trigger - before, last trigger + after]
+        ("end_ns", pa.int64()),
+        ("triggers", pa.int32()),  # triggers merged into it
+        ("kind", pa.string()),  # the first trigger's kind: xrun | late | marker | rule
+        ("text", pa.string()),  # the first trigger's description
+        ("status", pa.string()),  # saved | skipped
+        ("file", pa.string()),  # the window's file name (in the output directory), null when skipped
+        ("bytes", pa.int64()),
+        ("verdict", pa.string()),  # the window's first verdict (root thread and cause), null when skipped
+        ("reason", pa.string()),  # why it was skipped
+    ]
+)
+# One row per minute of the recording the watcher saw (a partial first and last minute included).
+FLIGHT_MINUTES_SCHEMA = pa.schema(
+    [
+        ("t_ns", pa.int64()),  # the minute's start: recording start + k minutes
+        ("covered_ns", pa.int64()),  # how much of the minute the ring's segments covered
+        ("xruns", pa.int64()),  # xruns the engine reported (reports less than a period apart count once)
+        ("missed_deadlines", pa.int64()),  # engine cycles that ended after their period
+        ("stalls", pa.int64()),  # episodes matching a --trigger rule (null without a rule)
+        ("markers", pa.int64()),
+    ]
+)
+# Bursts of xruns and missed deadlines: events less than the burst gap apart are one burst.
+FLIGHT_BURSTS_SCHEMA = pa.schema(
+    [
+        ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()),
+        ("xruns", pa.int64()),
+        ("missed_deadlines", pa.int64()),
+        ("gap_before_ns", pa.int64()),  # from the previous burst's end; null for the first
+    ]
+)
+SCHEMAS.update(
+    {
+        "flight_windows": FLIGHT_WINDOWS_SCHEMA,
+        "flight_minutes": FLIGHT_MINUTES_SCHEMA,
+        "flight_bursts": FLIGHT_BURSTS_SCHEMA,
+    }
+)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -457,7 +530,7 @@ def _to_arrow(name: str, data: pa.Table | pd.DataFrame | Mapping[str, Any]) -> p
     schema = SCHEMAS.get(name)
     if isinstance(data, pa.Table):
         table = data
-    elif isinstance(data, pd.DataFrame):
+    elif "pandas" in sys.modules and isinstance(data, sys.modules["pandas"].DataFrame):
         table = pa.Table.from_pandas(data, preserve_index=False)
     else:
         table = pa.table(dict(data))
@@ -518,6 +591,25 @@ class CaptureWriter:
         self.rows_written[name] = self.rows_written.get(name, 0) + table.num_rows
         if name == "samples":  # the index of thread lifetimes that keeps readers from scanning samples
             self.append("thread_seen", thread_seen(table))
+
+    def name_lost(self) -> str | None:
+        """Why the capture's name no longer leads to the file being written (it, or its directory, was
+        removed or renamed, or another file took the name), or None. Writes to an open file succeed
+        whatever happens to its name: only this check tells a recording that reached no file."""
+        if self._fd < 0:
+            return None
+        mine = os.fstat(self._fd)
+        try:
+            there = os.lstat(self.path)
+        except FileNotFoundError:
+            if not self.path.parent.is_dir():
+                return f"its directory {self.path.parent} was removed or renamed during the recording"
+            return "it was removed or renamed during the recording"
+        except OSError as err:
+            return f"its name cannot be reached any more ({err.strerror})"
+        if (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
+            return "another file took its name during the recording"
+        return None
 
     def close(self, trailer: Mapping[str, Any] | None = None) -> None:
         """Finish the file. `trailer=None` leaves it as a killed recorder would (for tests)."""
@@ -993,6 +1085,8 @@ class Capture:
                 yield table
 
     def _read_table(self, name: str, columns: list[str] | None) -> pd.DataFrame:
+        import pandas as pd
+
         tables = list(self._read_arrow_chunks(name, columns))
         if not tables:
             schema = SCHEMAS.get(name)
@@ -1065,7 +1159,11 @@ class Capture:
 
     @property
     def threads(self) -> pd.DataFrame:
-        """One row per thread: its latest names, when first and last seen, and when it exited."""
+        """One row per thread, a thread being (tid, starttime): the kernel hands a tid out again once its
+        thread has gone, so one tid may be several threads here, each with its own names, when first and
+        last seen, and when it exited (README, "Reading a capture")."""
+        import pandas as pd
+
         if "threads_summary" in self._tables:
             return self._tables["threads_summary"]
         rows = self.table("threads")
@@ -1074,34 +1172,60 @@ class Capture:
                 first_ns=pd.Series(dtype="int64"), last_ns=pd.Series(dtype="Int64"), exit_ns=pd.Series(dtype="Int64")
             )
         else:
-            first = rows.groupby("tid", sort=True)["t_ns"].min().rename("first_ns")
-            ordered = rows.sort_values("t_ns").groupby("tid", sort=True)
+            rows = _incarnations(rows)
+            keys = ["tid", "_thread"]
+            first = rows.groupby(keys, sort=True)["t_ns"].min().rename("first_ns")
+            ordered = rows.sort_values("t_ns", kind="stable").groupby(keys, sort=True)
             latest = ordered.last().drop(columns=["t_ns", "policy", "rtprio"], errors="ignore")
             summary = latest.join(first)
             if "policy" in rows.columns:  # as first seen (older captures lack the columns)
                 summary = summary.join(ordered[["policy", "rtprio"]].first())
-            seen = self.table("thread_seen")
-            if seen.empty:  # a capture written without the index: one pass over the samples, chunk by chunk
-                seen = pd.concat(
-                    [
-                        c.groupby("tid")["t_ns"].max().rename("last_ns").reset_index()
-                        for c in self.iter_chunks("samples", ["tid", "t_ns"])
-                    ]
-                    or [pd.DataFrame({"tid": [], "last_ns": []})]
-                )
-            summary = summary.join(seen.groupby("tid")["last_ns"].max().astype("Int64"))
-            events = self.events
-            exits = events[events["kind"] == "thread_exited"].groupby("tid")["t_ns"].min().rename("exit_ns")
-            summary = summary.join(exits.astype("Int64")).reset_index()
-            # A process's name is its leader thread's comm: follow renames of the leader.
-            leaders = summary[summary["tid"] == summary["pid"]].set_index("pid")["comm"]
-            by_leader = summary["pid"].map(leaders).astype(object)
+            summary = summary.reset_index().sort_values(["tid", "first_ns"], kind="stable")
+            summary["last_ns"] = self._last_seen(summary)
+            summary["exit_ns"] = _exits(summary, self.events)
+            summary = summary.drop(columns="_thread").reset_index(drop=True)
+            # A process's name is its leader thread's comm: follow renames of the leader (the latest one
+            # of a reused pid).
+            leaders = summary[summary["tid"] == summary["pid"]].drop_duplicates("pid", keep="last")
+            by_leader = summary["pid"].map(leaders.set_index("pid")["comm"]).astype(object)
             summary["process"] = by_leader.where(by_leader.notna(), summary["process"].astype(object))
         columns = ["tid", "pid", "comm", "process", "cmdline", "starttime", "policy", "rtprio"]
         columns += ["first_ns", "last_ns", "exit_ns"]
         summary = summary[[c for c in columns if c in summary.columns]]
         self._tables["threads_summary"] = summary
         return summary
+
+    def _last_seen(self, summary: pd.DataFrame) -> pd.Series:
+        """Each thread's last sample: from the thread_seen index (per tid), and for a tid that was several
+        threads, from the samples' start times (unknown where a capture's samples lack them)."""
+        import pandas as pd
+
+        seen = self.table("thread_seen")
+        if seen.empty:  # a capture written without the index: one pass over the samples, chunk by chunk
+            seen = pd.concat(
+                [
+                    c.groupby("tid")["t_ns"].max().rename("last_ns").reset_index()
+                    for c in self.iter_chunks("samples", ["tid", "t_ns"])
+                ]
+                or [pd.DataFrame({"tid": [], "last_ns": []})]
+            )
+        by_tid = seen.groupby("tid")["last_ns"].max()
+        last = summary["tid"].map(by_tid).astype("Int64")
+        reused = summary["tid"].duplicated(keep=False).to_numpy()
+        if not reused.any():
+            return last
+        last[reused] = pd.NA
+        tids = summary.loc[reused, "tid"].unique()
+        per_thread = [
+            c[c["tid"].isin(tids)].groupby(["tid", "starttime"])["t_ns"].max()
+            for c in self.iter_chunks("samples", ["tid", "starttime", "t_ns"])
+        ]
+        if per_thread:
+            maxima = pd.concat(per_thread).groupby(level=[0, 1]).max()
+            pairs = pd.MultiIndex.from_arrays([summary["tid"], pd.to_numeric(summary["starttime"], errors="coerce")])
+            found = pd.Series(maxima.reindex(pairs).to_numpy(), index=summary.index).astype("Int64")
+            last[reused] = found[reused]
+        return last
 
     @property
     def complete(self) -> bool:
@@ -1141,8 +1265,44 @@ class Capture:
         return f"<Capture {where} tables={self.table_names}>"
 
 
+def _incarnations(rows: pd.DataFrame) -> pd.DataFrame:
+    """`_thread`: which thread of its tid a `threads` row is about. A discovery row carries the thread's
+    start time; a later row (a rename) belongs to the thread its tid was when it was written."""
+    import pandas as pd
+
+    if "starttime" not in rows.columns:
+        return rows.assign(_thread=-1)
+    ordered = rows.sort_values(["tid", "t_ns"], kind="stable")
+    start = pd.to_numeric(ordered["starttime"], errors="coerce")
+    tids = ordered["tid"].to_numpy()
+    thread = start.groupby(tids).ffill().groupby(tids).bfill()  # rows before any start: the tid's first
+    return ordered.assign(_thread=thread.fillna(-1).astype("int64"))
+
+
+def _exits(summary: pd.DataFrame, events: pd.DataFrame) -> pd.Series:
+    """Each thread's exit: a thread_exited event of its tid, given to the thread that tid was then (the
+    latest one first seen before it; the first one for an exit read before any was seen)."""
+    import pandas as pd
+
+    exits = events.loc[events["kind"] == "thread_exited", ["tid", "t_ns"]]
+    if exits.empty:
+        return pd.Series(pd.NA, index=summary.index, dtype="Int64")
+    exits = exits.astype({"tid": "int64", "t_ns": "int64"}).sort_values("t_ns", kind="stable")
+    threads = pd.DataFrame(
+        {"tid": summary["tid"].astype("int64"), "first_ns": summary["first_ns"].astype("int64"), "row": summary.index}
+    ).sort_values("first_ns", kind="stable")
+    found = pd.merge_asof(exits, threads, left_on="t_ns", right_on="first_ns", by="tid", direction="backward")
+    early = found["row"].isna()
+    if early.any():
+        found.loc[early, "row"] = found.loc[early, "tid"].map(threads.drop_duplicates("tid").set_index("tid")["row"])
+    found = found.dropna(subset=["row"])
+    return found.groupby(found["row"].astype("int64"))["t_ns"].min().reindex(summary.index).astype("Int64")
+
+
 def _to_pandas(table: pa.Table) -> pd.DataFrame:
     """Arrow to pandas, keeping ns exact: an integer column with nulls becomes nullable Int64, not float."""
+    import pandas as pd
+
     nullable = [f.name for f in table.schema if pa.types.is_integer(f.type) and table.column(f.name).null_count > 0]
     frame = table.drop_columns(nullable).to_pandas() if nullable else table.to_pandas()
     for name in nullable:

@@ -26,17 +26,22 @@ def policy_name(policy: int) -> str:
 # (kernel threads); W, K, N from older kernels.
 STATE_ALPHABET = "?RSDTtXZPIWKN"
 
-# Durations on the command line and in --span: a number with a unit, or plain seconds.
-DURATION_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, "": 1_000_000_000}
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ns|us|µs|ms|s|)\s*$", re.IGNORECASE)
+# Durations on the command line and in --span: a number and its unit. A bare number is refused: "5" has
+# meant seconds to one tool and milliseconds to another, and a silent guess makes a 1000x error.
+DURATION_UNITS_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
+DURATION_FORMS = "a number and a unit: ns, us, ms or s (2ms, 500us, 1.5s)"
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ns|us|µs|ms|s)?\s*$", re.IGNORECASE)
 
 
 def parse_duration_ns(text: str) -> int:
-    """ "2ms" -> 2_000_000; "500us" -> 500_000; "0.002" (seconds) -> 2_000_000. ValueError otherwise."""
+    """ "2ms" -> 2_000_000; "500us" -> 500_000; "1.5s" -> 1_500_000_000. ValueError otherwise, and for a
+    bare number (DURATION_FORMS says what is accepted)."""
     match = _DURATION.match(text)
     if not match:
-        raise ValueError(f"{text!r} is not a duration (examples: 2ms, 500us, 0.002, 20s)")
+        raise ValueError(f"{text!r} is not a duration: write {DURATION_FORMS}")
     number, unit = match.groups()
+    if unit is None:
+        raise ValueError(f"{text!r} has no unit: write {DURATION_FORMS}, e.g. {number}ms or {number}s")
     value = float(number) * DURATION_UNITS_NS[unit.lower()]
     if not math.isfinite(value):  # "1e999" parses as infinity
         raise ValueError(f"{text!r} is not a finite duration")

@@ -7,6 +7,9 @@ and distinct as fills (the timeline shades episodes in them).
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Iterable
+
 from analyses.rules import CAUSES
 
 # Verdicts, in the order of analyses.rules.CAUSES.
@@ -27,3 +30,23 @@ PART_COLORS = {
     "waiting for a CPU (runqueue)": "#f28e2b",
     "blocked in D (IO, page-in)": "#b2182b",
 }
+
+# Threads (a panel's title, its fault line): hues that none of the colours above take (cyan, magenta, green,
+# yellow, teal, gold, pink, salmon: at least 20 CIELAB units from every verdict and part colour, and from
+# one another; tests/test_plots.py measures it), so a thread is never read as a verdict.
+THREAD_COLORS = ("#17becf", "#d62798", "#00ba38", "#bcbd22", "#0f8b8d", "#e6ab02", "#f564e3", "#f8766d")
+
+
+def thread_colors(names: Iterable[str]) -> list[str]:
+    """One colour per thread, from its name: the same thread has the same colour in every plot (whatever
+    else is drawn beside it). Two threads of one plot whose names pick the same colour: the later takes
+    the next free one."""
+    out: list[str] = []
+    for name in names:
+        at = zlib.crc32(name.encode()) % len(THREAD_COLORS)
+        for step in range(len(THREAD_COLORS)):
+            color = THREAD_COLORS[(at + step) % len(THREAD_COLORS)]
+            if color not in out or len(out) >= len(THREAD_COLORS):
+                break
+        out.append(color)
+    return out

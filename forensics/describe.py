@@ -21,6 +21,27 @@ def fmt_ns(ns: SupportsFloat | None) -> str:
     return f"{ns:.0f} ns"
 
 
+def asked_threads(pattern: str | None, tids: tuple[int, ...] = (), joiner: str = " or ") -> str:
+    """The thread selection options a user gave (`--thread 'RE' or --tid N`), as they wrote them."""
+    return joiner.join([*([f"--thread {pattern!r}"] if pattern is not None else []), *[f"--tid {t}" for t in tids]])
+
+
+def marker_rows(cap: Capture) -> dict[str, str]:
+    """The markers set while recording, numbered from 1, with their time since the capture's first sample
+    (the times `--span` takes, and its `LABEL..LABEL` form takes the labels)."""
+    from analyses.source import capture_origin_ns
+
+    events = cap.events
+    markers = events[events["kind"] == "marker"].sort_values("t_ns", kind="stable")
+    if markers.empty:
+        return {"markers": "none (Enter or SIGUSR1 while recording adds one)"}
+    origin = capture_origin_ns(cap) or int(markers["t_ns"].iloc[0])
+    return {
+        str(i): f"{(int(t) - origin) / 1e9:.3f} s  {text}"
+        for i, (t, text) in enumerate(zip(markers["t_ns"], markers["text"], strict=True), start=1)
+    }
+
+
 def _yes_no(value: Any) -> str:
     if value is None:
         return "unknown"
@@ -50,7 +71,12 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
         "governor": ", ".join(sorted(set((cpus.get("governor") or {}).values()))) or "unknown",
     }
     source_rows = {
-        "schedstat + stat": "every tick",
+        "schedstat + stat": (
+            "eBPF sampler: the kernel's counters every tick, stat every "
+            f"{fmt_ns((meta.get('ebpf_sampler') or {}).get('stat_slow_ns'))}"
+            if rec.get("sampler") == "ebpf"
+            else "every tick"
+        ),
         "sched file": sources.get("sched", "unknown"),
         "schedstats": _schedstats_text(sources),
         "delay accounting": _yes_no(sources.get("delayacct")),
@@ -96,6 +122,7 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
         "Targets": target_rows,
         "Contents (rows)": content,
     }
+    sections["Markers"] = marker_rows(cap)
     engine = sources.get("engine")
     if isinstance(engine, dict):
         sections["Engine"] = engine_rows(engine, counts)

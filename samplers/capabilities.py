@@ -20,6 +20,7 @@ import os
 import platform
 import resource
 import struct
+import subprocess
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -358,57 +359,98 @@ def bcc_check(live: bool) -> Check:
     return Check("eBPF (BCC)", text, rating, FORENSICS, why)
 
 
-def rt_checks(roots: Roots, live: bool) -> list[Check]:
+def _limit_checks(soft: int, mem_soft: int, root: bool, who: str) -> list[Check]:
     checks = []
-    if live:
-        soft, _hard = resource.getrlimit(resource.RLIMIT_RTPRIO)
-        if os.geteuid() == 0:
-            checks.append(
-                Check(
-                    "RLIMIT_RTPRIO",
-                    f"{soft} (root: CAP_SYS_NICE)",
-                    GOOD,
-                    AUDIO,
-                    "root may use SCHED_FIFO/RR regardless of the limit",
-                )
-            )
-        elif soft >= 70:
-            checks.append(
-                Check("RLIMIT_RTPRIO", str(soft), GOOD, AUDIO, "audio threads may run SCHED_FIFO up to this priority")
-            )
-        elif soft > 0:
-            checks.append(
-                Check(
-                    "RLIMIT_RTPRIO",
-                    str(soft),
-                    WARN,
-                    AUDIO,
-                    "real-time allowed but low: JACK/PipeWire ask for 70-95 (audio group in limits.conf)",
-                )
-            )
-        else:
-            checks.append(
-                Check(
-                    "RLIMIT_RTPRIO",
-                    "0",
-                    BAD,
-                    AUDIO,
-                    "no real-time scheduling for this user: add it to the audio group (rtprio 95)",
-                )
-            )
-        mem_soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
-        unlimited = mem_soft == resource.RLIM_INFINITY
-        text = "unlimited" if unlimited else f"{mem_soft // 1024} KiB"
-        rating = GOOD if unlimited or os.geteuid() == 0 else WARN
+    if root:
         checks.append(
             Check(
-                "RLIMIT_MEMLOCK",
-                text,
-                rating,
+                "RLIMIT_RTPRIO",
+                f"{soft} (root: CAP_SYS_NICE){who}",
+                GOOD,
                 AUDIO,
-                "audio engines mlock their buffers; a low limit makes page faults possible in the callback",
+                "root may use SCHED_FIFO/RR regardless of the limit",
             )
         )
+    elif soft >= 70:
+        checks.append(
+            Check("RLIMIT_RTPRIO", f"{soft}{who}", GOOD, AUDIO, "audio threads may run SCHED_FIFO up to this priority")
+        )
+    elif soft > 0:
+        checks.append(
+            Check(
+                "RLIMIT_RTPRIO",
+                f"{soft}{who}",
+                WARN,
+                AUDIO,
+                "real-time allowed but low: JACK/PipeWire ask for 70-95 (audio group in limits.conf)",
+            )
+        )
+    else:
+        checks.append(
+            Check(
+                "RLIMIT_RTPRIO",
+                f"0{who}",
+                BAD,
+                AUDIO,
+                "no real-time scheduling for this user: add it to the audio group (rtprio 95)",
+            )
+        )
+    unlimited = mem_soft == resource.RLIM_INFINITY
+    text = ("unlimited" if unlimited else f"{mem_soft // 1024} KiB") + who
+    rating = GOOD if unlimited or root else WARN
+    checks.append(
+        Check(
+            "RLIMIT_MEMLOCK",
+            text,
+            rating,
+            AUDIO,
+            "audio engines mlock their buffers; a low limit makes page faults possible in the callback",
+        )
+    )
+    return checks
+
+
+def user_limits(user: str) -> tuple[int, int] | None:
+    """(RLIMIT_RTPRIO soft, RLIMIT_MEMLOCK soft in bytes or RLIM_INFINITY) of a session of `user`:
+    `runuser` opens one through PAM, so pam_limits applies /etc/security/limits.conf and limits.d as at
+    the user's login (where audio-group real-time limits are set). Root only; None when it cannot."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        done = subprocess.run(
+            ["runuser", "-u", user, "--", "sh", "-c", "ulimit -r; ulimit -l"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.split()
+    if done.returncode != 0 or len(lines) != 2:
+        return None
+    rtprio = resource.RLIM_INFINITY if lines[0] == "unlimited" else int(lines[0])
+    memlock = resource.RLIM_INFINITY if lines[1] == "unlimited" else int(lines[1]) * 1024
+    return rtprio, memlock
+
+
+def rt_checks(roots: Roots, live: bool, user: str | None = None) -> list[Check]:
+    """Real-time limits of whoever runs the engine: `user` (judged through a session of theirs), else this
+    process's own (root's, when doctor runs under sudo, would say nothing about the audio user)."""
+    checks = []
+    if live and user is not None:
+        limits = user_limits(user)
+        if limits is None:
+            why = "run doctor as root to open a session of that user" if os.geteuid() else "runuser failed"
+            checks.append(Check("RLIMIT_RTPRIO", f"unknown for user {user}", UNKNOWN, AUDIO, why))
+            checks.append(Check("RLIMIT_MEMLOCK", f"unknown for user {user}", UNKNOWN, AUDIO, why))
+        else:
+            soft, mem_soft = limits
+            checks += _limit_checks(soft, mem_soft, user == "root", f" (user {user})")
+    elif live:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_RTPRIO)
+        mem_soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+        checks += _limit_checks(soft, mem_soft, os.geteuid() == 0, "")
     runtime = _sysctl(roots, "kernel.sched_rt_runtime_us")
     period = _sysctl(roots, "kernel.sched_rt_period_us")
     if runtime is None:
@@ -601,8 +643,9 @@ def kernel_check(config: dict[str, str] | None) -> Check:
 # --------------------------------------------------------------------------------------------------
 
 
-def build_report(roots: Roots | None = None, live: bool = True) -> list[Check]:
-    """Every check, in a stable order. Never raises for a missing file or a refused probe."""
+def build_report(roots: Roots | None = None, live: bool = True, user: str | None = None) -> list[Check]:
+    """Every check, in a stable order. Never raises for a missing file or a refused probe. The real-time
+    limits are `user`'s when given (the user who runs the engine), else this process's."""
     roots = roots or Roots()
     config = kernel_config(roots)
     builders: list[tuple[str, Callable[[], Check | list[Check]]]] = [
@@ -615,7 +658,7 @@ def build_report(roots: Roots | None = None, live: bool = True) -> list[Check]:
         ("taskstats", lambda: taskstats_check(live)),
         ("tracefs", lambda: tracefs_check(roots)),
         ("eBPF (BCC)", lambda: bcc_check(live)),
-        ("real-time limits", lambda: rt_checks(roots, live)),
+        ("real-time limits", lambda: rt_checks(roots, live, user)),
         ("CPU governor", lambda: governor_check(roots)),
         ("core types", lambda: core_types_check(roots)),
         ("/dev/cpu_dma_latency", lambda: dma_latency_check(roots, live)),

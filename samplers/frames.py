@@ -26,7 +26,10 @@ if TYPE_CHECKING:
 FRAME = struct.Struct("<BI")
 
 META = 1  # JSON: patch to the capture metadata
-LAYOUT = 2  # JSON: {"id", "tids", "pids", "sched": [index into tids...]}: the thread order of TICK frames
+# LAYOUT, JSON: {"id", "tids", "pids", "sched": [index into tids...], "group", "known": {pid: threads}}: the
+# thread order of TICK frames. Read tiers publish one layout per phase, a group; "known" counts every thread
+# of the group per process (a phase reads only some of them).
+LAYOUT = 2
 TICK = 3  # binary, see TICK_HEADER
 THREAD = 4  # JSON: a row of the threads table
 EVENT = 5  # JSON: a row of the events table
@@ -36,13 +39,22 @@ TRAILER = 8  # JSON: the trailer; the writer finishes the file and exits
 PROCESSES = 9  # JSON: {"t_ns", "statm": [[pid, "statm text"], ...]}: process memory, at the system rate
 TASKSTATS = 10  # binary, see TASKSTATS_HEADER: raw netlink replies of one tick
 ENGINE_TARGETS = 11  # JSON {"engine", "pids"}: an engine source's clients; the recorder adopts them (not stored)
+EBPF_TICK = 12  # binary, see EBPF_TICK_HEADER: the eBPF sampler's slots as read at one tick
+STAT_SLOW = 13  # binary, see EBPF_TICK_HEADER: stat texts of some threads (the eBPF sampler's slow reads)
+TIERS = 14  # JSON {"rows": [{t_ns, tid, pid, tier, interval_ns, why}]}: read-tier changes (samplers/tiers.py)
+
+# EBPF_TICK payload: header (tick, layout id, read ns, byte count), then the slots [0, used) of the eBPF
+# sampler's array as copied (samplers/ebpf/sampler.py SLOT). STAT_SLOW payload: header (tick, layout id,
+# read ns, row count n), then u32 layout index and u32 text length per row, then the texts back to back.
+EBPF_TICK_HEADER = struct.Struct("<IIqI")
 
 # TASKSTATS payload: tick and row count, then u32 tid, int64 t_ns (when the query was sent) and u32 reply
 # length (0: the thread was gone) per row, then the replies, one contiguous run of bytes.
 TASKSTATS_HEADER = struct.Struct("<II")
 
 # TICK payload: header, then int64 t_ns per thread of the layout, u32 index of each thread without a
-# row this tick (its read failed: it exited), u32 length of each live thread's stat text, u32 length
+# row this tick (its read failed: it exited), u32 length of each live thread's stat text (0: not re-read,
+# its schedstat did not move, so its last text holds: samplers/tiers.py), u32 length
 # of each `sched` read (0 when it failed), then the schedstat texts of the live threads, their stat
 # texts, the sched texts: each section one contiguous run of bytes.
 TICK_HEADER = struct.Struct("<IIqIIII")  # tick, layout id, tick start ns, n_dead, n_sched, len ss, len st
@@ -181,6 +193,19 @@ def decode_system(payload: bytes) -> tuple[int, list[bytes]]:
         texts.append(payload[offset : offset + length])
         offset += length
     return t_ns, texts
+
+
+def encode_ebpf_tick(tick: int, layout_id: int, t_ns: int, slots: bytes) -> bytes:
+    header = EBPF_TICK_HEADER.pack(tick, layout_id, t_ns, len(slots))
+    return b"".join((FRAME.pack(EBPF_TICK, len(header) + len(slots)), header, slots))
+
+
+def encode_stat_slow(tick: int, layout_id: int, t_ns: int, indices: Sequence[int], texts: Sequence[bytes]) -> bytes:
+    header = EBPF_TICK_HEADER.pack(tick, layout_id, t_ns, len(indices))
+    return encode(
+        STAT_SLOW,
+        b"".join((header, array("I", indices).tobytes(), array("I", map(len, texts)).tobytes(), *texts)),
+    )
 
 
 def array_at(payload: bytes, dtype: str, count: int, offset: int) -> np.ndarray:

@@ -18,6 +18,7 @@ import errno
 import fcntl
 import gc
 import os
+import re
 import resource
 import select
 import signal
@@ -36,6 +37,7 @@ from samplers.procfs import ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
 from samplers.ticktimes import TickTimes
+from samplers.tiers import PROMOTE_BUSY_NS, SLOW_INTERVAL_NS, Tiers, busy_ns, stat_policy
 
 DISCOVERY_NS = 250_000_000  # new processes (and exits of zombies) are picked up within this
 THREAD_SCAN_NS = 50_000_000  # new threads of known processes: one listdir per process, cheap
@@ -58,6 +60,7 @@ SCHED_BYTES = 8192  # about 1.5 KB, 3 KB with schedstats
 PROC_STAT_BYTES = 1 << 20  # /proc/stat grows with CPUs and IRQs: 100+ KB on big machines
 
 PR_SET_TIMERSLACK = 29
+DEMOTE_CHECK_NS = 50_000_000  # how often quiet fast threads are looked for (samplers/tiers.py)
 
 
 @dataclass
@@ -68,6 +71,7 @@ class RecorderOptions:
     sched: str = "rt"  # all | rt | none
     taskstats: str = "none"  # all | rt | none: per-thread netlink taskstats at the tick (root)
     ebpf: bool = False  # the writer process attaches the eBPF probes (root, BCC)
+    sampler: str = "proc"  # proc | ebpf: the tick reads /proc, or the kernel counters of samplers/ebpf/sampler.py
     cpu: int | None = None
     rt_priority: int | None = None
     redact: bool = False
@@ -79,6 +83,11 @@ class RecorderOptions:
     # An engine source run beside the recording (samplers/engine): {"kind": "jack", "server": name or None,
     # "explicit": bool, "log_fd": fd of the server's output or None, "log_file": path or None, "wait_s": s}
     engine: dict[str, Any] | None = None
+    # Read tiers (samplers/tiers.py): threads not worth every tick are read this often; 0: all every tick.
+    slow_interval_ns: int = SLOW_INTERVAL_NS
+    fast: re.Pattern[str] | None = None  # threads whose name matches are always read every tick
+    # A flight recording (capture/segments.py): {"segment_ns", "keep_ns"}; `output` is then the ring's directory.
+    ring: dict[str, int] | None = None
 
 
 @dataclass
@@ -89,6 +98,15 @@ class _Thread:
     fd_stat: int
     fd_sched: int = -1
     taskstats: bool = False
+    # Read state kept across layouts (samplers/tiers.py). last_schedstat as last read: unchanged means not
+    # switched in since (the stat skip); b"" before the first read, so that it reads stat. base_schedstat:
+    # what a slow read is compared with to decide a promotion.
+    last_schedstat: bytes = b""
+    base_schedstat: bytes = b""
+    last_stat: bytes = b""
+    seen_stat: bytes = b""
+    moved_tick: int = -1
+    stat_tick: int = -1
 
 
 @dataclass
@@ -102,6 +120,8 @@ class Status:
     ticks: int
     file_bytes: int
     waiting_for: str | None = None
+    markers: int = 0  # markers written so far
+    last_marker: tuple[int, str] | None = None  # (ns since the start, label) of the latest one
 
 
 class Recorder:
@@ -123,9 +143,7 @@ class Recorder:
         self.threads: dict[int, _Thread] = {}
         self.processes: dict[int, set[int]] = {}
         self.layout_id = 0
-        self.hot: list[tuple[int, int]] = []
-        self.hot_tids: list[int] = []
-        self.sched_hot: list[tuple[int, int]] = []
+        self.layout_base = 0
         self.taskstats_hot: list[int] = []  # tids
         self.taskstats_client: Any = None
         self.notes: list[str] = []  # one-line messages for the user (a source that could not be used)
@@ -158,7 +176,28 @@ class Recorder:
         self._process_names: dict[int, tuple[str | None, str | None]] = {}
         self._statm_fds: dict[int, int] = {}
         self._marker_count = 0
+        self._last_marker: tuple[int, str] | None = None
         self.engines = EngineSources(options.pipewire, self.procfs, spec.exclude)
+        self.ebpf_ticker: Any = None  # samplers.ebpf.sampler.EbpfTicker under --sampler ebpf
+        # The eBPF sampler reads every thread's kernel counters in one copy: no read tiers under it.
+        slow_interval_ns = options.slow_interval_ns if options.sampler == "proc" else 0
+        self.tiers = Tiers(options.interval_ns, slow_interval_ns, options.fast)
+        self.engine_pids: set[int] = set()
+        # Per phase of the slow tier: (fd schedstat, fd stat, stat forced, slot) per read, the layout id,
+        # and (slot, tid) of the slow threads read there. Slots index the per-thread lists below.
+        self.phase_hot: list[list[tuple[int, int, bool, int]]] = [[]]
+        self.phase_slow: list[list[tuple[int, int]]] = [[]]
+        self.phase_sched: list[list[tuple[int, int]]] = [[]]
+        self.phase_tids: list[list[int]] = [[]]
+        self.slot_threads: list[_Thread] = []
+        self.last_ss: list[bytes] = []
+        self.base_ss: list[bytes] = []
+        self.moved_tick: list[int] = []
+        self.last_stat: list[bytes] = []
+        self.stat_tick: list[int] = []  # the tick of each thread's last stat read
+        self.seen_stat: list[bytes] = []
+        self.tick_now = 0
+        self.ebpf_sampler_end: dict[str, Any] | None = None  # its probes' figures, for the trailer
 
     # public control (signal handlers call these; they only set fields) -----------------------------
     def stop(self, reason: str, urgent: bool = False) -> None:
@@ -277,7 +316,10 @@ class Recorder:
                 first = parse_stat(os.pread(thread.fd_stat, STAT_BYTES, 0))
             except (OSError, ValueError):
                 first = None
+            if self.ebpf_ticker is not None:
+                self.ebpf_ticker.add(tid, thread.fd_schedstat, first.minflt if first else 0)
             process, cmdline = self._process_names.get(pid, (None, None))
+            self.tiers.add(tid, pid, (comm or "?").rstrip("\n"), first.policy if first else None, t_ns)
             self._send(
                 frames.encode_json(
                     frames.THREAD,
@@ -319,6 +361,8 @@ class Recorder:
                 return None
             raise
         thread = _Thread(tid, pid, fds[0], fds[1])
+        with contextlib.suppress(OSError):  # the baseline a first slow read is compared with (tiers)
+            thread.base_schedstat = os.pread(fds[0], SCHEDSTAT_BYTES, 0)
         if self.options.sched == "all":
             self._open_sched(thread)
         thread.taskstats = self.taskstats_client is not None and self.options.taskstats == "all"
@@ -341,6 +385,9 @@ class Recorder:
         if thread is None:
             return
         self._close_thread(thread)
+        if self.ebpf_ticker is not None:
+            self.ebpf_ticker.remove(tid)
+        self.tiers.remove(tid)
         self._layout_dirty = True
         members = self.processes.get(thread.pid)
         if members is not None:
@@ -359,24 +406,81 @@ class Recorder:
         self._event(t_ns, "process_exited", pid, None, comm or "?")
 
     def _publish_layout(self) -> None:
-        self.layout_id += 1
+        """One LAYOUT per phase of the slow tier (samplers/tiers.py): the threads read at that phase's
+        ticks, fast ones first. The writer keeps the whole group; a tick names its phase's layout."""
+        for slot, thread in enumerate(self.slot_threads):
+            thread.last_schedstat, thread.base_schedstat = self.last_ss[slot], self.base_ss[slot]
+            thread.last_stat, thread.seen_stat = self.last_stat[slot], self.seen_stat[slot]
+            thread.moved_tick, thread.stat_tick = self.moved_tick[slot], self.stat_tick[slot]
         order = sorted(self.threads.values(), key=lambda t: (t.pid, t.tid))
-        self.hot = [(t.fd_schedstat, t.fd_stat) for t in order]
-        self.hot_tids = [t.tid for t in order]
-        self.sched_hot = [(i, t.fd_sched) for i, t in enumerate(order) if t.fd_sched >= 0]
+        self.slot_threads = order
+        self.last_ss = [t.last_schedstat for t in order]
+        self.base_ss = [t.base_schedstat for t in order]
+        self.moved_tick = [t.moved_tick for t in order]
+        self.last_stat = [t.last_stat for t in order]
+        self.stat_tick = [t.stat_tick for t in order]
+        self.seen_stat = [t.seen_stat for t in order]
+        tids = [t.tid for t in order]
+        group = self.layout_id + 1
+        known: dict[int, int] = {}
+        for t in order:
+            known[t.pid] = known.get(t.pid, 0) + 1
+        self.phase_hot, self.phase_slow, self.phase_sched, self.phase_tids = [], [], [], []
+        for members in self.tiers.phase_members(tids):
+            self.layout_id += 1
+            threads = [order[slot] for slot, _ in members]
+            hot = [(order[slot].fd_schedstat, order[slot].fd_stat, forced, slot) for slot, forced in members]
+            if self.ebpf_ticker is not None:  # --sampler ebpf: no /proc read per thread at the tick
+                hot = []
+            self.phase_hot.append(hot)
+            self.phase_slow.append([(slot, tids[slot]) for slot, _ in members if self.tiers.is_slow(tids[slot])])
+            self.phase_sched.append([(order[slot].fd_sched, slot) for slot, _ in members if order[slot].fd_sched >= 0])
+            self.phase_tids.append([t.tid for t in threads])
+            spec: dict[str, Any] = {
+                "id": self.layout_id,
+                "group": group,
+                "tids": self.phase_tids[-1],
+                "pids": [t.pid for t in threads],
+                "sched": [i for i, t in enumerate(threads) if t.fd_sched >= 0],
+                "known": known,
+            }
+            if self.ebpf_ticker is not None:  # one phase: the tiers are off under the eBPF sampler
+                spec["slots"] = self.ebpf_ticker.layout(self.phase_tids[-1], [t.fd_stat for t in threads])
+            self._send(frames.encode_json(frames.LAYOUT, spec))
+        self.layout_base = group
         self.taskstats_hot = [t.tid for t in order if t.taskstats]
-        self._send(
-            frames.encode_json(
-                frames.LAYOUT,
-                {
-                    "id": self.layout_id,
-                    "tids": self.hot_tids,
-                    "pids": [t.pid for t in order],
-                    "sched": [i for i, _ in self.sched_hot],
-                },
-            )
-        )
         self._layout_dirty = False
+        self._send_tiers()
+
+    def _send_tiers(self) -> None:
+        rows = self.tiers.take_rows()
+        if rows:
+            self._send(frames.encode_json(frames.TIERS, {"rows": rows}))
+
+    def _after_tick(self, tick: int, phase: int, now: int) -> None:
+        """Promotions from this tick's slow reads: it ran or waited for a CPU long enough since its last slow
+        read (tiers.PROMOTE_BUSY_NS), or its stat shows a real-time policy."""
+        moved, base, last_ss = self.moved_tick, self.base_ss, self.last_ss
+        for slot, tid in self.phase_slow[phase]:
+            if moved[slot] == tick:
+                if busy_ns(base[slot], last_ss[slot]) >= PROMOTE_BUSY_NS:
+                    self.tiers.ran(tid, now)
+                base[slot] = last_ss[slot]
+                continue
+            text = self.last_stat[slot]
+            if text and text != self.seen_stat[slot]:
+                self.seen_stat[slot] = text
+                self.tiers.policy_seen(tid, stat_policy(text), now)
+
+    def _demote(self, now: int, since_tick: int) -> None:
+        """Fast threads whose schedstat moved since the last check ran; the others may be quiet now."""
+        slow = self.tiers.is_slow
+        for slot, thread in enumerate(self.slot_threads):
+            if not slow(thread.tid):
+                self.base_ss[slot] = self.last_ss[slot]  # a demoted thread's slow reads start from here
+                if self.moved_tick[slot] >= since_tick:
+                    self.tiers.ran(thread.tid, now)
+        self.tiers.demote_quiet(now)
 
     # the periodic work between ticks ----------------------------------------------------------------
     def _discover(self, t_ns: int) -> None:
@@ -394,6 +498,7 @@ class Recorder:
         self.engines.consider(list(self.processes))
         stored, pids = self.engines.poll()
         self._outbox += stored
+        self.tiers.set_engine_pids(pids, t_ns)  # an engine's threads are read every tick
         for pid in pids:
             info = self.discovery.adopt(pid, "engine client")
             if info is not None:
@@ -403,13 +508,15 @@ class Recorder:
         """Under --sched rt / --taskstats rt, read those sources for exactly the real-time threads."""
         sched_rt = self.options.sched == "rt"
         taskstats_rt = self.options.taskstats == "rt" and self.taskstats_client is not None
-        if not (sched_rt or taskstats_rt):
+        if not (sched_rt or taskstats_rt or self.tiers.enabled):
             return
         for thread in self.threads.values():
             try:
-                rt = os.sched_getscheduler(thread.tid) in RT_POLICIES
+                policy = os.sched_getscheduler(thread.tid)
             except OSError:
                 continue
+            rt = policy in RT_POLICIES
+            self.tiers.policy_seen(thread.tid, policy, self.clock())
             if sched_rt and rt and thread.fd_sched < 0:
                 self._open_sched(thread)
                 self._layout_dirty = thread.fd_sched >= 0 or self._layout_dirty
@@ -480,6 +587,7 @@ class Recorder:
         while self._markers:
             t_ns, text = self._markers.pop(0)
             self._marker_count += 1
+            self._last_marker = (t_ns, text)
             self._event(t_ns, "marker", None, None, text)
 
     def _status(self, now: int, start: int) -> Status:
@@ -492,8 +600,19 @@ class Recorder:
         waiting = None
         if not self.threads and self.spec.match is not None:
             waiting = f"a process matching {self.spec.match.pattern!r}"
+        last = (self._last_marker[0] - start, self._last_marker[1]) if self._last_marker else None
         return Status(
-            now - start, len(self.threads), len(self.processes), p50, p99, self.missed_ticks, self.ticks, size, waiting
+            now - start,
+            len(self.threads),
+            len(self.processes),
+            p50,
+            p99,
+            self.missed_ticks,
+            self.ticks,
+            size,
+            waiting,
+            self._marker_count,
+            last,
         )
 
     # the run ----------------------------------------------------------------------------------------
@@ -509,9 +628,16 @@ class Recorder:
         sampler_policy = self._set_priority(opts.rt_priority)
         if opts.taskstats != "none":
             self._open_taskstats()
+        sampler_meta: dict[str, Any] = {}
+        if opts.sampler == "ebpf":
+            from samplers.ebpf.sampler import EbpfTicker
+
+            self.ebpf_ticker = EbpfTicker(opts.interval_ns)
+            sampler_meta = {"ebpf_sampler": self.ebpf_ticker.start()}  # EbpfUnavailable: one line, why
         base_meta = {
             **base_meta,
-            "recording": {**base_meta.get("recording", {}), "sampler_policy": sampler_policy},
+            "recording": {**base_meta.get("recording", {}), "sampler_policy": sampler_policy, "sampler": opts.sampler},
+            **sampler_meta,
             "sources": {
                 **base_meta.get("sources", {}),
                 "taskstats": opts.taskstats if self.taskstats_client is not None else False,
@@ -544,6 +670,9 @@ class Recorder:
         next_system = start
         next_status = start + STATUS_NS
         next_stdin = start
+        next_demote = start + DEMOTE_CHECK_NS
+        next_tier_layout = 0
+        demote_tick = 0
         rusage_start = resource.getrusage(resource.RUSAGE_SELF)
 
         pread = os.pread
@@ -577,8 +706,12 @@ class Recorder:
                 if end_at is not None and now >= end_at:
                     self.stop("duration reached")
                     break
-                if self._layout_dirty:
+                self.tick_now = tick
+                # A thread that exited must leave the lists now (its fds are closed); tier changes are
+                # applied at most once per slow interval: a layout costs a sort and one frame per phase.
+                if self._layout_dirty or (self.tiers.dirty and tick >= next_tier_layout):
                     self._publish_layout()
+                    next_tier_layout = tick + self.tiers.period
 
                 # ---- the hot part: raw reads only ----
                 times: list[int] = []
@@ -589,23 +722,46 @@ class Recorder:
                 t_app = times.append
                 ss_app = ss.append
                 st_app = st.append
-                for index, (fd_ss, fd_st) in enumerate(self.hot):
+                phase = tick % self.tiers.period
+                hot = self.phase_hot[phase]
+                last_ss = self.last_ss
+                moved = self.moved_tick
+                last_stat = self.last_stat
+                stat_tick = self.stat_tick
+                for index, (fd_ss, fd_st, forced, slot) in enumerate(hot):
                     t_app(mono())
                     try:
                         schedstat = pread(fd_ss, SCHEDSTAT_BYTES, 0)
-                        stat = pread(fd_st, STAT_BYTES, 0)
+                        # Unchanged schedstat of a thread not in R at its last read: not switched in
+                        # since, so stat's counters did not move (the skip, samplers/tiers.py); b""
+                        # tells the writer to carry them forward. One in R may be running on: its
+                        # schedstat lags until the next scheduler tick, so it is always re-read.
+                        if schedstat != last_ss[slot]:
+                            stat = pread(fd_st, STAT_BYTES, 0)
+                            last_ss[slot] = schedstat
+                            moved[slot] = tick
+                            last_stat[slot] = stat
+                            stat_tick[slot] = tick
+                        elif forced or last_stat[slot][last_stat[slot].rfind(b")") + 2 :][:1] == b"R":
+                            stat = pread(fd_st, STAT_BYTES, 0)
+                            last_stat[slot] = stat
+                            stat_tick[slot] = tick
+                        else:
+                            stat = b""
                     except OSError:  # ESRCH: the thread exited since the last tick
                         dead.append(index)
                         continue
-                    if schedstat and stat:
+                    if schedstat:
                         ss_app(schedstat)
                         st_app(stat)
                     else:  # an empty read: no row this tick (procfs does not do this; a canned file might)
                         empty.append(index)
                 sched_raw: list[bytes] = []
-                for _, fd in self.sched_hot:
+                for fd, slot in self.phase_sched[phase]:
+                    # With the stat: a thread not switched in since cannot have moved its counters.
+                    # b"": no sched row this tick (the next row's deltas cover the gap).
                     try:
-                        sched_raw.append(pread(fd, SCHED_BYTES, 0))
+                        sched_raw.append(pread(fd, SCHED_BYTES, 0) if stat_tick[slot] == tick else b"")
                     except OSError:
                         sched_raw.append(b"")
                 if self.taskstats_hot:
@@ -615,21 +771,41 @@ class Recorder:
                     self.lost_ticks += 1  # the writer is far behind: dropped here, said in the trailer
                 elif times:  # no target thread yet (--match still waiting): nothing to store
                     missing = dead + empty if empty else dead
-                    write(encode_tick(tick, self.layout_id, now, times, missing, ss, st, sched_raw))
+                    write(encode_tick(tick, self.layout_base + phase, now, times, missing, ss, st, sched_raw))
                     self._outbox_ticks += 1
                     self.tick_frames += 1
+                ebpf_tids = self.phase_tids[phase] if self.ebpf_ticker is not None else []
+                if ebpf_tids:  # --sampler ebpf: hot is empty, the ticker copies the kernel's counters
+                    data, dead = self.ebpf_ticker.tick(tick, self.layout_base + phase, mono)
+                    times = [now] * len(ebpf_tids)
+                    if self._backlog_bytes > BACKLOG_BYTES:
+                        self.lost_ticks += 1
+                    else:
+                        write(data)
+                        self._outbox_ticks += 1
+                        self.tick_frames += 1
+                        self.sample_rows += len(ebpf_tids) - len(dead)
                 if now >= next_handover:
                     self._hand_over()
                     next_handover = now + HANDOVER_NS
                 self.tick_times.append(now)
-                self.reads += 2 * len(self.hot) + len(sched_raw)
+                self.reads += len(hot) + len(st) - st.count(b"") + len(sched_raw) - sched_raw.count(b"")
                 self.sample_rows += len(st)
                 self.ticks += 1
 
                 # ---- between ticks ----
                 if dead:
+                    tids = self.phase_tids[phase]
                     for i in dead:
-                        self._thread_exited(self.hot_tids[i], times[i])
+                        self._thread_exited(tids[i], times[i])
+                if self.tiers.enabled:
+                    self._after_tick(tick, phase, now)
+                    if now >= next_demote:
+                        self._demote(now, demote_tick)
+                        next_demote = now + DEMOTE_CHECK_NS
+                        demote_tick = tick + 1
+                    if self.tiers.rows:
+                        self._send_tiers()
                 if now >= next_system:
                     self._read_system(mono())
                     next_system += SYSTEM_NS
@@ -669,6 +845,9 @@ class Recorder:
         self._statm_fds.clear()
         if self.taskstats_client is not None:
             self.taskstats_client.close()
+        if self.ebpf_ticker is not None:
+            self.reads += self.ebpf_ticker.reads
+            self.ebpf_sampler_end = self.ebpf_ticker.stop()
         self._outbox += self.engines.stop()
         stopped_at = self.stop_requested_ns or end
         if self.writer_pid is not None:
@@ -753,6 +932,7 @@ class Recorder:
             "threads_seen": self.threads_seen,
             "processes_seen": self.processes_seen,
             "max_rss_kib": r1.ru_maxrss,
+            **({"ebpf_sampler": self.ebpf_sampler_end} if self.ebpf_sampler_end is not None else {}),
         }
 
 

@@ -46,7 +46,7 @@ class RecordingSession:
         self.spec = spec
         self.options = options
         out = Path(options.output)
-        if out.is_dir():
+        if out.is_dir() and options.ring is None:  # a ring's segments go into a directory
             raise ForensicsError(f"--output {out} is a directory; give a file name")
         if not out.parent.exists():
             raise ForensicsError(f"cannot write {out}: directory {out.parent} does not exist")
@@ -67,6 +67,7 @@ class RecordingSession:
                 str(out),
                 *(["--ebpf"] if options.ebpf else []),
                 *engine_args,
+                *(["--ring", str(options.ring["segment_ns"]), str(options.ring["keep_ns"])] if options.ring else []),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -136,9 +137,17 @@ class RecordingSession:
             # ends at its first tick, and the capture says it was interrupted.
             ready, _, _ = select.select([self.writer.stdout], [], [], 0.1)
         if not ready or self.writer.stdout.read(1) != b"R":
-            code = self.writer.poll()
-            why = f"it exited with status {code}" if code is not None else f"not ready after {timeout_s:.0f} s"
-            raise ForensicsError(f"the capture writer process did not start ({why}; its error, if any, is above)")
+            code: int | None = None
+            if ready:  # its end of the pipe closed: it is gone, or going
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = self.writer.wait(timeout=5)
+            if code is None:
+                why = f"not ready after {timeout_s:.0f} s"
+            elif code < 0:  # a signal leaves no error of its own: name it
+                why = f"it was killed by {signal.Signals(-code).name}"
+            else:
+                why = f"it exited with status {code}; its error, if any, is above"
+            raise ForensicsError(f"the capture writer process did not start ({why})")
         self._ready = True
 
     def record(self, meta: dict[str, Any]) -> dict[str, Any]:
@@ -198,6 +207,10 @@ class RecordingSession:
         error = _writer_error(self.writer, trailer)
         if code != 0:
             why = error or (f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit status {code}")
+            if trailer.pop("lost", False):  # the writer's line says it all: there is no file to read
+                raise ForensicsError(str(why))
+            if not trailer.pop("wrote", True):
+                raise ForensicsError(f"the capture writer stopped: {why}; nothing was written")
             raise ForensicsError(
                 f"the capture writer failed at the end ({why}); {self.options.output} may be incomplete"
             )

@@ -26,6 +26,9 @@ class TargetSpec:
     children: bool = False
     command_pid: int | None = None  # the launched command; its descendants are always followed
     exclude: set[int] = field(default_factory=set)  # the recorder and its writer
+    # The recorder's own process: its ancestors (the `timeout` or `bash -c` that launched it, whose
+    # command line holds the --match pattern too) are never targets unless named by pid.
+    recorder_pid: int = field(default_factory=os.getpid)
     # An engine source's clients (JACK clients are not the server's children): pids arrive one per
     # line on this pipe. Followed when asked (engine_follow) or once a target is one of them.
     engine_pids_fd: int = -1
@@ -88,6 +91,20 @@ def missing_process(pid: int) -> ForensicsError:
     )
 
 
+def ancestors(procfs: ProcPaths, pid: int) -> set[int]:
+    """The processes above `pid` (its parent, the parent's parent... up to init), from stat field 4."""
+    found: set[int] = set()
+    while True:
+        try:
+            parent = parse_stat(procfs.read(pid, "stat")).ppid
+        except (OSError, ValueError):
+            return found
+        if parent <= 0 or parent in found:
+            return found
+        found.add(parent)
+        pid = parent
+
+
 def list_pids(procfs: ProcPaths) -> list[int]:
     try:
         return [int(name) for name in os.listdir(procfs.root) if name.isdigit()]
@@ -116,6 +133,7 @@ class Discovery:
         self._recheck: dict[int, int] = {}
         self.engine_pids: set[int] = set()
         self._engine_buffer = b""
+        self.ancestors = ancestors(procfs, spec.recorder_pid)
 
     @property
     def follows_new_processes(self) -> bool:
@@ -163,7 +181,7 @@ class Discovery:
         new: list[ProcessInfo] = []
         fresh: list[tuple[int, tuple[StatLine, str]]] = []
         for pid in sorted(pids):  # ascending: parents usually before children
-            if pid in self.spec.exclude or pid in self.targets:
+            if pid in self.spec.exclude or pid in self.ancestors or pid in self.targets:
                 continue
             if pid in self._seen and pid not in self._recheck:
                 continue
@@ -227,7 +245,7 @@ class Discovery:
             return []
         self.spec.engine_follow = True
         found = []
-        for pid in sorted(self.engine_pids - set(self.targets) - self.spec.exclude):
+        for pid in sorted(self.engine_pids - set(self.targets) - self.spec.exclude - self.ancestors):
             info = read_process(self.procfs, pid)
             if info is not None:
                 found.append(self._accept(pid, info, "engine"))
@@ -236,7 +254,7 @@ class Discovery:
 
     def adopt(self, pid: int, why: str) -> ProcessInfo | None:
         """A process another source names as a target (an engine's client), unless gone or known."""
-        if pid in self.targets or pid in self.spec.exclude:
+        if pid in self.targets or pid in self.spec.exclude or pid in self.ancestors:
             return None
         info = read_process(self.procfs, pid)
         return None if info is None else self._accept(pid, info, why)

@@ -26,10 +26,11 @@ import numpy as np
 import pyarrow as pa
 
 from capture.errors import ForensicsError
-from capture.format import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, CaptureWriter
+from capture.format import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, TIERS_SCHEMA, CaptureWriter
+from capture.segments import SegmentedWriter
 from capture.vocabulary import policy_name
 from samplers import frames
-from samplers.procfs import STAT_NUMERIC, parse_sched, parse_schedstat_blob, parse_stat, parse_stat_blob
+from samplers.procfs import STAT_NUMERIC, parse_sched_batch, parse_schedstat_blob, parse_stat, parse_stat_blob
 from samplers.system import PRESSURE_FILES, system_rows
 from samplers.unseen import UnseenThreads
 
@@ -39,11 +40,17 @@ FLUSH_EVERY_NS = 1_000_000_000
 FLUSH_ROWS = 200_000
 
 
+class CaptureLost(ForensicsError):
+    """The capture's name no longer leads to the file written: nothing of the recording is left."""
+
+
 class _Layout:
-    __slots__ = ("id", "leaders", "pids", "sched", "tids")
+    __slots__ = ("group", "id", "known", "leaders", "pids", "sched", "tids")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.id = int(spec["id"])
+        self.group = int(spec.get("group", self.id))  # the phases of one tier layout (frames.LAYOUT)
+        self.known = {int(pid): int(n) for pid, n in (spec.get("known") or {}).items()}
         self.tids = np.asarray(spec["tids"], dtype=np.int32)
         self.pids = np.asarray(spec["pids"], dtype=np.int32)
         self.sched = np.asarray(spec["sched"], dtype=np.int64)
@@ -53,13 +60,20 @@ class _Layout:
 class CaptureSink:
     """Consumes frames; turns TICK frames into `samples` and `sched` chunks."""
 
-    def __init__(self, output: str, clock: Callable[[], int] = time.monotonic_ns, ebpf: Any = None) -> None:
+    def __init__(
+        self,
+        output: str,
+        clock: Callable[[], int] = time.monotonic_ns,
+        ebpf: Any = None,
+        ring: dict[str, int] | None = None,
+    ) -> None:
         self.output = output
+        self.ring = ring  # {"segment_ns", "keep_ns"}: `output` is a ring directory (capture/segments.py)
         self.ebpf = ebpf  # an EbpfPump, started, or None
         self.ebpf_stats: dict[str, Any] | None = None
         self.taskstats_rows: list[tuple[int, int, int, bytes | None]] = []
         self.sources: dict[str, Any] = {}
-        self.writer: CaptureWriter | None = None
+        self.writer: CaptureWriter | SegmentedWriter | None = None
         self.layouts: dict[int, _Layout] = {}
         self.pending: list[tuple[_Layout, int, int, bytes]] = []  # (layout, tick, tick_ns, payload)
         self.pending_rows = 0
@@ -68,6 +82,9 @@ class CaptureSink:
         self.process_rows: list[tuple[int, int, int, int, int]] = []
         self.page_kib = os.sysconf("SC_PAGE_SIZE") // 1024
         self.events: list[dict[str, Any]] = []
+        self.tier_rows: list[dict[str, Any]] = []
+        # Per thread, its last stat values (state, numbers), carried into rows whose stat was not re-read.
+        self.last_stat: dict[int, tuple[str, np.ndarray]] = {}
         self.threads: list[dict[str, Any]] = []
         self.last_policy: dict[int, tuple[int, int]] = {}
         self.comm_of: dict[int, str] = {}
@@ -80,6 +97,7 @@ class CaptureSink:
         self.engine_frames: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
         self.engine_thread: threading.Thread | None = None
         self.engine_rows: dict[str, list[dict[str, list[Any]]]] = {}
+        self.ebpf_rows: Any = None  # samplers.ebpf.sampler_rows.EbpfRows under --sampler ebpf
 
     def follow_engine(self, fd: int) -> None:
         def drain() -> None:
@@ -133,14 +151,39 @@ class CaptureSink:
                 self.pending_since = tick_ns
             if self.pending_rows >= FLUSH_ROWS or tick_ns - self.pending_since >= FLUSH_EVERY_NS:
                 self.flush()
+        elif kind in (frames.EBPF_TICK, frames.STAT_SLOW):
+            assert self.ebpf_rows is not None
+            if kind == frames.STAT_SLOW:
+                self.ebpf_rows.stat(payload)
+                return
+            tick_ns = frames.EBPF_TICK_HEADER.unpack_from(payload)[2]
+            self.ebpf_rows.tick(payload)
+            self.pending_since = tick_ns if self.pending_since is None else self.pending_since
+            if self.ebpf_rows.rows_pending >= FLUSH_ROWS or tick_ns - self.pending_since >= FLUSH_EVERY_NS:
+                self.flush()
         elif kind == frames.LAYOUT:
-            layout = _Layout(json.loads(payload))
-            self.layouts = {layout.id: layout, **{k: v for k, v in self.layouts.items() if self._in_use(k)}}
+            spec = json.loads(payload)
+            layout = _Layout(spec)
+            if self.ebpf_rows is not None:
+                self.ebpf_rows.layout(spec)
+            in_use = {p[0].id for p in self.pending}
+            self.layouts = {
+                layout.id: layout,
+                **{k: v for k, v in self.layouts.items() if k in in_use or v.group == layout.group},
+            }
         elif kind == frames.META:
             patch = json.loads(payload)
             self.sources = {**self.sources, **patch.get("sources", {})}
+            if "ebpf_sampler" in patch and self.ebpf_rows is None:
+                from samplers.ebpf.sampler_rows import rows_for
+
+                self.ebpf_rows = rows_for(patch["ebpf_sampler"])
             if self.writer is None:
-                self.writer = CaptureWriter(self.output, patch)
+                self.writer = (
+                    CaptureWriter(self.output, patch)
+                    if self.ring is None
+                    else SegmentedWriter(self.output, patch, **self.ring)
+                )
                 if "engine" in self.sources:  # the engine source spoke first
                     self.writer.update_meta({"sources": self.sources})
                 if self.ebpf is not None:  # what the recorder could not know: the probes are live
@@ -159,6 +202,8 @@ class CaptureSink:
                 self.ebpf.add_pid(row["pid"])
         elif kind == frames.EVENT:
             self.events.append(json.loads(payload))
+        elif kind == frames.TIERS:
+            self.tier_rows += json.loads(payload)["rows"]
         elif kind == frames.SYSTEM:
             self._system(payload)
         elif kind == frames.PROCESSES:
@@ -188,6 +233,9 @@ class CaptureSink:
             # The cost of the recording, not of the imports before it started.
             trailer["writer_cpu_ns"] = time.process_time_ns() - self.cpu_at_ready
             assert self.writer is not None
+            lost = self.writer.name_lost()
+            if lost is not None:  # the recording reached no file anyone can open: say so, not "recorded"
+                raise CaptureLost(f"the capture {self.output} is lost: {lost}")
             self.writer.close(trailer)
             self.finished = True
             self.final = {
@@ -210,8 +258,9 @@ class CaptureSink:
         ends = np.cumsum(lengths)
         line_of = np.cumsum(alive) - 1  # index among the live rows
         live_pids = layout.pids[alive]
+        dead_pids = layout.pids[~alive]
         for index in layout.leaders.tolist():
-            if not alive[index]:
+            if not alive[index] or not lengths[line_of[index]]:  # gone, or its stat not re-read
                 continue
             line = int(line_of[index])
             raw = decoded.stat[int(ends[line] - lengths[line]) : int(ends[line])]
@@ -220,7 +269,10 @@ class CaptureSink:
             except ValueError:
                 continue
             pid = int(layout.pids[index])
-            self.unseen.tick(pid, count, int(np.count_nonzero(live_pids == pid)))
+            # A tier phase reads only some of a process's threads: those known are the ones followed.
+            known = layout.known.get(pid)
+            read = known - int(np.count_nonzero(dead_pids == pid)) if known is not None else None
+            self.unseen.tick(pid, count, read if read is not None else int(np.count_nonzero(live_pids == pid)))
 
     def _taskstats(self, payload: bytes) -> None:
         tick, rows = frames.decode_taskstats(payload)
@@ -237,9 +289,6 @@ class CaptureSink:
             for name, table in tables.items():
                 self.writer.append(name, table)
 
-    def _in_use(self, layout_id: int) -> bool:
-        return any(p[0].id == layout_id for p in self.pending)
-
     def _system(self, payload: bytes) -> None:
         t_ns, (stat_raw, *psi) = frames.decode_system(payload)
         pressure = dict(zip(PRESSURE_FILES, psi, strict=True))
@@ -251,6 +300,8 @@ class CaptureSink:
             return
         if self.pending:
             self._flush_ticks()
+        if self.ebpf_rows is not None:
+            self._flush_ebpf_rows()
         if self.taskstats_rows:
             from samplers.taskstats import taskstats_table
 
@@ -290,10 +341,15 @@ class CaptureSink:
                 },
             )
         self.engine_rows = {}
+        if self.tier_rows:
+            self.writer.append("tiers", {n: [r.get(n) for r in self.tier_rows] for n in TIERS_SCHEMA.names})
+            self.tier_rows = []
         if self.events:
             names = ("t_ns", "kind", "pid", "tid", "text")
             self.writer.append("events", {n: [r.get(n) for r in self.events] for n in names})
             self.events = []
+        if isinstance(self.writer, SegmentedWriter):  # everything received is written: a clean cut
+            self.writer.rotate_if_due()
 
     def _flush_ticks(self) -> None:
         assert self.writer is not None
@@ -328,30 +384,110 @@ class CaptureSink:
         self.pending_since = None
 
         tid_col = np.concatenate(tids)
+        tick_col = np.concatenate(ticks)
         lengths = np.concatenate(stat_lengths).astype(np.int64)
         stat_blob = b"".join(stat_sections)
         schedstat = parse_schedstat_blob(b"".join(schedstat_sections), len(tid_col))
-        states, numbers = parse_stat_blob(stat_blob, lengths)
+        read = lengths > 0
+        states_read, numbers_read = parse_stat_blob(stat_blob, lengths[read])
+        states, numbers, source, keep = self._carry_stat(tid_col, tick_col, read, states_read, numbers_read)
         columns: dict[str, Any] = {
-            "tick": np.concatenate(ticks),
+            "tick": tick_col,
             "t_ns": np.concatenate(t_ns),
             "tid": tid_col,
             "pid": np.concatenate(pids),
             "run_ns": schedstat[:, 0],
             "wait_ns": schedstat[:, 1],
             "slices": schedstat[:, 2],
-            "state": pa.array(states.astype(object)).dictionary_encode(),
         }
         for i, name in enumerate(STAT_NUMERIC):
             columns[name] = numbers[:, i]
-        blkio = numbers[:, list(STAT_NUMERIC).index("blkio_ticks")]
+        if not keep.all():  # a skipped stat with nothing to carry (cannot happen from the recorder): no row
+            columns = {name: values[keep] for name, values in columns.items()}
+            states, source = states[keep], source[keep]
+        # Codes, not one Python str per row: the state letters of a chunk are a handful.
+        letters, codes = np.unique(states, return_inverse=True)
+        columns["state"] = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int8)), pa.array(letters.tolist()))
+        blkio = columns["blkio_ticks"]
         columns["blkio_ticks"] = pa.array(blkio, mask=blkio < 0)  # -1: kernel too old to have field 42
-        self._derive_thread_changes(stat_blob, lengths, columns)
+        line_ends = np.cumsum(lengths)
+        self._derive_thread_changes(stat_blob, line_ends - lengths, lengths, source, columns)
         self.writer.append("samples", columns)
         if sched_rows:
             self._write_sched(sched_rows)
 
-    def _derive_thread_changes(self, stat_blob: bytes, lengths: np.ndarray, columns: dict[str, Any]) -> None:
+    def _flush_ebpf_rows(self) -> None:
+        """The eBPF sampler's rows (samplers/ebpf/sampler_rows.py); renames and policy changes from its stat reads."""
+        assert self.writer is not None
+        columns, slow = self.ebpf_rows.take()
+        self.pending_since = None
+        if slow is not None:
+            names = ("tick", "t_ns", "tid", "pid")
+            stat_columns = {name: slow[name] for name in names}
+            for i, name in enumerate(STAT_NUMERIC):
+                stat_columns[name] = slow["numbers"][:, i]
+            lengths = slow["lengths"]
+            line_starts = np.cumsum(lengths) - lengths
+            every_row = np.arange(len(lengths))  # each row read its own stat text
+            self._derive_thread_changes(slow["blob"], line_starts, lengths, every_row, stat_columns)
+        for name, table in (columns or {}).items():
+            self.writer.append(name, table)
+
+    def _carry_stat(
+        self, tids: np.ndarray, ticks: np.ndarray, read: np.ndarray, states_read: np.ndarray, numbers_read: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Stat values for every row: those read, and for a row whose stat was not re-read (its schedstat
+        had not moved: samplers/tiers.py) the thread's last values, from this chunk or the one before.
+
+        Returns (states, numbers, source, keep): source is the row whose stat text a row's values come
+        from (-1: carried from an earlier chunk); keep is False for a row with no values to carry."""
+        n = len(tids)
+        states = np.full(n, "?", dtype="<U1")
+        numbers = np.full((n, len(STAT_NUMERIC)), -1, dtype=np.int64)
+        states[read] = states_read
+        numbers[read] = numbers_read
+        source = np.where(read, np.arange(n), -1)
+        keep = np.ones(n, dtype=bool)
+        order = np.lexsort((ticks, tids))  # by thread, then time
+        sorted_tids = tids[order]
+        first = np.ones(n, dtype=bool)
+        first[1:] = sorted_tids[1:] != sorted_tids[:-1]
+        if not read.all():
+            index = np.arange(n)
+            group_start = np.maximum.accumulate(np.where(first, index, 0))
+            last_read = np.maximum.accumulate(np.where(read[order], index, -1))
+            fill = ~read[order]
+            inside = fill & (last_read >= group_start)  # an earlier row of the thread in this chunk
+            rows, from_rows = order[inside], order[last_read[inside]]
+            states[rows], numbers[rows], source[rows] = states[from_rows], numbers[from_rows], from_rows
+            before = fill & ~inside
+            if before.any():
+                rows = order[before]
+                unique, inverse = np.unique(sorted_tids[before], return_inverse=True)
+                carried = [self.last_stat.get(tid) for tid in unique.tolist()]
+                have = np.array([c is not None for c in carried])
+                known = [c for c in carried if c is not None]
+                if known:
+                    where = np.cumsum(have) - 1
+                    ok = have[inverse]
+                    states[rows[ok]] = np.array([c[0] for c in known])[where[inverse[ok]]]
+                    numbers[rows[ok]] = np.stack([c[1] for c in known])[where[inverse[ok]]]
+                keep[rows[~have[inverse]]] = False
+        last = np.append(first[1:], True)
+        for i in np.flatnonzero(last).tolist():
+            row = int(order[i])
+            if keep[row]:
+                self.last_stat[int(sorted_tids[i])] = (str(states[row]), numbers[row].copy())
+        return states, numbers, source, keep
+
+    def _derive_thread_changes(
+        self,
+        stat_blob: bytes,
+        line_starts: np.ndarray,
+        lengths: np.ndarray,
+        source: np.ndarray,
+        columns: dict[str, Any],
+    ) -> None:
         """Policy/priority changes at every tick they happen; renames as of each thread's last row here.
 
         The comm is only compared once a chunk (extracting it from every row would cost a Python step
@@ -383,12 +519,15 @@ class CaptureSink:
                 }
             )
         last_of_tid = np.append(first_of_tid[1:], True)
-        line_ends = np.cumsum(lengths)
         for i in np.flatnonzero(last_of_tid):
             row = order[i]
             tid = int(tids[i])
             self.last_policy[tid] = (int(policy[i]), int(rtprio[i]))
-            line = stat_blob[int(line_ends[row] - lengths[row]) : int(line_ends[row])]
+            text_row = int(source[row])
+            if text_row < 0:  # its stat was not re-read in this chunk: the name cannot have changed
+                continue
+            start = int(line_starts[text_row])
+            line = stat_blob[start : start + int(lengths[text_row])]
             comm = line[line.find(b"(") + 1 : line.rfind(b")")].decode(errors="replace")
             previous = self.comm_of.get(tid)
             if previous is not None and previous != comm:
@@ -404,14 +543,15 @@ class CaptureSink:
 
     def _write_sched(self, rows: list[tuple[int, int, int, bytes]]) -> None:
         assert self.writer is not None
-        parsed = [parse_sched(raw) for *_, raw in rows]
+        parsed = parse_sched_batch([raw for *_, raw in rows], list(SCHED_FIELDS.values()))
         columns: dict[str, Any] = {
             "tick": np.array([r[0] for r in rows], dtype=np.uint32),
             "t_ns": np.array([r[1] for r in rows], dtype=np.int64),
             "tid": np.array([r[2] for r in rows], dtype=np.int32),
         }
         for column, field in SCHED_FIELDS.items():
-            columns[column] = pa.array([p.get(field) for p in parsed], type=pa.int64())
+            values = parsed.get(field)
+            columns[column] = pa.nulls(len(rows), pa.int64()) if values is None else pa.array(values, type=pa.int64())
         self.writer.append("sched", pa.table(columns, schema=SCHED_SCHEMA))
 
     def abandon(self) -> None:
@@ -441,9 +581,18 @@ def main(argv: list[str] | None = None) -> int:
         at = args.index("--engine-fd")
         engine_fd = int(args[at + 1])
         args = args[:at] + args[at + 2 :]
+    ring: dict[str, int] | None = None
+    if "--ring" in args:  # --ring SEGMENT_NS KEEP_NS: OUTPUT is the ring's directory
+        at = args.index("--ring")
+        ring = {"segment_ns": int(args[at + 1]), "keep_ns": int(args[at + 2])}
+        args = args[:at] + args[at + 3 :]
     paths = [a for a in args if a != "--ebpf"]
     if len(paths) != 1:
-        print("usage: python -m samplers.writer_process OUTPUT [--ebpf] [--engine-fd FD] < frames", file=sys.stderr)
+        print(
+            "usage: python -m samplers.writer_process OUTPUT [--ebpf] [--engine-fd FD] [--ring SEGMENT_NS KEEP_NS]"
+            " < frames",
+            file=sys.stderr,
+        )
         return 2
     # Ctrl-C (and SIGHUP when the terminal closes) reaches the whole foreground process group: the
     # writer must not die before the recorder has sent its trailer. It ends on EOF instead.
@@ -454,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     # drain thread keeps the pipe empty even when this process gets less CPU.
     with contextlib.suppress(OSError):
         os.nice(10)
-    sink = CaptureSink(paths[0], ebpf=pump)
+    sink = CaptureSink(paths[0], ebpf=pump, ring=ring)
     if engine_fd is not None:
         sink.follow_engine(engine_fd)
     # Tell the recorder we are ready: until the imports above are done (and the probes attached),
@@ -470,7 +619,8 @@ def main(argv: list[str] | None = None) -> int:
         # The recorder words it as one line (a full disk, a directory gone, no permission).
         with contextlib.suppress(BrokenPipeError):
             wrote = sink.writer is not None and sink.writer.bytes_written > 0
-            os.write(sys.stdout.fileno(), json.dumps({"error": _why(err, paths[0]), "wrote": wrote}).encode())
+            report = {"error": _why(err, paths[0]), "wrote": wrote, "lost": isinstance(err, CaptureLost)}
+            os.write(sys.stdout.fileno(), json.dumps(report).encode())
         sink.abandon()
         return 1
     if sink.finished:  # the recorder prints these in its summary (unless it ended before we did)

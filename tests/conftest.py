@@ -4,9 +4,12 @@ facility cannot exist, and say why."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +71,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped in CI, where every facility must exist: {reason}"
+
+
+@pytest.fixture
+def open_tmp() -> Iterator[Path]:
+    """A temporary directory other users can traverse (pytest's own is closed to them); what a test made
+    unwritable inside it is opened again to be removed."""
+    path = Path(tempfile.mkdtemp(prefix="forensics-open-", dir="/tmp"))
+    path.chmod(0o755)
+    try:
+        yield path
+    finally:
+        for sub in path.rglob("*"):
+            if sub.is_dir() and not sub.is_symlink():
+                sub.chmod(0o755)
+        shutil.rmtree(path, ignore_errors=True)

@@ -123,16 +123,17 @@ def build_hog(workdir: Path) -> Path:
     return out
 
 
-def run_hog(hog: Path, *, priority: int, spin_ms: int, count: int, gap_ms: int) -> list[tuple[int, int]]:
-    """Starve every CPU `count` times; returns (start_ns, end_ns) of each injection, CLOCK_MONOTONIC."""
+def run_hog(hog: Path, *, priority: int, spin_ms: int, count: int, gap_ms: int) -> list[tuple[int, int, int | None]]:
+    """Starve every CPU `count` times; returns (start_ns, end_ns, steal_ns) of each injection,
+    CLOCK_MONOTONIC, with the machine's hypervisor steal over it (None where /proc/stat has none)."""
     out = subprocess.run(
         [str(hog), str(priority), str(spin_ms), str(count), str(gap_ms)],
         capture_output=True, text=True, check=True, timeout=count * gap_ms / 1000 + 30,
     )  # fmt: skip
     spans = []
     for line in out.stdout.splitlines():
-        _, start, end = line.split()
-        spans.append((int(start), int(end)))
+        _, start, end, steal = line.split()
+        spans.append((int(start), int(end), int(steal) if int(steal) >= 0 else None))
     return spans
 
 

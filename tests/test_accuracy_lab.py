@@ -14,8 +14,10 @@ accounting, schedstats, taskstats or eBPF), for episodes of 5 ms or longer, at l
   resampled to 20 ms (a 20 ms window holds ~3.75 callbacks and averages the long one away).
 
 Precision counts as wrong a verdict on a callback the lab logged as on time; a verdict on a callback the
-lab logged as late (past its deadline, 5 ms or longer, or started 2 ms late) without having injected
-anything there is counted apart (analyses/truth.py). These tests record for about 100 s in all: slow.
+lab logged as late (past its deadline, half a period or longer, or started 2 ms late) without having
+injected anything there is counted apart (analyses/truth.py), and so is one on an episode the lab's own
+CPU clock says was not what its cause says (an io episode that stayed on the CPU). These tests record
+for about 100 s in all: slow.
 """
 
 from __future__ import annotations
@@ -29,24 +31,24 @@ import forensics
 from analyses.resample import resample
 from analyses.stalls import find_stalls
 from analyses.truth import confusion
-from tests.recording import assert_verdicts_only_on_late_callbacks, record_capture
+from tests.recording import assert_verdicts_only_on_late_callbacks, record_lab_capture
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        importlib.util.find_spec("lab.engine") is None,
-        reason="the lab workload (lab/engine.py) is not in this checkout yet",
+        importlib.util.find_spec("forensics.lab.engine") is None,
+        reason="the lab workload (forensics/lab/engine.py) is not in this checkout yet",
     ),
 ]
 
 
 def record_lab(tmp_path: Path, name: str, *lab_args: str) -> forensics.Capture:
-    return record_capture(tmp_path / f"{name}.ssf", "--lab", *lab_args)
+    return record_lab_capture(tmp_path / f"{name}.ssf", "--lab", *lab_args)
 
 
 def scores_of(cap: forensics.Capture):
     stalls = find_stalls(cap)
-    matrix, scores = confusion(stalls, cap.truth, cycles=cap.cycles)
+    matrix, scores = confusion(stalls, cap.truth, cycles=cap.cycles, system=cap.system)
     print(matrix.to_string(index=False))  # the confusion matrix, in the test log
     print(scores.to_string(index=False))
     return scores.set_index("cause")
@@ -62,7 +64,10 @@ def test_recall_and_precision_per_cause(tmp_path, episode_ms, causes):
     assert len(cap.truth) == 10 * len(causes)
     scores = scores_of(cap)
     for cause in causes:
-        assert scores.loc[cause, "episodes"] == 10
+        # An episode the lab's own record says was not what its cause says (an io episode that never left
+        # the CPU on a fast virtual disk) is left out of recall and precision; at most 3 of 10.
+        assert scores.loc[cause, "episodes"] + scores.loc[cause, "not_as_injected"] == 10
+        assert scores.loc[cause, "not_as_injected"] <= 3, f"{cause}: the lab did not make most of its episodes"
         assert scores.loc[cause, "recall"] >= 0.9, cause
         assert scores.loc[cause, "precision"] >= 0.9, cause
 

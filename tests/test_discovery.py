@@ -69,3 +69,27 @@ def test_a_process_caught_before_exec_is_looked_at_again(tmp_path: Path, monkeyp
     # ...then exec'd: the next scan finds it.
     _set_ppid(fake, 400, 200, "synth", starttime=1000)
     assert [p.pid for p in discovery.scan()] == [400]
+
+
+def test_the_recorders_ancestors_are_never_matched_unless_named_by_pid(tmp_path: Path) -> None:
+    # `bash -c 'timeout 8 catch-load --match jackd'`: the pattern is in the command lines of bash and
+    # timeout too; they launched the recorder and are not what the user asked to record.
+    fake = _proc(tmp_path)
+    fake.add_thread(400, 400, comm="bash", process_comm="bash", cmdline="bash -c timeout 8 catch-load --match jackd")
+    _set_ppid(fake, 400, 200, "bash")
+    fake.add_thread(450, 450, comm="timeout", process_comm="timeout", cmdline="timeout 8 catch-load --match jackd")
+    _set_ppid(fake, 450, 400, "timeout")
+    fake.add_thread(500, 500, comm="catch-load", process_comm="catch-load", cmdline="catch-load --match jackd")
+    _set_ppid(fake, 500, 450, "catch-load")
+    spec = TargetSpec(match=re.compile("jackd"), exclude={500}, recorder_pid=500)
+    discovery = Discovery(spec, ProcPaths(str(fake.root)))
+    assert discovery.ancestors >= {400, 450}
+    assert [(p.pid, p.why) for p in discovery.initial()] == [(100, "match")]
+    assert discovery.adopt(450, "engine") is None
+    # A process that only looks like an ancestor's command line is still matched.
+    fake.add_thread(600, 600, comm="timeout", process_comm="timeout", cmdline="timeout 8 jackd -d dummy")
+    assert [(p.pid, p.why) for p in discovery.scan()] == [(600, "match")]
+    # Named by pid, an ancestor is recorded.
+    named_spec = TargetSpec(pids=[450], match=re.compile("jackd"), exclude={500}, recorder_pid=500)
+    named = Discovery(named_spec, ProcPaths(str(fake.root)))
+    assert {(p.pid, p.why) for p in named.initial()} == {(450, "pid"), (100, "match"), (600, "match")}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,7 +109,9 @@ def test_cli_json_on_missing_files(tmp_path: Path, run_module: RunModule) -> Non
     )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
-    checks = json.loads(result.stdout)
+    body = json.loads(result.stdout)
+    assert body["format_version"] == 1 and body["main"] == "checks"
+    checks = body["sections"]["checks"]
     assert {c["name"] for c in checks} >= ITEMS
     assert all(set(c) == {"name", "value", "rating", "aspect", "why"} for c in checks)
 
@@ -139,3 +142,59 @@ def test_the_report_fits_100_columns(run_module) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) > 10 and max(len(line) for line in lines) <= 100
+
+
+def test_fail_on_exits_1_only_when_a_check_has_that_rating(tmp_path: Path, run_module: RunModule) -> None:
+    roots = empty_roots(tmp_path)
+    where = ("--no-live", "--proc", roots.proc, "--sys", roots.sys, "--dev", roots.dev)
+    (Path(roots.proc) / "config.gz").write_bytes(gzip.compress(b"# CONFIG_SCHEDSTATS is not set\n"))
+    listed = run_module("forensics", "doctor", "--json", *where)
+    assert listed.returncode == 0, listed.stderr  # without --fail-on a BAD row is no failure
+    ratings = {c["name"]: c["rating"] for c in json.loads(listed.stdout)["sections"]["checks"]}
+    assert ratings["schedstats"] == "bad"
+    for args in (("--fail-on", "bad"), ("--fail-on", "bad", "--json"), ("--fail-on", "warn")):
+        result = run_module("forensics", "doctor", *args, *where)
+        assert result.returncode == 1 and "schedstats" in result.stdout and not result.stderr
+    good = {name for name, rating in ratings.items() if rating not in {"bad", "warn"}}
+    assert good  # and those alone never fail: --fail-on looks at the ratings, not at the presence of rows
+
+
+@pytest.mark.needs_root  # runuser opens a session of another user
+def test_real_time_limits_are_judged_for_the_engine_user(run_module: RunModule) -> None:
+    def limits(*args: str, env: dict[str, str] | None = None) -> dict[str, dict]:
+        from tests.helpers import child_env
+
+        result = subprocess.run(
+            [sys.executable, "-m", "forensics", "doctor", "--json", *args],
+            capture_output=True, text=True, timeout=180, env=dict(child_env(), **(env or {})),
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return {
+            c["name"]: c for c in json.loads(result.stdout)["sections"]["checks"] if c["name"].startswith("RLIMIT_")
+        }
+
+    own = limits()
+    assert own["RLIMIT_RTPRIO"]["rating"] == "good" and "root" in own["RLIMIT_RTPRIO"]["value"]
+    # nobody gets no real-time priority from pam_limits here: root's limits would have hidden that.
+    for checked in (limits("--user", "nobody"), limits(env={"SUDO_USER": "nobody"})):
+        assert checked["RLIMIT_RTPRIO"]["value"] == "0 (user nobody)"
+        assert checked["RLIMIT_RTPRIO"]["rating"] == "bad"
+        assert checked["RLIMIT_MEMLOCK"]["value"].endswith(" (user nobody)")
+    unknown = limits("--user", "no-such-user-here")
+    assert unknown["RLIMIT_RTPRIO"]["rating"] == "unknown"
+
+
+def test_values_print_whole() -> None:
+    from forensics.cli.doctor import doctor
+
+    long = "x" * 60 + " " + "y" * 60 + " end-of-the-value"
+    fake = [build_report(live=False)[0]]
+    fake[0] = type(fake[0])(fake[0].name, long, fake[0].rating, fake[0].aspect, fake[0].why)
+    from unittest import mock
+
+    from click.testing import CliRunner
+
+    with mock.patch("forensics.cli.doctor.build_report", return_value=fake):
+        out = CliRunner().invoke(doctor, ["--no-live"]).output
+    assert "end-of-the-value" in out and "..." not in out
+    assert max(len(line) for line in out.splitlines()) <= 100

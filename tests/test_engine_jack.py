@@ -128,7 +128,9 @@ def test_without_a_server_records_threads_and_says_so_in_one_line(tmp_path: Path
     lines = [line for line in result.stderr.splitlines() if "JACK" in line]
     assert lines == ["catch-load: no JACK data recorded: no JACK server 'nosuchserver-x' is running"], result.stderr
     capture = load(out)
-    assert len(capture.samples) > 100
+    # The threads are recorded as before: read through the recording (a sleeper is on the slow read tier).
+    times = capture.samples["t_ns"]
+    assert len(times) >= 50 and times.max() - times.min() >= 1_500_000_000
     assert (capture.events["kind"] == "engine_source_unavailable").sum() == 1
     assert capture.meta["sources"]["engine"]["unavailable"].startswith("no JACK data recorded")
 
@@ -136,8 +138,9 @@ def test_without_a_server_records_threads_and_says_so_in_one_line(tmp_path: Path
 @pytest.mark.xfail(
     strict=False,
     reason=(
-        "open: in one clean-clone CI run the per-cycle shm reading flagged a client late that jack2 "
-        "never notified as an xrun; the xrun column must only carry what the engine counted"
+        "open: the per-cycle shm reading flagged clients late that jack2 never notified (4 in a loaded "
+        "quiet minute: values of a cycle whose start the poller missed, filed under the one before; and a "
+        "copy preempted by the driver); both fixed with unit tests, not yet confirmed by a real quiet run"
     ),
 )
 def test_quiet_run_records_no_xrun_the_engine_did_not_report(tmp_path: Path) -> None:
@@ -293,7 +296,9 @@ def test_without_libjack_records_threads_and_says_so_in_one_line(tmp_path: Path)
         result.stderr
     )
     capture = load(out)
-    assert len(capture.samples) > 100
+    # The threads are recorded as before: read through the recording (a sleeper is on the slow read tier).
+    times = capture.samples["t_ns"]
+    assert len(times) >= 50 and times.max() - times.min() >= 1_500_000_000
     assert capture.meta["sources"]["engine"]["unavailable"].startswith("no JACK data recorded")
 
 

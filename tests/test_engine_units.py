@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from samplers.engine.choose import choose_jack, command_server
 from samplers.engine.cycles import CycleAssembler
 from samplers.engine.jack import DRIVER_XRUN_LINE, XRUN_LINE
-from samplers.engine.jack_shm import _DTYPE, CLIENT_NUM, TIMING
+from samplers.engine.jack_shm import _DTYPE, CLIENT_NUM, TIMING, GraphTiming
 
 PERIOD_US = 5333.0
 
@@ -181,3 +182,60 @@ def test_engine_analyses_on_a_synthetic_capture() -> None:
     assert figures["per_hour"] == 2.0 and figures["delay_max_us"] == 85.0
     assert figures["blamed"] == {"cue": 1} and figures["counted_from"] == "callback"
     assert xrun_figures(Capture.from_frames(meta={})) is None
+
+
+class _PreemptedCopy:
+    """The graph segment as a poller below the driver's priority sees it: the driver wakes during the
+    array's copy, starts a cycle and its client runs it, so the copy ends with the client's new values
+    and begins with the old start; whatever is read after the copy sees the segment as it now is."""
+
+    def __init__(self, torn: bytes, now: bytes) -> None:
+        self.torn, self.now, self.copied = torn, now, False
+
+    def __getitem__(self, key: slice) -> bytes:
+        if not self.copied:
+            self.copied = True
+            return self.torn[key]
+        return self.now[key]
+
+
+def test_a_cycle_started_during_the_copy_files_the_clients_values_under_it() -> None:
+    """A quiet graph: every cycle done in 100 us, no xrun. One poll's copy is preempted by the driver's
+    next cycle start: its clients' slots are new, the driver's start old. read() gives the start as it is
+    after the copy; either way the assembler places the client's new values in no earlier cycle."""
+    t1, t2 = 10_000, 15_333
+    before = _slots(t1, (t1, t1 + 10, t1 + 100, 3))
+    after = _slots(t2, (t2, t2 + 10, t2 + 100, 3))
+    torn = after.copy()
+    torn[0] = before[0]
+    timing = GraphTiming.__new__(GraphTiming)
+    timing.offset = 0
+    timing._map = _PreemptedCopy(torn.tobytes(), after.tobytes())  # type: ignore[assignment]
+    read = timing.read(0)
+    assert read[0]["finished"] == t2 and read[2]["signaled"] == t2
+    for snapshot, cycles in ((read, {t1, t2}), (torn, {t1})):  # torn: the new values are placed in no cycle
+        asm = CycleAssembler(0, to_ns=lambda us: us)
+        asm.observe(before, [2])
+        asm.observe(snapshot, [2])
+        asm.observe(after, [2])
+        _, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
+        assert not [n for n in nodes if n["xrun"]], nodes
+        assert {n["t_ns"] for n in nodes} == cycles
+
+
+@pytest.mark.parametrize("seen_before", ["finished", "signaled"])
+def test_a_signal_of_a_cycle_whose_start_was_missed_is_placed_in_none(seen_before: str) -> None:
+    """Measured in a quiet run: the poller, late by two periods, read the client's slot during a cycle it
+    never saw start and the driver's slot after the next one began. Those values are the missed cycle's;
+    filed under the last start seen they finish past its check: a late flag jack2 never notified."""
+    t1 = 10_000
+    missed, t3 = t1 + 5_343, t1 + 10_670
+    first = (t1 + 4, t1 + 49, t1 + 94, 3) if seen_before == "finished" else (t1 + 4, 0, 0, 1)
+    asm = CycleAssembler(0, to_ns=lambda us: us)
+    asm.observe(_slots(t1, first), [2])
+    asm.observe(_slots(t3, (missed, missed + 5_225, missed + 5_263, 0)), [2])
+    asm.observe(_slots(t3, (t3 + 3, t3 + 21, t3 + 32, 3)), [2])
+    _, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
+    assert not [n for n in nodes if n["xrun"]], nodes
+    assert asm.unplaced == 1
+    assert {n["t_ns"] for n in nodes} <= {t1, t3}

@@ -270,3 +270,78 @@ def test_blkio_over_count_is_clipped_to_d_time() -> None:
     assert stall.verdict == "io" and stall.ts_blkio_ns == 2 * length
     assert stall.components["io"] <= length + 25 * US
     assert sum(v or 0 for v in stall.components.values()) <= stall.end_ns - stall.start_ns
+
+
+def test_on_cpu_time_the_thread_clock_did_not_count_is_not_its_run() -> None:
+    """The switch record has the thread on CPU 3.7 ms between two /proc reads whose schedstat run time grew
+    2.0 ms: 1.7 ms was the machine's (a vCPU taken by the host). A slice still running at the second read
+    is left out (its clock is updated only at ticks), and a clock that went backwards (a reused tid) is
+    not compared."""
+    from analyses.exact_stalls import uncounted_on_cpu
+
+    ms = 1_000_000
+    t0 = 10_000 * ms
+    on_cpu = pd.DataFrame(
+        {
+            "tid": [7, 7, 8],
+            "start_ns": [t0 + 1 * ms, t0 + 9 * ms, t0],
+            "end_ns": [t0 + int(4.7 * ms), t0 + 12 * ms, t0 + 3 * ms],
+        }
+    )
+    reads = pd.DataFrame(
+        {
+            "tid": [7, 7, 7, 8, 8],
+            "t_ns": [t0, t0 + 6 * ms, t0 + 10 * ms, t0 - ms, t0 + 4 * ms],
+            "run_ns": [50 * ms, 52 * ms, 52 * ms + ms // 2, 90 * ms, 10 * ms],
+        }
+    )
+    episodes = pd.DataFrame(
+        {
+            "tid": [7, 7, 8],
+            "start_ns": [t0 + ms, t0 + 9 * ms, t0],
+            "end_ns": [t0 + int(4.7 * ms), t0 + 12 * ms, t0 + 3 * ms],
+        }
+    )
+    got = uncounted_on_cpu(episodes, on_cpu, reads)
+    assert got[0] == int(1.7 * ms)
+    assert got[1] == 0  # no read at or after its end: unknown, so nothing is taken out
+    assert got[2] == 0  # the clock went backwards: not the same thread
+
+
+def test_back_to_back_short_runs_that_add_up_are_one_episode() -> None:
+    """Ten 0.33 ms on-CPU slices, each ended by a 35 us D wait (requests a fast virtual disk completes at
+    once): no slice and no wait is significant alone, but the span's runs add up to more than half the
+    period, so the span is one episode. A span whose short runs do not add up stays none."""
+    from analyses.exact_stalls import episodes_from_segments
+
+    us = 1_000
+    rows, t = [], 1_000_000 * us
+    rows.append(
+        {"tid": 5, "cause": "idle", "start_ns": t - 3_000 * us, "end_ns": t, "faults": 0, "state": "S", "cpu": 0}
+    )
+    for _ in range(10):
+        rows.append(
+            {"tid": 5, "cause": "run", "start_ns": t, "end_ns": t + 330 * us, "faults": 0, "state": "", "cpu": 0}
+        )
+        rows.append(
+            {
+                "tid": 5,
+                "cause": "io",
+                "start_ns": t + 330 * us,
+                "end_ns": t + 365 * us,
+                "faults": 0,
+                "state": "D",
+                "cpu": 0,
+            }
+        )
+        t += 365 * us
+    rows.append(
+        {"tid": 5, "cause": "idle", "start_ns": t, "end_ns": t + 3_000 * us, "faults": 0, "state": "S", "cpu": 0}
+    )
+    segments = pd.DataFrame(rows)
+    long_run = pd.Series({5: 2_666_666.0})
+    episodes, _ = episodes_from_segments(segments, long_run)
+    assert len(episodes) == 1
+    assert episodes["run_ns"].iloc[0] == 10 * 330 * us
+    episodes, _ = episodes_from_segments(segments, pd.Series({5: 4_000_000.0}))  # 3.3 ms of runs: under the bar
+    assert episodes.empty

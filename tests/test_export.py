@@ -15,10 +15,12 @@ import pytest
 import forensics
 from analyses.stalls import find_stalls
 from analyses.threads import thread_profiles
-from forensics.export.frames import export_windows
+from forensics.export.frames import export_windows, flat_verdicts
 from forensics.export.perfetto import MACHINE_PID, SYNTHETIC, perfetto_trace, thread_slices
+from forensics.export.schemas import EXPORT_VERSION, RECORDED, TABLES, VERSION_KEY, export_schema, undeclared
 from forensics.export.tables import write_tables
 from tests.artefact_captures import EPISODES, with_markers
+from tests.helpers import REPO
 
 PHASES = {"B", "E", "X", "i", "I", "C", "M", "b", "e", "n", "s", "t", "f", "P", "N", "O", "D", "R", "c"}
 METADATA = {"process_name", "thread_name", "process_sort_index", "thread_sort_index", "process_labels"}
@@ -169,3 +171,120 @@ def test_table_export_into_a_file_is_an_error(run_module, tmp_path):
     target.write_text("x")
     result = run_module("forensics", "export", str(EPISODES), "--format", "csv", "-o", str(target))
     assert result.returncode == 2 and "is a file" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def _exports_of_every_sample_capture(tmp_path):
+    """Parquet exports of captures/*.ssf and of one with engine tables: {name: (capture, directory)}."""
+    from tests.test_engine_views import engine_capture
+
+    captures = {path.stem: forensics.load(path) for path in sorted((REPO / "captures").glob("*.ssf"))}
+    assert len(captures) >= 3
+    captures["engine"] = engine_capture(base=captures["lab-episodes"])
+    out = {}
+    for name, cap in captures.items():
+        write_tables(cap, tmp_path / name, "parquet")
+        out[name] = (cap, tmp_path / name)
+    return out
+
+
+def test_every_table_is_exported_with_its_one_schema(tmp_path):
+    exports = _exports_of_every_sample_capture(tmp_path)
+    for name, (cap, directory) in exports.items():
+        assert sorted(p.stem for p in directory.iterdir()) == sorted(TABLES), name
+        for table in TABLES:
+            schema = pq.read_schema(directory / f"{table}.parquet")
+            assert schema.remove_metadata() == export_schema(table).remove_metadata(), (name, table)
+            assert schema.metadata[VERSION_KEY] == str(EXPORT_VERSION).encode()
+        for table in RECORDED:  # as recorded: every row (no --thread, no --span)
+            rows = pq.read_metadata(directory / f"{table}.parquet").num_rows
+            assert rows == (len(cap.table(table)) if table in cap.table_names else 0), (name, table)
+    # What the derived tables hold is declared: a new column of an analysis needs its export type.
+    cap = exports["lab-ebpf"][0]
+    assert undeclared("verdicts", flat_verdicts(find_stalls(cap))) == []
+    assert undeclared("windows", pd.concat(list(export_windows(cap, thread_profiles(cap))))) == []
+    assert undeclared("threads", cap.threads) == []
+    assert pq.read_table(exports["engine"][1] / "engine_cycles.parquet").num_rows == 40
+    assert pq.read_table(exports["lab-ebpf"][1] / "sched_switch.parquet").num_rows > 0
+
+
+def test_exports_of_all_sample_captures_read_as_one_dataset(tmp_path):
+    import pyarrow.dataset as ds
+
+    duckdb = pytest.importorskip("duckdb", reason="duckdb is a test-time extra ([test]); not installed here")
+    exports = _exports_of_every_sample_capture(tmp_path)
+    for table in TABLES:
+        files = [str(directory / f"{table}.parquet") for _, directory in exports.values()]
+        expected = sum(pq.read_metadata(f).num_rows for f in files)
+        # pyarrow: one dataset of all the files, read whole (a type that drifts between files fails here).
+        assert ds.dataset(files, format="parquet").to_table().num_rows == expected, table
+        # DuckDB: a glob over the directories, without union_by_name (the schemas must already agree).
+        got = duckdb.sql(f"SELECT count(*) FROM read_parquet('{tmp_path}/*/{table}.parquet')").fetchall()[0][0]
+        assert got == expected, table
+    by_capture = duckdb.sql(
+        f"SELECT regexp_extract(filename, '([^/]+)/verdicts', 1) AS c, count(*), sum(stall_ns) "
+        f"FROM read_parquet('{tmp_path}/*/verdicts.parquet', filename=true) GROUP BY c ORDER BY c"
+    ).fetchall()
+    expected_rows = []
+    for name, (cap, _) in sorted(exports.items()):
+        stalls = find_stalls(cap)
+        if len(stalls):
+            expected_rows.append((name, len(stalls), int(stalls["stall_ns"].sum())))
+    assert by_capture == expected_rows
+
+
+def test_perfetto_has_the_exact_switch_record_where_the_capture_has_it():
+    cap = forensics.load(REPO / "captures" / "lab-ebpf.ssf")
+    data = json.loads(perfetto_trace(cap, "lab-ebpf"))
+    check_trace_event_format(data)  # per track, the exact slices and the CPU slices never overlap
+    events = data["traceEvents"]
+    exact = [e for e in events if e["ph"] == "X" and e.get("cat") == "sched,exact"]
+    assert {"Running", "Runnable", "Sleeping (S)", "Uninterruptible (D)"} <= {e["name"] for e in exact}
+    # Threads with switch records have no 2 ms window slices beside their exact ones.
+    exact_tids = {e["tid"] for e in exact}
+    assert not [e for e in events if e["ph"] == "X" and e.get("cat") == "sched" and e["tid"] in exact_tids]
+    # The injected io episode of lab-audio is D time in the kernel's own record.
+    origin = data["otherData"]["origin_ns"]
+    io = cap.truth[cap.truth["cause"] == "io"].iloc[0]
+    t0, t1 = (io["start_ns"] - origin) / 1e3, (io["end_ns"] - origin) / 1e3
+    d_us = sum(
+        max(0.0, min(e["ts"] + e["dur"], t1) - max(e["ts"], t0))
+        for e in exact
+        if e["tid"] == io["tid"] and e["name"] == "Uninterruptible (D)"
+    )
+    assert d_us >= 0.3 * (t1 - t0), (d_us, t1 - t0)
+    # Wake-ups: each arrow starts inside the waker's Running slice and ends at the wakee's switch-in.
+    running = defaultdict(list)
+    for e in exact:
+        if e["name"] == "Running":
+            running[e["tid"]].append((e["ts"], e["ts"] + e["dur"]))
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts and set(starts) == set(ends)
+    for flow_id, start in starts.items():
+        end = ends[flow_id]
+        assert end["bp"] == "e" and any(abs(a - end["ts"]) < 1e-3 for a, _ in running[end["tid"]])
+        assert any(a - 1e-3 <= start["ts"] <= b + 1e-3 for a, b in running[start["tid"]]), start
+    cpus = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"CPU 0", "CPU 1"} <= cpus
+
+
+def test_perfetto_marks_each_incident_root(trace):
+    from analyses.incidents import find_incidents
+    from analyses.source import capture_interval_ns
+    from analyses.threads import select_threads
+
+    cap, data = trace
+    episodes = find_stalls(cap)
+    _, members = find_incidents(cap, episodes, select_threads(thread_profiles(cap)),
+                                        interval_ns=capture_interval_ns(cap))  # fmt: skip
+    roots = [e for e in data["traceEvents"] if e.get("cat") == "incident"]
+    assert len(roots) == int((members["role"] == "root").sum()) >= 1
+    assert sorted(e["args"]["incident"] for e in roots) == sorted(
+        int(i) for i in members.loc[members["role"] == "root", "incident"]
+    )
+    for e in roots:
+        assert (
+            e["ph"] == "X"
+            and e["tid"] >= SYNTHETIC
+            and e["name"].startswith(f"incident {e['args']['incident']} root: ")
+        )

@@ -107,11 +107,15 @@ def test_ebpf_chain_upstream_named_by_the_waker():
     assert clients.loc[602, "upstream_tid"] == 601
 
 
-def test_engine_tables_give_the_chain_and_the_late_node():
+@pytest.mark.parametrize("driver_pid", ["client", "server"])
+def test_engine_tables_give_the_chain_and_the_late_node(driver_pid):
+    """`server`: as JACK records it, the driver is a client of no process (jackd's `system`): its thread
+    is the server's, from the source's jackd_pid."""
     links = _starved()
     names = ["driverd", "client0", "client1", "client2"]
+    pids = [500 if driver_pid == "client" else None, 600, 601, 602]
     clients = pd.DataFrame(
-        {"t_ns": T0, "engine": "jack", "event": "present", "name": names, "pid": [500, 600, 601, 602], "node_id": None}
+        {"t_ns": T0, "engine": "jack", "event": "present", "name": names, "pid": pids, "node_id": None}
     )
     graph = pd.DataFrame(
         {"t_ns": T0, "engine": "jack", "event": "snapshot", "src_client": names[:-1], "src_port": "out",
@@ -153,6 +157,8 @@ def test_engine_tables_give_the_chain_and_the_late_node():
         links, engine_clients=clients, engine_graph=graph, engine_cycles=cycles,
         engine_nodes=pd.concat(node_rows, ignore_index=True), xruns=xruns,
     )  # fmt: skip
+    if driver_pid == "server":
+        cap = cap.without([], meta={"sources": {**cap.sources, "engine": {"kind": "jack", "jackd_pid": 500}}})
     chain = chain_links(cap, select_threads(thread_profiles(cap))).set_index("tid")
     assert set(chain["source"]) == {"engine"} and chain.loc[602, "upstream"] == (601,)
     assert chain.loc[500, "order"] == 0 and chain.loc[602, "order"] == 3
@@ -261,3 +267,60 @@ def test_wake_limit_scales_with_the_period():
     limit = rules.period_limit_ns(np.array([PERIOD, 100 * MS, np.nan]), 0.5 * MS)
     assert limit[0] == PERIOD + 0.5 * MS  # audio periods keep the fixed margin
     assert limit[1] == 105 * MS and np.isnan(limit[2])
+
+
+def test_an_engine_thread_woken_twice_a_cycle_takes_the_engines_period():
+    """PipeWire's data loop is switched in twice a cycle (its timer, then its client's finish): measured,
+    half the quantum; with the engine's cycles in the capture its period is the engine's."""
+    driver = Timeline(tid=500, comm="data-loop.0", pid=500, policy=1, rtprio=88, cpu=0)
+    synth.periodic(driver, t0=T0, duration_ns=DURATION, period_ns=PERIOD // 2, work_ns=50 * US)
+    other = Timeline(tid=700, comm="other", pid=700, policy=1, rtprio=5, cpu=1)
+    synth.periodic(other, t0=T0, duration_ns=DURATION, period_ns=PERIOD // 2, work_ns=50 * US)
+    k = np.arange(int(DURATION // PERIOD))
+    cycles = pd.DataFrame(
+        {"t_ns": T0 + k * PERIOD, "engine": "pipewire", "driver": "Dummy-Driver", "cycle": k, "quantum_frames": 256,
+         "rate_hz": 48000, "period_ns": PERIOD, "delay_ns": 0, "end_ns": T0 + k * PERIOD + 300 * US,
+         "xruns_total": 0}
+    )  # fmt: skip
+    clients = pd.DataFrame(
+        {"t_ns": [T0], "engine": "pipewire", "event": "present", "name": ["Dummy-Driver"], "pid": [500],
+         "node_id": [27]}
+    )  # fmt: skip
+    measured = thread_profiles(_capture([driver, other])).set_index("tid")["period_ns"]
+    assert abs(measured[500] - PERIOD / 2) < 0.01 * PERIOD
+    with_engine = thread_profiles(_capture([driver, other], engine_cycles=cycles, engine_clients=clients))
+    period = with_engine.set_index("tid")["period_ns"]
+    assert period[500] == PERIOD  # the engine's process
+    assert abs(period[700] - PERIOD / 2) < 0.01 * PERIOD  # no engine process: as measured
+
+
+def _system(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
+    """A system table of (t_ns, cpu, steal ticks) reads: machine row -1 and per-CPU rows."""
+    return pd.DataFrame([{"t_ns": t, "cpu": cpu, "steal": steal, "irq": 0, "softirq": 0} for t, cpu, steal in rows])
+
+
+def test_machine_time_that_covers_a_wait_is_one_cpus_certain_ticks() -> None:
+    """A thread waits on one CPU at a time, and a growth of k ticks is at least k - 1 whole ones: the
+    machine certainly held one CPU for the largest per-CPU (k - 1) ticks, never for the machine total."""
+    from analyses.incidents import _machine_covers
+    from analyses.machine import held_one_cpu_ns
+
+    tick = 10 * MS
+    t0, t1 = T0, T0 + 100 * MS
+    # Two ticks of steal in the 100 ms around a wait, one per CPU: nothing certain on either CPU.
+    split = _system([(t0, -1, 0), (t0, 0, 0), (t0, 1, 0), (t1, -1, 2), (t1, 0, 1), (t1, 1, 1)])
+    assert held_one_cpu_ns(split, t0 + MS, t1 - MS, tick) == 0
+    # Three ticks on CPU 1: at least 20 ms certain there.
+    one_cpu = _system([(t0, -1, 0), (t0, 0, 0), (t0, 1, 0), (t1, -1, 3), (t1, 0, 0), (t1, 1, 3)])
+    assert held_one_cpu_ns(one_cpu, t0 + MS, t1 - MS, tick) == 20 * MS
+    # A capture without per-CPU rows: the machine row's ticks, the same k - 1 bound.
+    machine_only = one_cpu[one_cpu["cpu"] == -1]
+    assert held_one_cpu_ns(machine_only, t0 + MS, t1 - MS, tick) == 20 * MS
+
+    def covers(system: pd.DataFrame, stall_ms: float) -> bool:
+        cap = forensics.Capture.from_frames({"host": {"clk_tck": 100}}, {}, system=system)
+        row = pd.Series({"start_ns": t0 + MS, "end_ns": t1 - MS, "stall_ns": stall_ms * MS})
+        return _machine_covers(cap, row, 0)
+
+    assert not covers(split, 16)  # a 16 ms lock wait stays a lock wait
+    assert covers(one_cpu, 16) and not covers(one_cpu, 25)

@@ -23,7 +23,7 @@ import pytest
 
 import forensics
 from analyses.incidents import chain_links, find_incidents
-from analyses.source import capture_interval_ns, iter_samples
+from analyses.source import capture_interval_ns, iter_samples, proc_only
 from analyses.stalls import find_stalls
 from analyses.threads import select_threads, thread_profiles
 from tests import real_graph
@@ -87,8 +87,9 @@ def _record(tmp_path: Path, ebpf: bool) -> tuple[Path, list[tuple[int, int]], di
 @pytest.mark.xfail(
     strict=False,
     reason=(
-        "open: from /proc alone one clean-clone CI run rooted an incident at jackd as lock (a /proc "
-        "wait with no waker known); eBPF roots were right"
+        "open: from /proc alone one clean-clone CI run rooted an incident at jackd as lock; found since: "
+        "jackd's driver (`system`, no pid) was no link of the chain and its asleep wait read as lock (now a "
+        "late wake-up, unit-tested); not yet confirmed by a real run (the shared machine timed it out)"
     ),
 )
 def test_starved_jack_graph_is_one_incident_per_starvation(tmp_path, ebpf):
@@ -109,7 +110,7 @@ def test_starved_jack_graph_is_one_incident_per_starvation(tmp_path, ebpf):
     ticks = np.sort(pd.concat([b.groupby("tick")["t_ns"].min() for b in iter_samples(cap, ["tid"])]).to_numpy(np.int64))
     interval = capture_interval_ns(cap)
     covered = []
-    for start, end in spans:
+    for start, end, _steal in spans:
         k = np.searchsorted(ticks, start)
         if 0 < k < len(ticks) and ticks[k] - ticks[k - 1] <= end - start + 10 * interval:
             covered.append((start, end))
@@ -158,3 +159,72 @@ def test_starved_jack_graph_is_one_incident_per_starvation(tmp_path, ebpf):
     assert not (members["incident_verdict"] == "lock").any(), members[members["incident_verdict"] == "lock"]
     # Every other incident is a late cycle of the graph itself: rooted at one of its links.
     assert extra["root_tid"].isin(link_tids | jackd_tids).all(), extra[["root_comm", "root_tid", "root_verdict"]]
+
+
+def _engine_late_spans(cap: forensics.Capture, interval_ns: int) -> np.ndarray:
+    """(from, to) of every cycle the engine's own records show late: it began later than a period plus
+    its tolerance after the previous one (analyses.rules.wake_limit_ns), a client woke or ran half a
+    period or more (IncidentRules.engine_late_share) or never finished, or the engine reported an xrun."""
+    from analyses.rules import IncidentRules, wake_limit_ns
+
+    cycles = cap.table("engine_cycles").sort_values("t_ns")
+    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
+    t = cycles["t_ns"].to_numpy(np.int64)
+    limit = float(wake_limit_ns(np.array([period]), interval_ns)[0])
+    late = [(int(t[k]), int(t[k + 1])) for k in np.flatnonzero(np.diff(t) > limit)]
+    nodes = cap.table("engine_nodes")
+    share = IncidentRules().engine_late_share * period
+    woken = (nodes["awake_ns"].astype("Float64") - nodes["signal_ns"].astype("Float64")) >= share
+    ran = (nodes["finish_ns"].astype("Float64") - nodes["awake_ns"].astype("Float64")) >= share
+    flagged = (woken.fillna(False) | ran.fillna(False) | (nodes["xrun"] == True)).to_numpy(dtype=bool)  # noqa: E712
+    late += [(int(s), int(s + 2 * period)) for s in nodes.loc[flagged, "t_ns"]]
+    late += [(int(s - 2 * period), int(s)) for s in cap.table("xruns")["t_ns"]]
+    return np.array(late, dtype=np.int64).reshape(-1, 2)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=False,
+    reason="new: not yet seen to complete on the shared machine (its recorder and analysis timed out at load 25-225)",
+)
+def test_quiet_graph_has_no_incident_the_engine_did_not_see(tmp_path):
+    """60 s of the quiet graph (fluidsynth with its nice-19 100 ms housekeeping thread, four jalv in
+    series), recorded with eBPF and the JACK source: every incident, with eBPF and from /proc alone, is a
+    cycle the engine itself saw late, rooted at a link of the graph, never `lock`, never `unknown`."""
+    _require()
+    out = tmp_path / "quiet.ssf"
+    with real_graph.jack_graph(tmp_path) as graph:
+        time.sleep(1.0)
+        args = [*catch_load_argv(), "-q", "-o", str(out), "--ebpf", "--jack", graph.server, "-d", "60s"]
+        for pid in graph.pids.values():
+            args += ["-p", str(pid)]
+        env = dict(graph.env, PYTHONPATH=str(REPO))
+        recorder = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+        assert recorder.returncode == 0, recorder.stderr
+        pids = graph.pids
+    cap = forensics.load(out)
+    interval = capture_interval_ns(cap)
+    late = _engine_late_spans(cap, interval)
+    threads = cap.threads.drop_duplicates("tid", keep="last").set_index("tid")
+    jackd_tids = set(threads.index[threads["pid"] == pids["jackd"]])
+    for source in ("eBPF", "/proc"):
+        view = cap if source == "eBPF" else proc_only(cap)
+        profiles = thread_profiles(view)
+        watched = select_threads(profiles)
+        incidents, members = find_incidents(view, find_stalls(view, profiles=profiles), watched, interval_ns=interval)
+        links = set(chain_links(view, watched)["tid"]) | jackd_tids
+        seen = np.array(
+            [((late[:, 0] <= e + 5_000_000) & (late[:, 1] >= s - 5_000_000)).any() for s, e in
+             zip(incidents["start_ns"], incidents["end_ns"], strict=True)], dtype=bool,
+        )  # fmt: skip
+        print(
+            f"\nquiet 60 s, {source}: {len(late)} late cycle records of the engine, {len(incidents)} incidents, "
+            f"{int(seen.sum())} on a cycle the engine saw late; roots "
+            f"{incidents[['root_comm', 'root_verdict']].value_counts().to_dict()}"
+        )
+        if (~seen).any():
+            print(incidents[~seen].drop(columns=["evidence"]).to_string())
+        assert seen.all(), incidents[~seen][["start_ns", "root_comm", "root_verdict", "evidence"]]
+        assert incidents["root_tid"].isin(links).all(), incidents[["root_comm", "root_tid"]]
+        assert not incidents["root_verdict"].isin(["lock", "unknown"]).any(), incidents[["root_comm", "evidence"]]
+        assert not (members["incident_verdict"] == "lock").any()

@@ -10,11 +10,11 @@ import pytest
 import forensics
 from capture.errors import ForensicsError
 from capture.format import CaptureWriter
-from lab.cli import settings_from_args
-from lab.dsp import FirStage, OutputDigest, input_buffer, noise_table
-from lab.schedule import build_schedule
-from lab.settings import CAUSES, make_settings, parse_episodes
-from lab.truth import read_truth, truth_frames, write_truth
+from forensics.lab.cli import settings_from_args
+from forensics.lab.dsp import FirStage, OutputDigest, input_buffer, noise_table
+from forensics.lab.schedule import build_schedule
+from forensics.lab.settings import CAUSES, make_settings, parse_episodes
+from forensics.lab.truth import read_truth, truth_frames, write_truth
 
 # --------------------------------------------------------------------------------------------------
 # --episodes

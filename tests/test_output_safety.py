@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ import pytest
 from forensics.render import Report, Section
 from forensics.render.markdown import render_markdown
 from samplers.sysctl_guard import SysctlGuard, restore_leftovers
+from tests.helpers import child_env, unprivileged
 
 REPO = Path(__file__).resolve().parent.parent
 CAPTURE = REPO / "captures" / "lab-clean.ssf"
@@ -78,21 +78,10 @@ def one_line_error(proc: subprocess.CompletedProcess[str], *words: str) -> None:
 
 
 @pytest.fixture
-def open_tmp() -> Iterator[Path]:
-    """A temporary directory other users can traverse (pytest's own is closed to them)."""
-    path = Path(tempfile.mkdtemp(prefix="forensics-trust-", dir="/tmp"))
-    path.chmod(0o755)
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
 def scene(open_tmp: Path) -> dict[str, Path]:
-    tmp_path = open_tmp
     """A sticky world-writable directory (like /tmp), a directory the attacker owns, and two victims:
     a root-owned file and a file of another unprivileged user."""
+    tmp_path = open_tmp
     sticky = tmp_path / "sticky"
     sticky.mkdir()
     sticky.chmod(0o1777)
@@ -325,3 +314,85 @@ def test_markdown_escapes_thread_names_and_command_lines() -> None:
     assert "<img" not in text and "&lt;img" in text
     assert not re.search(r"(?<!\\)\]\(javascript", text) and "\\[click\\]" in text  # no live link
     assert "a\\|b" in text  # the pipe still cannot split the cell
+
+
+# -- an unprivileged victim ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["sticky", "owned"])
+def test_an_unprivileged_users_outputs_never_follow_a_planted_link(
+    no_kernel_link_protection: None, open_tmp: Path, where: str
+) -> None:
+    """The victim is not root: another user plants links to the victim's own file where the victim's
+    report, export and capture go (a sticky directory, a directory the attacker owns)."""
+    prefix, victim = unprivileged()
+    shared = open_tmp / "sticky"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    owned = open_tmp / "attacker"
+    owned.mkdir()
+    os.chown(owned, ATTACKER, ATTACKER)
+    mine = open_tmp / "mine.txt"
+    mine.write_text("the victim's own data\n")
+    os.chown(mine, victim, victim)
+    directory = shared if where == "sticky" else owned
+    runs = {
+        "report.md": ["-m", "forensics", "report", str(CAPTURE)],
+        "trace.json": ["-m", "forensics", "export", str(CAPTURE), "--format", "perfetto"],
+        "load.ssf": ["-m", "forensics.cli.catch_load", "-q", "-d", "0.3s"],
+    }
+    for name, argv in runs.items():
+        link = directory / name
+        plant(link, mine)
+        tail = ["--", "sleep", "1"] if name.endswith(".ssf") else []
+        done = subprocess.run(
+            [*prefix, sys.executable, *argv, "-o", str(link), *tail],
+            capture_output=True, text=True, timeout=300, env=child_env(), cwd="/",
+        )  # fmt: skip
+        one_line_error(done, "exists already")
+        assert mine.read_text() == "the victim's own data\n", name
+        assert link.is_symlink()
+
+
+def test_restore_as_an_unprivileged_user_obeys_no_planted_state_file(
+    no_kernel_link_protection: None, scene: dict[str, Path], open_tmp: Path
+) -> None:
+    """`forensics restore` as the unprivileged victim: a state file another user planted in the
+    predictable /tmp directory is refused with the directory; one in the victim's own directory that
+    names the victim's file (as a setting, a path, an escape from /proc/sys) writes nothing there."""
+    evil = {
+        "pid": 999999999,
+        "starttime": 1,
+        "boot_id": None,
+        "settings": {
+            str(scene["user_file"]).replace("/", "."): {"old": "OWNED-BY-ATTACKER", "new": "x"},
+            str(scene["user_file"]): {"old": "OWNED-BY-ATTACKER", "new": "x"},
+            "..." + str(scene["user_file"]).replace("/", "."): {"old": "OWNED-BY-ATTACKER", "new": "x"},
+            "kernel.task_delayacct": {"old": "OWNED-BY-ATTACKER", "new": "1"},
+        },
+    }
+    restore = "from samplers.sysctl_guard import restore_leftovers\nprint('\\n'.join(restore_leftovers()))"
+    # Planted: the attacker makes the victim's /tmp state directory and a state file in it.
+    taken = Path(f"/tmp/spike-stall-forensics-{VICTIM}")
+    shutil.rmtree(taken, ignore_errors=True)
+    try:
+        assert as_user(ATTACKER, "mkdir", "-m", "0777", str(taken)).returncode == 0
+        state = json.dumps(evil)
+        assert as_user(ATTACKER, "sh", "-c", f"printf '%s' '{state}' > {taken}/sysctl-999999999.json").returncode == 0
+        done = _guard_as_victim(restore)
+        assert done.returncode != 0 and "belongs to uid 4243" in done.stderr, done.stdout + done.stderr
+        untouched(scene)
+    finally:
+        shutil.rmtree(taken, ignore_errors=True)
+    # In the victim's own directory: every entry ignored, nothing written.
+    runtime = open_tmp / "run"
+    own = runtime / "spike-stall-forensics"
+    own.mkdir(parents=True, mode=0o700)
+    (own / "sysctl-999999999.json").write_text(json.dumps(evil))
+    for path in (runtime, own, own / "sysctl-999999999.json"):
+        os.chown(path, VICTIM, VICTIM)
+    runtime.chmod(0o700)
+    done = _guard_as_victim(restore, {"XDG_RUNTIME_DIR": str(runtime)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("ignored") == 4, done.stdout
+    untouched(scene)

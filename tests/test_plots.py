@@ -168,3 +168,62 @@ def test_timeline_of_an_empty_span_is_an_error():
     with pytest.raises(forensics.ForensicsError):
         timeline_data(cap, "x", t_range=(origin + 100_000_000_000, None))
     assert isinstance(pd.DataFrame(), pd.DataFrame)
+
+
+def _lab(color: str) -> np.ndarray:
+    """sRGB hex -> CIELAB (D65): distances in it follow what eyes tell apart."""
+    rgb = np.array([int(color[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    rgb = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ rgb
+    xyz /= np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > 0.008856, np.cbrt(xyz), 7.787 * xyz + 16 / 116)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def test_thread_colours_never_look_like_verdict_or_part_colours():
+    from itertools import combinations
+
+    from forensics.colors import PART_COLORS, THREAD_COLORS
+
+    taken = [*VERDICT_COLORS.values(), *PART_COLORS.values()]
+    apart = min(np.linalg.norm(_lab(t) - _lab(v)) for t in THREAD_COLORS for v in taken)
+    assert apart >= 20, apart
+    assert min(np.linalg.norm(_lab(a) - _lab(b)) for a, b in combinations(THREAD_COLORS, 2)) >= 20
+
+
+def _title_colors(fig) -> dict[str, str]:
+    from matplotlib.colors import to_hex
+
+    return {ax.get_title(loc="left").split(" ")[0]: to_hex(ax._left_title.get_color())
+            for ax in fig.axes if ax.get_title(loc="left")}  # fmt: skip
+
+
+def test_a_thread_keeps_its_colour_across_plots():
+    cap = with_markers()
+    both = _title_colors(draw_timeline(timeline_data(cap, "x")))
+    alone = _title_colors(draw_timeline(timeline_data(cap, "x", pattern="hog")))
+    hog = next(name for name in both if name.startswith("lab-hog"))
+    assert alone[hog] == both[hog]
+    audio = next(name for name in both if name.startswith("lab-audio"))
+    assert both[audio] != both[hog]
+
+
+def test_a_short_episode_on_a_long_timeline_is_a_few_pixels_wide():
+    cap = synth.audio_capture([Episode("run", 5_000, 20)], seconds=60)
+    data = timeline_data(cap, "long")
+    assert len(data.stalls) >= 1
+    fig = draw_timeline(data)
+    fig.canvas.draw()
+    spans = [a for a in fig.findobj() if str(a.get_gid()).startswith("verdict-span:")]
+    assert spans
+    widths = [s.get_window_extent().width for s in spans]
+    assert min(widths) >= 3.5, widths  # 20 ms of 60 s would be 0.3 px wide
+
+
+def test_compare_plot_without_episodes_has_sensible_axes():
+    data = compare_data(forensics.load(CLEAN), forensics.load(CLEAN), "a", "b")
+    fig = draw_compare(data)
+    ax = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("stall episodes by verdict"))
+    assert ax.get_ylim() == (0.0, 1.1)
+    assert "no stall episode in A or B" in _texts(fig)
+    assert figure_bytes(fig)[:8] == b"\x89PNG\r\n\x1a\n"

@@ -3,6 +3,8 @@ fields older kernels lack)."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -106,3 +108,23 @@ def test_sched_with_schedstats_before_5_16_strips_the_statistics_prefix() -> Non
     assert fields["iowait_sum"] == 0
     assert fields["nr_wakeups"] == 3990
     assert "sum_block_runtime" not in fields  # 5.16+ only: absent, i.e. unknown, not zero
+
+
+def test_sched_in_bulk_matches_one_parse_per_text() -> None:
+    """The writer parses a chunk's sched texts in one pass (parse_sched_batch): the same values as one
+    parse_sched per text, with texts of one kernel, with a changed value, and with texts that differ."""
+    from capture.format import SCHED_FIELDS
+    from samplers.procfs import parse_sched, parse_sched_batch
+
+    wanted = list(SCHED_FIELDS.values())
+    fewer = re.sub(rb"(?m)^se.nr_migrations\s*:.*\n", b"", SCHED_618)
+    assert fewer != SCHED_618
+    bumped = re.sub(rb"(se.sum_exec_runtime\s*:\s*)[0-9.]+", rb"\g<1>123456.000789", SCHED_618)
+    for texts in ([SCHED_618, bumped], [SCHED_618, fewer, bumped], [SCHED_618, SCHED_SCHEDSTATS_5_10, bumped]):
+        columns = parse_sched_batch(texts, wanted)
+        for i, text in enumerate(texts):
+            one = parse_sched(text)
+            for name in wanted:
+                got = columns[name][i] if name in columns else None
+                assert (None if got is None else int(got)) == one.get(name), name
+    assert parse_sched_batch([bumped], ["sum_exec_runtime"])["sum_exec_runtime"][0] == 123_456_000_789

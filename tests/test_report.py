@@ -70,7 +70,9 @@ def test_markdown_report(episodes_report):
     _, report = episodes_report
     text = render(report, "markdown")
     assert text.startswith("# Spike and stall report")
-    assert "## What could not be known" in text and "## Verdicts: stall episodes" in text
+    assert "## What could not be known" in text
+    # The answer first: the title, then the verdicts, before the capture's details.
+    assert text.split("\n## ")[1].startswith("The answer: stall episodes, each with its evidence\n\n7 stall episodes (")
     assert "| at | tid | thread |" in text.replace("| # | at", "| at")
     assert text.count("](data:image/png;base64,") == 2
 
@@ -173,3 +175,50 @@ def test_report_opens_in_chromium_without_console_errors(chromium, tmp_path, epi
     plain = tmp_path / "plain.html"
     plain.write_text("<!DOCTYPE html><html><body><script>throw new Error('kaboom')</script></body></html>")
     assert "Uncaught Error: kaboom" in _chromium(plain, tmp_path / "plain.png", tmp_path / "profile3")
+
+
+# What the page lays out, measured by Chromium itself: a copy of the page with a script that writes the
+# measurements into the DOM, which --dump-dom prints once the page has loaded. Only the copy loses the
+# Content-Security-Policy (the report forbids scripts); its layout is the report's.
+MEASURE = """<script>
+const first = document.querySelector('strong[class^="v-"]');
+const box = first.getBoundingClientRect();
+const spark = document.querySelector('td.mono');
+const heads = [...document.querySelectorAll('h1, h2, h3, h4')].map(h => h.textContent);
+document.body.setAttribute('data-measured', JSON.stringify({
+  verdict: first.textContent, bottom: box.bottom, viewport: window.innerHeight,
+  spark_space: spark ? getComputedStyle(spark).whiteSpace : null,
+  spark_text: spark ? spark.textContent : null,
+  backticks: heads.filter(h => h.includes('`')), code: document.querySelectorAll('h2 code, h3 code').length,
+}));
+</script>"""
+
+
+def _measure(chromium, page_html: str, tmp_path) -> dict:
+    import html as html_module
+    import json
+
+    page = tmp_path / "measured.html"
+    page.write_text(re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page_html).replace(
+        "</body>", MEASURE + "</body>"))  # fmt: skip
+    args = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--hide-scrollbars",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile-measure'}", "--window-size=1280,800", "--dump-dom",
+            page.as_uri()]  # fmt: skip
+    result = subprocess.run(args, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = re.search(r'data-measured="([^"]*)"', result.stdout)
+    assert found, result.stdout[-2000:]
+    return json.loads(html_module.unescape(found.group(1)))
+
+
+def test_the_first_screen_holds_the_first_verdict(chromium, tmp_path, episodes_report):
+    cap, report = episodes_report
+    measured = _measure(chromium, render(report, "html"), tmp_path)
+    first = find_stalls(cap).iloc[0]
+    assert measured["verdict"] == first["verdict"]
+    # A 1280 x 800 window (Chromium's headless viewport is 657 px of it): seen without scrolling.
+    assert 600 < measured["viewport"] <= 800 and 0 < measured["bottom"] <= measured["viewport"], measured
+    # Sparklines keep their time positions (no collapsed spaces), and headings show code, not backticks.
+    assert measured["spark_space"] == "pre" and "  " in measured["spark_text"], measured
+    assert measured["backticks"] == [] and measured["code"] >= 1, measured

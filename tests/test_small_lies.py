@@ -118,7 +118,7 @@ def test_short_lived_threads_between_scans_are_counted(tmp_path: Path) -> None:
 
 
 def test_absurd_durations_are_one_line() -> None:
-    for option, value in (("-d", "1e999"), ("-i", "1e30"), ("-d", "nan"), ("-i", "0")):
+    for option, value in (("-d", "1e999s"), ("-i", "1e30s"), ("-d", "nan"), ("-i", "0ms"), ("-i", "0.002")):
         proc = subprocess.run(
             [*catch_load_argv(), option, value, "--", "true"],
             capture_output=True, text=True, env=_env(), cwd=REPO, timeout=120,

@@ -312,3 +312,91 @@ def test_a_callback_that_overslept_its_period_counts_as_late() -> None:
     late = late_cycles(cycles)
     assert late["start_ns"].tolist() == [int(starts[10])]
     assert late_cycles(cycles, overslept_ns=2_000_000).empty  # the old bar missed it
+
+
+def test_a_callback_that_ran_half_its_period_counts_as_late() -> None:
+    """The lab's log of a callback that ran 4 ms of a 5.333 ms period (met its deadline, no episode
+    there): a long run by the min-stall rule (half the period), so a verdict on it is not a false alarm."""
+    from analyses.truth import late_cycles
+
+    period = 5_333_333
+    starts = T0 + np.arange(20) * period + 40_000
+    ends = starts + 450_000
+    ends[7] = starts[7] + 4_000_000
+    cycles = pd.DataFrame({"tid": 1001, "start_ns": starts, "end_ns": ends, "deadline_ns": starts - 40_000 + period})
+    assert late_cycles(cycles)["start_ns"].tolist() == [int(starts[7])]
+    ends[7] = starts[7] + 2_500_000  # under half the period
+    assert late_cycles(cycles.assign(end_ns=ends)).empty
+
+
+def test_episodes_the_lab_did_not_make_are_left_out_of_recall_and_precision() -> None:
+    """An io episode whose thread was on CPU for most of it (the lab's cpu_ns), and a minor-fault
+    episode below the storm rate, are `not as injected`: their verdicts count neither way."""
+    from analyses.truth import as_injected, confusion
+
+    ms = 1_000_000
+    truth = pd.DataFrame(
+        {
+            "cause": ["io", "io", "fault", "fault", "lock", "run"],
+            "tid": 1001,
+            "start_ns": T0 + np.arange(6) * 100 * ms,
+            "end_ns": T0 + np.arange(6) * 100 * ms + 10 * ms,
+            "cpu_ns": [2 * ms, 9 * ms, 10 * ms, 10 * ms, 1 * ms, 10 * ms],
+            "pages": [None, None, 2000, 100, None, None],
+            "fault_kind": [None, None, "minor", "minor", None, None],
+        }
+    )
+    assert as_injected(truth).tolist() == [True, False, True, False, True, True]
+    assert as_injected(truth.drop(columns=["cpu_ns"])).all()  # a truth file from before cpu_ns
+    stolen = truth.assign(steal_ns=[0, 0, 0, 0, 10 * ms, 0])  # the host took a vCPU during the lock episode
+    assert as_injected(stolen).tolist() == [True, False, True, False, False, True]
+    # The first io episode: off CPU 8 ms, but the kernel counted 1.3 ms of IO wait on the whole machine.
+    pressure = truth.assign(io_pressure_ns=[1.3 * ms, None, None, None, None, None])
+    assert as_injected(pressure).tolist() == [False, False, True, False, True, True]
+    assert as_injected(truth.assign(io_pressure_ns=[7 * ms] + [None] * 5)).tolist()[0] is True
+    # 3 ms of IO wait in 8 ms off CPU: the group of 12 ms CI episodes at 0.4-0.5 share, still an IO wait.
+    assert as_injected(truth.assign(io_pressure_ns=[3 * ms] + [None] * 5)).tolist()[0] is True
+    # Off CPU 5 ms with 1.8 ms of IO wait: over 0.3 of it, but shorter than a 2 ms sampling interval.
+    short = truth.assign(cpu_ns=[5 * ms, *truth["cpu_ns"][1:]], io_pressure_ns=[1.8 * ms] + [None] * 5)
+    assert as_injected(short).tolist()[0] is False
+    verdicts = ["io", "run", "fault", "run", "lock", "run"]
+    stalls = pd.DataFrame(
+        {
+            "tid": 1001,
+            "start_ns": truth["start_ns"],
+            "end_ns": truth["end_ns"],
+            "verdict": verdicts,
+        }
+    )
+    matrix, scores = confusion(stalls, truth)
+    scores = scores.set_index("cause")
+    assert scores.loc["io", "episodes"] == 1 and scores.loc["io", "not_as_injected"] == 1
+    assert scores.loc["io", "recall"] == 1.0 and scores.loc["fault", "recall"] == 1.0
+    assert scores.loc["run", "precision"] == 1.0  # the run verdicts on the two episodes not made count neither way
+    row = matrix[matrix["truth"] == "not as injected"].iloc[0]
+    assert row["run"] == 2
+
+
+def test_a_false_alarm_over_hypervisor_steal_is_the_machines() -> None:
+    """A verdict on a callback the lab logged on time, while /proc/stat's steal grew between the system
+    reads around it: the host took a vCPU, a real stall of the machine, not a false alarm."""
+    from analyses.truth import split_alarms, steal_around
+
+    ms = 1_000_000
+    period = 5_333_333
+    starts = T0 + np.arange(40) * period + 40_000
+    cycles = pd.DataFrame({"tid": 1001, "start_ns": starts, "end_ns": starts + 450_000, "deadline_ns": starts + period})
+    alarms = pd.DataFrame(
+        {
+            "tid": 1001,
+            "start_ns": [T0 + 20 * ms, T0 + 120 * ms],
+            "end_ns": [T0 + 26 * ms, T0 + 126 * ms],
+            "verdict": "run",
+        }
+    )
+    system = pd.DataFrame({"t_ns": T0 + np.arange(5) * 50 * ms, "cpu": -1, "steal": [7, 7, 7, 9, 9]})
+    assert steal_around(system, alarms).tolist() == [False, True]
+    false, real = split_alarms(alarms, cycles, system=system)
+    assert false["start_ns"].tolist() == [T0 + 20 * ms] and real["start_ns"].tolist() == [T0 + 120 * ms]
+    false, real = split_alarms(alarms, cycles)  # without the system table both are false alarms
+    assert len(false) == 2 and real.empty

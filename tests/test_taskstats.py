@@ -278,6 +278,9 @@ def test_cpu_count_grows_with_switches() -> None:
     assert after["cpu_run_virtual_total"] > before["cpu_run_virtual_total"] + 20 * 400_000
 
 
+FSYNC_BYTES = 4 << 20
+
+
 def _fsync_thread(directory: Path) -> tuple[int, dict[str, int], dict[str, int]]:
     box: list[int] = []
     results: dict[str, dict[str, int]] = {}
@@ -288,9 +291,11 @@ def _fsync_thread(directory: Path) -> tuple[int, dict[str, int], dict[str, int]]
         box.append(threading.get_native_id())
         go.wait()
         path = directory / "fsync.bin"
+        # 4 MiB per fsync: on a fast virtual disk a 256 KiB write-back could complete before the thread
+        # waited for it (CI saw no blkio wait at all for four of them); 4 MiB is several requests.
         with open(path, "wb", buffering=0) as fh:
             for _ in range(4):
-                fh.write(os.urandom(256 * 1024))
+                fh.write(os.urandom(FSYNC_BYTES))
                 os.fsync(fh.fileno())
         done.set()
         release.wait()  # stay alive for the last query
@@ -315,9 +320,9 @@ def test_fsync_shows_blkio_delay_with_delayacct(tmp_path: Path) -> None:
     with SysctlGuard({"kernel.task_delayacct": "1"}, state_dir=tmp_path / "state") as guard:
         assert guard.outcomes["kernel.task_delayacct"].in_force
         _, before, after = _fsync_thread(tmp_path)
-    assert after["blkio_count"] - before["blkio_count"] >= 4
+    assert after["blkio_count"] - before["blkio_count"] >= 1
     assert after["blkio_delay_total"] - before["blkio_delay_total"] > 0
-    assert after["write_bytes"] - before["write_bytes"] >= 4 * 256 * 1024
+    assert after["write_bytes"] - before["write_bytes"] >= 4 * FSYNC_BYTES
 
 
 @pytest.mark.may_skip
@@ -328,7 +333,7 @@ def test_fsync_shows_no_blkio_delay_without_delayacct(tmp_path: Path) -> None:
     _, before, after = _fsync_thread(tmp_path)
     # Delay accounting off: the kernel's blkio figures do not move, which is why taskstats_table nulls them.
     assert after["blkio_delay_total"] == before["blkio_delay_total"]
-    assert after["write_bytes"] - before["write_bytes"] >= 4 * 256 * 1024  # the IO did happen
+    assert after["write_bytes"] - before["write_bytes"] >= 4 * FSYNC_BYTES  # the IO did happen
 
 
 def test_batch_parse_matches_one_by_one() -> None:

@@ -7,8 +7,10 @@ print as `forensics: warning: ...` lines and do not stop the command.
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
+from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
@@ -67,11 +69,30 @@ def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: A
         sys.stderr.write(warnings.formatwarning(message, category, *args, **kwargs))
 
 
+class _ReaderGone(Exception):
+    """stdout's reader went away (`| head`): raised past click, which would turn it into exit 1."""
+
+
+def _guarded(invoke: Callable[[click.Context], Any]) -> Callable[[click.Context], Any]:
+    def run(ctx: click.Context) -> Any:
+        try:
+            return invoke(ctx)
+        except BrokenPipeError as err:
+            raise _ReaderGone from err
+
+    return run
+
+
 def run_cli(command: click.Command, prog: str, args: list[str] | None = None) -> None:
-    """Run a click command with the toolkit's error policy: ForensicsError -> one line, exit 2."""
+    """Run a click command with the toolkit's exit codes (README, "Exit codes"): 0 done (also when the
+    reader of stdout went away), 1 done and found what --fail-on names, 2 a usage or input error (a
+    ForensicsError: one line), 130 interrupted."""
     warnings.showwarning = _show_warning
+    command.invoke = _guarded(command.invoke)  # type: ignore[method-assign,assignment]
     try:
-        command.main(args=args, prog_name=prog, standalone_mode=False)
+        code = command.main(args=args, prog_name=prog, standalone_mode=False)
+        if isinstance(code, int) and code:  # a click Exit(code) raised by the command (--fail-on)
+            sys.exit(code)
     except ForensicsError as err:
         click.echo(f"{prog}: error: {err}", err=True)
         sys.exit(err.exit_code)
@@ -88,9 +109,11 @@ def run_cli(command: click.Command, prog: str, args: list[str] | None = None) ->
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)
-    except BrokenPipeError:
-        # `forensics dump x | head`: the reader went away; not an error worth a traceback.
-        sys.stderr.close()
+    except (BrokenPipeError, _ReaderGone):
+        # `forensics dump x | head`: the reader went away, which is no error. What is still buffered
+        # goes to /dev/null, so that the interpreter's last flush does not fail (exit 120) either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         sys.exit(0)
 
 

@@ -18,10 +18,13 @@ import click
 
 from capture.errors import ForensicsError
 from capture.format import SUFFIX
+from capture.vocabulary import parse_duration_ns
 from forensics import __version__
 from forensics.cli import run_cli
+from forensics.cli.flight_options import flight_config, flight_options, start_watcher, status_text, summary_lines
 from forensics.cli.options import DURATION, INTERVAL
 from forensics.describe import fmt_ns
+from forensics.flight.run import WatcherProcess
 from forensics.safe_output import check_new_output
 from samplers.engine.choose import JackChoice, choose_jack
 from samplers.metadata import recording_meta
@@ -90,6 +93,28 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
 """
 
 
+def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tuple[int, re.Pattern[str] | None]:
+    """--slow-interval and --fast as the recorder takes them (samplers/tiers.py); one-line errors."""
+    fast_regex = None
+    if fast is not None:
+        try:
+            fast_regex = re.compile(fast)
+        except re.error as err:
+            raise ForensicsError(f"--fast {fast!r} is not a valid regular expression: {err}") from None
+    if slow_interval.strip().lower() == "off":
+        return 0, fast_regex
+    try:
+        slow_ns = parse_duration_ns(slow_interval)
+    except ValueError as err:
+        raise ForensicsError(f"--slow-interval {slow_interval!r}: {err}") from None
+    if slow_ns < interval_ns:
+        raise ForensicsError(
+            f"--slow-interval {slow_interval} is shorter than the interval ({fmt_ns(interval_ns)}): give a longer one, "
+            "or off"
+        )
+    return slow_ns, fast_regex
+
+
 @click.command(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=EPILOG,
@@ -106,9 +131,10 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
 @click.option(
     "-o",
     "--output",
-    type=click.Path(dir_okay=False),
+    type=click.Path(),  # a file; with --ring a directory (checked with the other options)
     default=None,
-    help=f"Capture file to write [default: catch-DATE-TIME{SUFFIX}]. An existing file needs --force.",
+    help=f"Capture file to write [default: catch-DATE-TIME{SUFFIX}]. An existing file needs --force. "
+    "With --ring: the directory of the windows [default: flight-DATE-TIME].",
 )
 @click.option("--force", is_flag=True, help="Replace the capture file if it exists (the name, never a link's target).")
 @click.option(
@@ -117,7 +143,7 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
     type=INTERVAL,
     default="2ms",
     show_default=True,
-    help="Sampling interval: 2ms, 500us, 0.002 (seconds).",
+    help="Sampling interval with its unit: 2ms, 500us.",
 )
 @click.option(
     "-d",
@@ -164,6 +190,16 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
     "and records without them.",
 )
 @click.option(
+    "--sampler",
+    type=click.Choice(["proc", "ebpf"]),
+    default="proc",
+    show_default=True,
+    help="How each tick reads the threads: two /proc files per thread, or (ebpf: root, BCC, kernel BTF) the "
+    "run time, runqueue wait, switches, state and CPU the kernel keeps in a BPF map at each switch and wake-up, "
+    "one copy per tick, with each thread's stat line read every 250 ms. With ebpf, --sched and --taskstats "
+    "default to none (give them to read those files too).",
+)
+@click.option(
     "--jack",
     "jack",
     is_flag=False,
@@ -191,6 +227,23 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
     "and xrun count, each node's signal/awake/finish/status, and which process owns each node (its clients "
     "become targets). Default: on when a target is a PipeWire client or the daemon.",
 )
+@click.option(
+    "--slow-interval",
+    default="off",
+    show_default=True,
+    metavar="DURATION|off",
+    help="Read tiers: threads that are not real-time, not the engine's, not matching --fast and not seen "
+    "running in the last 0.25 s are read this often instead of every tick, and read every tick again within "
+    "one slow interval of running or turning real-time (README, 'Read tiers'), e.g. 20ms. off (the default "
+    "until the lab's accuracy tests hold with tiers on): every thread every tick.",
+)
+@click.option(
+    "--fast",
+    "fast",
+    metavar="REGEX",
+    default=None,
+    help="Threads whose name matches are always read every tick (with the read tiers).",
+)
 @click.option("--cpu", type=int, default=None, help="Pin the sampler to this CPU.")
 @click.option(
     "--rt-priority",
@@ -204,7 +257,15 @@ add a marker; Ctrl-C ends the recording cleanly. Then: `forensics info FILE`, `f
 @click.option("--redact", is_flag=True, help="Do not store command lines (for captures attached to public bugs).")
 @click.option("--mark-on-new-process", is_flag=True, help="Add a marker whenever a new target process appears.")
 @click.option("-q", "--quiet", is_flag=True, help="No live status line.")
-@click.option("--lab", "lab_args", hidden=True, default=None)
+@click.option(
+    "--lab",
+    "lab_args",
+    metavar="[LAB OPTIONS]",
+    default=None,
+    help="Record the built-in lab (no audio hardware needed); everything after --lab goes to the lab: "
+    "`catch-load --lab --help` lists its options.",
+)
+@flight_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, metavar="[-- COMMAND ARGS...]")
 @click.version_option(__version__, prog_name="catch-load")
 def catch_load(
@@ -220,10 +281,13 @@ def catch_load(
     delayacct: bool,
     schedstats: bool,
     ebpf: bool,
+    sampler: str,
     jack: str | None,
     no_jack: bool,
     jack_log: str | None,
     pipewire: bool | None,
+    slow_interval: str,
+    fast: str | None,
     cpu: int | None,
     rt_priority: int | None,
     redact: bool,
@@ -231,6 +295,7 @@ def catch_load(
     quiet: bool,
     lab_args: str | None,
     command: tuple[str, ...],
+    **flight: Any,
 ) -> None:
     """Record every thread of the target processes at 2 ms into one capture file.
 
@@ -252,6 +317,7 @@ def catch_load(
             regex = re.compile(match)
         except re.error as err:
             raise ForensicsError(f"--match {match!r} is not a valid regular expression: {err}") from None
+    slow_interval_ns, fast_regex = _tier_options(slow_interval, fast, interval)
     out = Path(output or _default_output())
     for pid in pids:  # before anything is created or launched
         if read_process(ProcPaths(), pid) is None:
@@ -263,7 +329,11 @@ def catch_load(
             "60-120 us of CPU here (two /proc reads per thread and a wake-up), so it would keep a core busy "
             "and miss most ticks (counted in the capture); 2ms is the default"
         )
-    _prepare_output(out, force)
+    flight_setup = flight_config(output, force, flight)  # --ring: -o is a directory of windows
+    if flight_setup is None:
+        _prepare_output(out, force)
+    else:
+        out = flight_setup[0]
 
     truth_path: Path | None = None
     stdin_markers = sys.stdin.isatty()
@@ -272,11 +342,18 @@ def catch_load(
         truth_fd, truth_name = tempfile.mkstemp(prefix="lab-truth-", suffix=".json")
         os.close(truth_fd)
         truth_path = Path(truth_name)
-        command = (sys.executable, "-m", "lab", *lab_argv, "--truth", str(truth_path))
+        command = (sys.executable, "-m", "forensics.lab", *lab_argv, "--truth", str(truth_path))
     if no_jack and (jack is not None or jack_log):
         raise ForensicsError("--no-jack contradicts --jack/--jack-log: give one")
     jack_choice = choose_jack(jack, no_jack, command, pids, later=bool(match or command))
     spec = TargetSpec(pids=list(pids), match=regex, children=children)
+    if sampler == "ebpf":  # the per-thread /proc reads the eBPF sampler replaces: only when asked for
+        sched_mode, taskstats_mode = (
+            _unless_given(name, value, "none")
+            for name, value in (("sched_mode", sched_mode), ("taskstats_mode", taskstats_mode))
+        )
+        if sched_mode != "none":  # its tick stores the kernel's counters, no per-thread /proc text
+            raise ForensicsError("--sched reads /proc at the /proc sampler's tick: with --sampler ebpf leave it out")
     options = RecorderOptions(
         output=str(out),
         interval_ns=interval,
@@ -284,6 +361,7 @@ def catch_load(
         sched=sched_mode,
         taskstats=taskstats_mode,
         ebpf=ebpf,
+        sampler=sampler,
         cpu=cpu,
         rt_priority=rt_priority,
         redact=redact,
@@ -291,8 +369,16 @@ def catch_load(
         stdin_markers=stdin_markers,
         engine=_engine_options(jack_choice, jack_log),
         pipewire={None: "auto", True: "on", False: "off"}[pipewire],
+        slow_interval_ns=slow_interval_ns,
+        fast=fast_regex,
+        ring={k: flight_setup[1][k] for k in ("segment_ns", "keep_ns")} if flight_setup else None,
     )
+    if flight_setup is not None:
+        options.output = flight_setup[1]["ring"]
     guard = _switch_on(delayacct, schedstats, quiet)
+    watcher = start_watcher(flight_setup[1], package_env()) if flight_setup else None
+    if watcher is not None:
+        spec.exclude.add(watcher.pid)
     try:
         command_status = _record(
             spec,
@@ -305,14 +391,24 @@ def catch_load(
             regex,
             guard,
             explicit_taskstats=delayacct or taskstats_mode == "all",
+            flight=watcher,
         )
     finally:
+        if watcher is not None and not watcher.finished:  # an error ended the recording
+            with contextlib.suppress(ForensicsError):
+                watcher.finish()
         if guard is not None:
             for message in guard.restore():
                 _say(message)
     if command_status:
         # `catch-load -- CMD` is used in scripts: it fails as CMD failed (128 + N when killed by N).
         sys.exit(command_status if command_status > 0 else 128 - command_status)
+
+
+def _unless_given(name: str, value: str, default: str) -> str:
+    """`value` when the option was given on the command line, else `default`."""
+    given = click.get_current_context().get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+    return value if given else default
 
 
 def _say(message: str) -> None:
@@ -365,12 +461,13 @@ def _record(
     regex: re.Pattern[str] | None,
     guard: SysctlGuard | None,
     explicit_taskstats: bool,
+    flight: WatcherProcess | None = None,
 ) -> int:
     """Record; the launched command's exit status (0 without one)."""
     launched: subprocess.Popen[bytes] | None = None
     ended_by_us = False  # the recording's end stopped the command: its status is ours, not its own
     interval = options.interval_ns
-    status_line = _StatusLine(enabled=not quiet and sys.stderr.isatty())
+    status_line = _StatusLine(enabled=not quiet and sys.stderr.isatty(), flight=flight)
     log_pipe = options.engine.get("log_fd") if options.engine else None
     if options.engine is not None and log_pipe is not None:
         options.engine["log_fd"] = log_pipe[0]  # the source reads jackd's output; the command writes it
@@ -455,9 +552,12 @@ def _record(
     session.finish(trailer)
     for note in session.notes:
         _say(note)
+    flight_status = flight.finish() if flight is not None else None
+    if flight is not None and flight.note:
+        _say(flight.note)
     if not quiet:
         with contextlib.suppress(OSError):
-            _print_summary(out, trailer, session.recorder)
+            _print_summary(out, trailer, session.recorder, flight_status)
     if launched is None or ended_by_us or launched.returncode is None:
         return 0
     return launched.returncode
@@ -473,7 +573,7 @@ def _own_argv(redact: bool) -> list[str]:
 
 def _check_lab_args(lab_argv: list[str]) -> None:
     """Refuse bad lab options before anything starts (they would end the recording at once)."""
-    from lab.cli import settings_from_args
+    from forensics.lab.cli import settings_from_args
 
     try:
         settings_from_args(lab_argv)
@@ -485,7 +585,7 @@ def _check_lab_args(lab_argv: list[str]) -> None:
 
 
 def _store_truth(recorder: RecordingSession, truth_path: Path) -> None:
-    from lab.truth import read_truth
+    from forensics.lab.truth import read_truth
 
     try:
         truth = read_truth(truth_path)
@@ -505,21 +605,27 @@ def _json_columns(frame: Any) -> dict[str, list[Any]]:
 
 
 class _StatusLine:
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, flight: WatcherProcess | None = None) -> None:
         self.enabled = enabled
         self.width = 0
+        self.flight = flight
 
     def show(self, status: Status) -> None:
+        flight = self.flight.read_status() if self.flight is not None else None  # drained even when quiet
         if not self.enabled:
             return
         p50 = fmt_ns(status.interval_p50_ns) if status.interval_p50_ns is not None else "-"
         p99 = fmt_ns(status.interval_p99_ns) if status.interval_p99_ns is not None else "-"
         text = (
             f"{status.elapsed_ns / 1e9:7.1f} s  {status.threads} threads in {status.processes} processes  "
-            f"interval p50 {p50} p99 {p99}  missed {status.missed_ticks}  {status.file_bytes / 1e6:.1f} MB"
+            f"interval p50 {p50} p99 {p99}  missed {status.missed_ticks}  "
+            + (f"{status.file_bytes / 1e6:.1f} MB" if flight is None else status_text(flight))
         )
         if status.waiting_for:
             text += f"  (waiting for {status.waiting_for})"
+        if status.last_marker is not None:  # the confirmation that Enter or SIGUSR1 was taken
+            at_ns, label = status.last_marker
+            text += f"  marker {status.markers} {label[:24]!r} at {at_ns / 1e9:.1f} s"
         sys.stderr.write("\r" + text.ljust(self.width))
         sys.stderr.flush()
         self.width = len(text)
@@ -531,14 +637,16 @@ class _StatusLine:
             self.width = 0
 
 
-def _print_summary(out: Path, trailer: dict[str, Any], recorder: Recorder) -> None:
+def _print_summary(
+    out: Path, trailer: dict[str, Any], recorder: Recorder, flight: dict[str, Any] | None = None
+) -> None:
     ticks = trailer["ticks"]
     missed = trailer["missed_ticks"]
     lost = trailer.get("lost_ticks", 0)
     unseen = trailer.get("threads_unseen_min", 0)
     duration = trailer["duration_ns"]
     cpu = trailer["sampler_cpu_ns"]
-    size = out.stat().st_size
+    size = out.stat().st_size if flight is None else int(trailer.get("bytes") or 0)  # --ring: all segments
     lines = [
         f"catch-load: recorded {duration / 1e9:.1f} s ({trailer['end_reason']}): "
         f"{recorder.threads_seen} threads in {recorder.processes_seen} processes",
@@ -548,14 +656,17 @@ def _print_summary(out: Path, trailer: dict[str, Any], recorder: Recorder) -> No
         + (f", lost {lost} (read, but the writer fell behind: not in the capture)" if lost else ""),
         f"  sampler CPU {100.0 * cpu / max(1, duration):.1f} % of a core (writer "
         f"{100.0 * trailer.get('writer_cpu_ns', 0) / max(1, duration):.1f} %); file {size / 1e6:.2f} MB "
-        f"({size / max(1, recorder.sample_rows):.1f} bytes per thread-sample)",
+        f"({size / max(1, recorder.sample_rows):.1f} bytes per thread-sample, whole file)",
         *(
             [f"  at least {unseen} short-lived threads started and ended between thread scans, never sampled"]
             if unseen
             else []
         ),
-        f"capture: {out}",
-        f"next: forensics info {out}   |   forensics stalls {out}",
+        *(
+            [f"capture: {out}", f"next: forensics info {out}   |   forensics stalls {out}"]
+            if flight is None
+            else summary_lines(out, flight, duration)
+        ),
     ]
     click.echo("\n".join(lines), err=True)
 
@@ -570,8 +681,20 @@ def _split_lab(argv: list[str]) -> list[str]:
     return [*argv[:at], "--lab", shlex.join(argv[at + 1 :])]
 
 
+def _lab_help(argv: list[str]) -> bool:
+    """`catch-load [OPTIONS] --lab ... --help`: the help asked for is the lab's."""
+    if "--lab" not in argv or "--" in argv[: argv.index("--lab")]:
+        return False
+    return bool({"-h", "--help"} & set(argv[argv.index("--lab") + 1 :]))
+
+
 def main(args: list[str] | None = None) -> None:
     argv = sys.argv[1:] if args is None else args
+    if _lab_help(argv):
+        from forensics.lab.cli import lab_command
+
+        run_cli(lab_command, "catch-load [CATCH-LOAD OPTIONS] --lab", ["--help"])
+        return
     run_cli(catch_load, "catch-load", _split_lab(argv))
 
 

@@ -24,7 +24,8 @@ def compare(capture_a: str, capture_b: str, fmt: str | None, as_json: bool, outp
     periodic threads per cycle: N clients in series wake N threads a cycle, a chain one), CPU of the
     recorded threads (% of one core), time waiting for a CPU, minor faults and context switches per
     second, and the stall episodes by verdict. change = (B - A) / A. Run the arms interleaved on the
-    same machine state; a shared machine's load lands on both. RSS is not recorded yet: shown unknown.
+    same machine state; a shared machine's load lands on both. RSS: the target processes' resident
+    memory together, peak and at the end (unknown for captures without memory reads).
     """
     from analyses.compare import compare as run_compare
 

@@ -8,7 +8,7 @@ import click
 
 from capture.errors import ForensicsError
 from capture.format import load
-from forensics.cli.options import capture_argument
+from forensics.cli.options import capture_argument, tid_option
 
 
 @click.command()
@@ -19,21 +19,24 @@ from forensics.cli.options import capture_argument
     show_default=True,
     help="Which table: samples, sched, threads, events, system, truth, cycles (or any the capture holds).",
 )
-@click.option("--tid", type=int, multiple=True, help="Only these threads (repeatable).")
-def dump(capture: str, table: str, tid: tuple[int, ...]) -> None:
+@tid_option("Only the rows of this thread, in tables with a tid column (repeatable).")
+def dump(capture: str, table: str, tids: tuple[int, ...]) -> None:
     """Print one table of a capture as CSV (samples by default: one row per thread per tick).
 
     Counters are cumulative, as read from /proc; times are CLOCK_MONOTONIC ns. Pipe into your own
     tools, or use `forensics export --format parquet` for large captures.
     """
+    from analyses.threads import check_tids
+
     cap = load(capture)
+    check_tids(cap, tids, capture)
     known = set(cap.table_names) | {"samples", "sched", "threads", "events", "system", "truth", "cycles"}
     if table not in known:
         raise ForensicsError(f"{capture} has no table {table!r}; it has: {', '.join(sorted(cap.table_names))}")
     first = True
     for chunk in cap.iter_chunks(table) if table != "threads" else [cap.threads]:
-        if tid and "tid" in chunk.columns:
-            chunk = chunk[chunk["tid"].isin(tid)]
+        if tids and "tid" in chunk.columns:
+            chunk = chunk[chunk["tid"].isin(tids)]
         if "tick" in chunk.columns and "tid" in chunk.columns:
             chunk = chunk.sort_values(["tick", "tid"], kind="stable")
         chunk.to_csv(sys.stdout, index=False, header=first, lineterminator="\n")

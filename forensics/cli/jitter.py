@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from capture.format import load
-from forensics.cli.options import capture_argument
+from forensics.cli.options import capture_argument, tid_option
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.views.jitter import jitter_report
 
@@ -13,10 +13,17 @@ from forensics.views.jitter import jitter_report
 @click.command()
 @capture_argument
 @click.option("--thread", "pattern", metavar="REGEX", help="These threads instead of the periodic ones.")
+@tid_option("This thread instead of the periodic ones (repeatable; with --thread: those threads too).")
 @span_option
 @output_options
 def jitter(
-    capture: str, pattern: str | None, span: str | None, fmt: str | None, as_json: bool, output: str | None
+    capture: str,
+    pattern: str | None,
+    tids: tuple[int, ...],
+    span: str | None,
+    fmt: str | None,
+    as_json: bool,
+    output: str | None,
 ) -> None:
     """Show how regularly each periodic thread woke up, and flag lost wake-ups.
 
@@ -32,7 +39,9 @@ def jitter(
     percentage is given. A period shorter than the interval cannot be timed from /proc.
     """
     from analyses.span import resolve_span
+    from analyses.threads import check_tids
 
     cap = load(capture)
-    report = jitter_report(cap, capture, pattern=pattern, t_range=resolve_span(cap, span))
+    check_tids(cap, tids, capture)
+    report = jitter_report(cap, capture, pattern=pattern, t_range=resolve_span(cap, span), tids=tids)
     emit(report, fmt=fmt, as_json=as_json, output=output)

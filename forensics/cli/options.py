@@ -1,16 +1,19 @@
-"""Option types shared by the commands: durations, capture paths."""
+"""Option types shared by the commands: durations, capture paths, --tid."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
 from capture.vocabulary import parse_duration_ns
 
+F = TypeVar("F", bound=Callable[..., Any])
+
 
 class Duration(click.ParamType):
-    """A duration with a unit (ns, us, ms, s) or plain seconds; the value is integer ns."""
+    """A duration with its unit (ns, us, ms, s); a bare number is refused. The value is integer ns."""
 
     name = "DURATION"
 
@@ -39,3 +42,9 @@ DURATION = Duration(max_ns=366 * 86_400_000_000_000)  # a recording's length: a 
 INTERVAL = Duration(max_ns=60_000_000_000)  # a sampling interval: beyond a minute nothing is sampled
 
 capture_argument = click.argument("capture", type=click.Path(dir_okay=False, path_type=str), metavar="CAPTURE")
+
+
+def tid_option(help_text: str) -> Callable[[F], F]:
+    """`--tid N` (repeatable, the `tids` tuple) as every analysis command takes it; `help_text` says what it
+    selects there. The command checks the tids with analyses.threads.check_tids once the capture is read."""
+    return click.option("--tid", "tids", type=int, multiple=True, metavar="N", help=help_text)

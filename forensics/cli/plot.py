@@ -7,6 +7,7 @@ import click
 from capture.errors import ForensicsError
 from capture.format import load
 from forensics.cli.artefacts import check_output, force_option, suffix_of, write_bytes
+from forensics.cli.options import tid_option
 from forensics.cli.report_options import span_option
 from forensics.progress import Progress
 
@@ -24,10 +25,17 @@ KINDS = ("timeline", "jitter", "compare")
               help="What to draw (default: timeline for one capture, compare for two).")  # fmt: skip
 @click.option("--thread", "pattern", metavar="REGEX",
               help="Draw these threads (name or process name matches), not the watched and busiest ones.")  # fmt: skip
+@tid_option("Draw this thread (repeatable), as --thread does; with --thread: the threads of both.")
 @click.option("--top", type=click.IntRange(1, 12), default=4, show_default=True, help="Threads in the timeline.")
 @span_option
 def plot(
-    captures: tuple[str, ...], output: str, kind: str | None, pattern: str | None, top: int, span: str | None
+    captures: tuple[str, ...],
+    output: str,
+    kind: str | None,
+    pattern: str | None,
+    tids: tuple[int, ...],
+    top: int,
+    span: str | None,
 ) -> None:
     """Draw a capture as a picture a person reads at a glance (PNG or SVG, no display needed).
 
@@ -43,10 +51,14 @@ def plot(
     --kind compare (two captures, A then B; the default for two): callback ends of both, and every
       figure of `forensics compare` as A/B bars with the change in %.
 
+    --thread REGEX and --tid N (repeatable) choose the threads of the timeline and of the jitter
+    picture: every thread either one selects.
+
     \b
     Examples:
       forensics plot load.ssf -o load.png
       forensics plot load.ssf -o zoom.png --span load..loaded --thread 'audio|jack'
+      forensics plot load.ssf -o one.png --tid 4242 --tid 4243
       forensics plot load.ssf -o jitter.png --kind jitter
       forensics plot before.ssf after.ssf -o ab.png
     """
@@ -63,8 +75,8 @@ def plot(
         raise ForensicsError("--kind compare needs two captures: forensics plot A B -o ab.png")
     if kind != "compare" and len(captures) != 1:
         raise ForensicsError(f"--kind {kind} draws one capture; for two use --kind compare (or give one)")
-    if kind == "compare" and (span or pattern):
-        raise ForensicsError("--span and --thread do not apply to --kind compare")
+    if kind == "compare" and (span or pattern or tids):
+        raise ForensicsError("--span, --thread and --tid do not apply to --kind compare")
     with Progress("forensics plot", 3) as progress:
         progress.step("reading the capture")
         if kind == "compare":
@@ -76,8 +88,10 @@ def plot(
             figure = draw_compare(compare_data(a, b, captures[0], captures[1]))
         else:
             from analyses.span import resolve_span
+            from analyses.threads import check_tids
 
             cap = load(captures[0])
+            check_tids(cap, tids, captures[0])
             t_range = resolve_span(cap, span)
             where = f" ({span})" if span else ""
             progress.step("analysing")
@@ -85,12 +99,12 @@ def plot(
                 from forensics.plots.data import jitter_data
                 from forensics.plots.jitter import draw_jitter
 
-                figure = draw_jitter(jitter_data(cap, captures[0] + where, pattern=pattern, t_range=t_range))
+                figure = draw_jitter(jitter_data(cap, captures[0] + where, pattern=pattern, t_range=t_range, tids=tids))
             else:
                 from forensics.plots.data import timeline_data
                 from forensics.plots.timeline import draw_timeline
 
-                data = timeline_data(cap, captures[0] + where, pattern=pattern, top=top, t_range=t_range)
+                data = timeline_data(cap, captures[0] + where, pattern=pattern, top=top, t_range=t_range, tids=tids)
                 figure = draw_timeline(data)
         progress.step("drawing")
         image = figure_bytes(figure, fmt)

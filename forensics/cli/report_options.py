@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from forensics.cli.artefacts import check_output, force_option, forced
-from forensics.render import RENDERERS, Report, choose_format, render
+from forensics.render import RENDERERS, Report, choose_format, output_format, render
 from forensics.safe_output import write_file
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -18,6 +18,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def _checked_output(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
     if value is not None:  # before the analysis, not after it (--force is eager: it is known here)
+        output_format(value)
         check_output(value)
     return value
 
@@ -30,8 +31,8 @@ def output_options(func: F) -> F:
         "--output",
         type=click.Path(dir_okay=False, path_type=str),
         callback=_checked_output,
-        help="Write to this file instead of stdout (format from its suffix: .json -> json); an existing "
-        "file needs --force.",
+        help="Write to this file instead of stdout; its suffix picks the format: .txt .csv .json .md "
+        ".html (others are refused). An existing file needs --force.",
     )(func)
     func = click.option("--json", "as_json", is_flag=True, help="Print JSON (raw ns and counts) instead of a table.")(
         func
@@ -41,7 +42,7 @@ def output_options(func: F) -> F:
         "fmt",
         type=click.Choice(sorted(RENDERERS)),
         default=None,
-        help="Output format (default: table on a terminal or for -o FILE.txt; json for -o FILE.json).",
+        help="Output format (default: table, or what the suffix of -o names).",
     )(func)
     return func
 

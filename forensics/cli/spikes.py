@@ -6,7 +6,7 @@ import click
 
 from analyses.rules import SPIKE_FACTOR
 from capture.format import load
-from forensics.cli.options import DURATION, capture_argument
+from forensics.cli.options import DURATION, capture_argument, tid_option
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.views.spikes import spikes_report
 
@@ -14,6 +14,7 @@ from forensics.views.spikes import spikes_report
 @click.command()
 @capture_argument
 @click.option("--thread", "pattern", metavar="REGEX", help="Only spikes of threads whose name matches.")
+@tid_option("Only spikes of this thread (repeatable; with --thread: those threads too).")
 @click.option(
     "--deadline",
     type=DURATION,
@@ -37,6 +38,7 @@ from forensics.views.spikes import spikes_report
 def spikes(
     capture: str,
     pattern: str | None,
+    tids: tuple[int, ...],
     deadline: int | None,
     factor: float,
     min_ns: int | None,
@@ -62,8 +64,10 @@ def spikes(
     `forensics stalls` to learn whether a slow callback ran long or waited, and for what.
     """
     from analyses.span import resolve_span
+    from analyses.threads import check_tids
 
     cap = load(capture)
+    check_tids(cap, tids, capture)
     t_range = resolve_span(cap, span)
     report = spikes_report(
         cap,
@@ -75,5 +79,6 @@ def spikes(
         top=top,
         limit=limit,
         t_range=t_range,
+        tids=tids,
     )
     emit(report, fmt=fmt, as_json=as_json, output=output)

@@ -4,17 +4,27 @@ from __future__ import annotations
 
 import click
 
-from analyses.rules import DEFAULT_RULES
+from analyses.rules import CAUSES, DEFAULT_RULES
 from capture.format import load
-from forensics.cli.options import DURATION, capture_argument
+from forensics.cli.options import DURATION, capture_argument, tid_option
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.render import choose_format
 from forensics.views.stalls import stalls_report
 
+EXAMPLES = """\b
+Examples:
+  forensics stalls load.ssf                          incidents, each root with its evidence
+  forensics stalls load.ssf --episodes               every episode with its own verdict
+  forensics stalls load.ssf --thread jalv --span 2s..4s   one client, two seconds of the capture
+  forensics stalls captures/lab-episodes.ssf --truth      the lab's capture, scored against its truth
+  forensics stalls load.ssf --json | jq '.'          for scripts (see README, "One output contract")
+"""
 
-@click.command()
+
+@click.command(short_help="When the watched threads stalled, and why.", epilog=EXAMPLES)
 @capture_argument
 @click.option("--thread", "pattern", metavar="REGEX", help="Watch threads whose name (or process name) matches.")
+@tid_option("Watch this thread (repeatable; with --thread: those threads too).")
 @click.option("--all", "everything", is_flag=True, help="Watch every thread, not only real-time and periodic ones.")
 @span_option
 @click.option(
@@ -51,10 +61,19 @@ from forensics.views.stalls import stalls_report
     is_flag=True,
     help="List the stall episodes one by one (each with its own verdict) instead of grouped into incidents.",
 )
+@click.option(
+    "--fail-on",
+    "fail_on",
+    type=click.Choice(["incident", "episode", *CAUSES]),
+    default=None,
+    help="Exit 1 when the output holds an incident, an episode, or an episode of this verdict (for "
+    "scripts and CI; 0 when it holds none).",
+)
 @output_options
 def stalls(
     capture: str,
     pattern: str | None,
+    tids: tuple[int, ...],
     everything: bool,
     span: str | None,
     min_stall: int | None,
@@ -63,6 +82,7 @@ def stalls(
     with_truth: bool,
     proc_only: bool,
     flat: bool,
+    fail_on: str | None,
     fmt: str | None,
     as_json: bool,
     output: str | None,
@@ -107,8 +127,10 @@ def stalls(
     """
     from analyses.rules import StallRules
     from analyses.span import resolve_span
+    from analyses.threads import check_tids
 
     cap = load(capture)
+    check_tids(cap, tids, capture)
     if proc_only:
         from analyses.source import proc_only as without_exact_sources
 
@@ -120,6 +142,7 @@ def stalls(
         capture,
         pattern=pattern,
         everything=everything,
+        tids=tids,
         rules=rules,
         t_range=t_range,
         with_truth=with_truth,
@@ -127,3 +150,5 @@ def stalls(
         for_json=choose_format(fmt, as_json, output) == "json",
     )
     emit(report, fmt=fmt, as_json=as_json, output=output)
+    if fail_on is not None and report.found.get(fail_on, 0) > 0:
+        raise click.exceptions.Exit(1)

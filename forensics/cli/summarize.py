@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from capture.format import load
-from forensics.cli.options import capture_argument
+from forensics.cli.options import capture_argument, tid_option
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.views.summary import summary_report
 
@@ -16,6 +16,10 @@ from forensics.views.summary import summary_report
 @click.option("--top", type=click.IntRange(1), default=8, show_default=True, help="Threads in the timeline.")
 @click.option("--worst", type=click.IntRange(1), default=10, show_default=True, help="Worst episodes listed.")
 @click.option("--rows", type=click.IntRange(1), default=15, show_default=True, help="Threads in the breakdown table.")
+@tid_option(
+    "Only this thread (repeatable) in the timeline, the breakdown, the placement (whatever its policy) and "
+    "the worst episodes; the faults over time stay the whole machine's."
+)
 @output_options
 def summarize(
     capture: str,
@@ -23,6 +27,7 @@ def summarize(
     top: int,
     worst: int,
     rows: int,
+    tids: tuple[int, ...],
     fmt: str | None,
     as_json: bool,
     output: str | None,
@@ -40,12 +45,19 @@ def summarize(
 
     --span takes markers set while recording (Enter or SIGUSR1 in catch-load): `--span load..loaded`,
     `--span #1..#2`, or times since the first sample: `--span 2s..7.5s`.
+
+    --tid N (repeatable) narrows views 1, 2, 3 and 5 to those threads (3 whatever their policy and
+    period); view 4 stays the whole machine's, and says so.
     """
     from analyses.span import resolve_span
+    from analyses.threads import check_tids
 
     cap = load(capture)
+    check_tids(cap, tids, capture)
     t_range = resolve_span(cap, span)
     full = as_json or fmt == "json"
     where = f" ({span})" if span else ""
-    report = summary_report(cap, f"{capture}{where}", t_range=t_range, top=top, worst=worst, rows=rows, full=full)
+    report = summary_report(
+        cap, f"{capture}{where}", t_range=t_range, top=top, worst=worst, rows=rows, full=full, tids=tids
+    )
     emit(report, fmt=fmt, as_json=as_json, output=output)

@@ -9,6 +9,7 @@ import pandas as pd
 
 from capture.errors import ForensicsError
 from capture.format import Capture
+from forensics.describe import asked_threads
 
 GROUP_SAMPLES = 3_000_000  # samples of the threads read at once (about 0.5 GB of windows at most)
 
@@ -60,20 +61,27 @@ def flat_verdicts(episodes: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def export_threads(cap: Capture, pattern: str | None, t_range: tuple[int | None, int | None] | None) -> pd.DataFrame:
+def export_threads(
+    cap: Capture, pattern: str | None, t_range: tuple[int | None, int | None] | None, tids: tuple[int, ...] = ()
+) -> pd.DataFrame:
+    """The threads exported: every one, or those --thread REGEX or --tid N select (either)."""
     from analyses.threads import select_threads, thread_profiles
 
     profiles = thread_profiles(cap, t_range=t_range)
-    if pattern is not None:
-        profiles = select_threads(profiles, pattern=pattern)
+    if pattern is not None or tids:
+        profiles = select_threads(profiles, pattern=pattern, tids=tids)
         if profiles.empty:
-            raise ForensicsError(f"no thread matches --thread {pattern!r}: see `forensics summarize`")
+            raise ForensicsError(f"no thread matches {asked_threads(pattern, tids)}: see `forensics summarize`")
     return profiles
 
 
 def export_verdicts(
-    cap: Capture, profiles: pd.DataFrame, pattern: str | None, t_range: tuple[int | None, int | None] | None
+    cap: Capture,
+    profiles: pd.DataFrame,
+    pattern: str | None,
+    t_range: tuple[int | None, int | None] | None,
+    tids: tuple[int, ...] = (),
 ) -> pd.DataFrame:
     from analyses.stalls import find_stalls
 
-    return find_stalls(cap, pattern=pattern, t_range=t_range, profiles=profiles)
+    return find_stalls(cap, pattern=pattern, tids=tids, t_range=t_range, profiles=profiles)

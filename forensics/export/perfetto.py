@@ -87,10 +87,13 @@ def _changes(tid: np.ndarray, values: np.ndarray) -> np.ndarray:
     return np.r_[True, (tid[1:] != tid[:-1]) | (values[1:] != values[:-1])] if len(tid) else np.zeros(0, bool)
 
 
-def window_events(windows: pd.DataFrame, origin: int, pids: dict[int, int]) -> list[dict[str, Any]]:
-    """Slices and counters of one group of threads' windows."""
+def window_events(
+    windows: pd.DataFrame, origin: int, pids: dict[int, int], exact: frozenset[int] = frozenset()
+) -> list[dict[str, Any]]:
+    """Slices and counters of one group of threads' windows (no slices for the `exact` threads: their
+    states come from the switch record, forensics/export/perfetto_exact.py)."""
     events: list[dict[str, Any]] = []
-    slices = thread_slices(windows)
+    slices = thread_slices(windows[~windows["tid"].isin(exact)])
     names = [name for _, name in PARTS]
     ts = _us(slices["start_ns"].to_numpy(), origin)
     dur = np.round((slices["end_ns"].to_numpy() - slices["start_ns"].to_numpy()) / 1e3, 3)
@@ -176,6 +179,31 @@ def verdict_events(episodes: pd.DataFrame, origin: int) -> list[dict[str, Any]]:
     return events
 
 
+def incident_root_events(
+    cap: Capture, episodes: pd.DataFrame, watched: pd.DataFrame, origin: int
+) -> list[dict[str, Any]]:
+    """Each incident's root (analyses.incidents: the first late link of a late cycle, as `forensics
+    stalls` lists it) as a marked slice over its episode on the thread's verdicts track."""
+    from analyses.incidents import find_incidents
+    from analyses.source import capture_interval_ns
+
+    if episodes.empty:
+        return []
+    _, members = find_incidents(cap, episodes, watched, interval_ns=capture_interval_ns(cap))
+    roots = members[members["role"] == "root"] if len(members) else members
+    events: list[dict[str, Any]] = []
+    for row in roots.itertuples(index=False):
+        verdict = row.incident_verdict if isinstance(row.incident_verdict, str) else row.verdict
+        events.append(
+            {"name": f"incident {int(row.incident)} root: {verdict}", "cat": "incident", "ph": "X",
+             "ts": float(_us(row.start_ns, origin)), "dur": round(row.duration_ns / 1e3, 3), "pid": int(row.pid),
+             "tid": SYNTHETIC + int(row.tid),
+             "args": {"incident": int(row.incident), "root": True, "verdict": verdict, "evidence": row.evidence,
+                      "color": VERDICT_COLORS.get(verdict, VERDICT_COLORS["unknown"])}}
+        )  # fmt: skip
+    return events
+
+
 def metadata_events(threads: pd.DataFrame, episodes: pd.DataFrame, watched: Iterable[int]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "ts": 0, "pid": MACHINE_PID, "tid": MACHINE_PID,
@@ -221,6 +249,7 @@ def perfetto_trace(
     pattern: str | None = None,
     t_range: tuple[int | None, int | None] | None = None,
     progress: Progress | None = None,
+    tids: tuple[int, ...] = (),
 ) -> str:
     from analyses.source import capture_origin_ns
     from analyses.threads import select_threads
@@ -230,22 +259,36 @@ def perfetto_trace(
     origin = capture_origin_ns(cap)
     if origin is None:
         raise ForensicsError(f"{name} holds no samples: there is nothing to export")
-    profiles = export_threads(cap, pattern, t_range)
+    profiles = export_threads(cap, pattern, t_range, tids)
     if progress:
         progress.step("windows of every thread")
     pids = dict(zip(profiles["tid"].astype(int), profiles["pid"].astype(int), strict=True))
     comms = profiles.set_index("tid")["comm"]
     # Each group of threads' events is serialised at once, so only one group's dicts live at a time.
     parts: list[str] = []
+    switch = cap.table("sched_switch") if "sched_switch" in cap.table_names else pd.DataFrame()
+    if len(switch) and t_range is not None:
+        from analyses.span import in_span as _in_span
+
+        switch = switch[_in_span(switch["t_ns"].to_numpy(), t_range)]
+    exact: frozenset[int] = frozenset()
+    if len(switch):
+        from forensics.export.perfetto_exact import exact_events
+
+        seen = set(switch["prev_tid"].tolist()) | set(switch["next_tid"].tolist())
+        exact = frozenset(t for t in pids if t in seen)
+        wakeups = cap.table("sched_wakeup") if "sched_wakeup" in cap.table_names else pd.DataFrame()
+        parts.append(fragment(exact_events(switch, wakeups, set(exact), pids, origin)))
     for windows in export_windows(cap, profiles, t_range=t_range, group_samples=1_000_000):
         windows = windows.assign(comm=comms.reindex(windows["tid"]).fillna("?").to_numpy())
-        parts.append(fragment(window_events(windows, origin, pids)))
+        parts.append(fragment(window_events(windows, origin, pids, exact)))
         del windows
     events: list[dict[str, object]] = []
     if progress:
         progress.step("stall verdicts")
-    episodes = export_verdicts(cap, profiles, pattern, t_range)
+    episodes = export_verdicts(cap, profiles, pattern, t_range, tids)
     events.extend(verdict_events(episodes, origin))
+    events.extend(incident_root_events(cap, episodes, select_threads(profiles, pattern=pattern, tids=tids), origin))
     from analyses.span import in_span
 
     events_table = cap.events
@@ -273,6 +316,7 @@ def perfetto_trace(
         "origin_ns": origin,
         "clock": "CLOCK_MONOTONIC; ts = microseconds since the capture's first sample",
         "tool": f"spike-stall-forensics {__version__}",
-        "note": "run/runqueue/blocked amounts are exact per sampling window; their order inside one window is not",
+        "note": "run/runqueue/blocked amounts are exact per sampling window; their order inside one window is not"
+        + ("; threads with eBPF switch records show the kernel's exact states instead" if exact else ""),
     }
     return trace_json([fragment(head), *parts, fragment(events)], other)

@@ -3,6 +3,8 @@
 A directory rather than one file: CSV holds one table per file, and a directory of `samples.parquet`,
 `windows.parquet`, `verdicts.parquet`... reads in DuckDB as `FROM 'DIR/windows.parquet'` and in pandas
 as `pd.read_parquet('DIR/windows.parquet')`, and many bug reports' exports query together with a glob.
+Every table of forensics/export/schemas.py is written, empty where the capture has none, each with its
+one versioned schema, so that the exports of many captures stack.
 Tables are written piece by piece (a writer per table), so a long capture never sits in memory whole.
 """
 
@@ -23,6 +25,7 @@ import pyarrow.parquet as pq
 
 from capture.errors import ForensicsError
 from capture.format import Capture
+from forensics.export.schemas import RECORDED, conform
 from forensics.progress import Progress
 from forensics.safe_output import AtomicFile, open_output_directory
 
@@ -66,18 +69,21 @@ class TableWriter:
         fh = self._file(name)
         self.files[name] = path
         self.rows[name] = self.rows.get(name, 0) + len(frame)
+        table = conform(name, frame)
+        if first:
+            self._schemas[name] = table.schema
+        else:
+            table = table.cast(self._schemas[name])
         try:
             if self.fmt == "csv":
+                # Through pandas: pyarrow's CSV writer quotes every header name. Integers with gaps stay
+                # integers (object), never floats.
                 text = io.TextIOWrapper(fh, encoding="utf-8", newline="", write_through=True)
-                frame.to_csv(text, header=first, index=False)
+                table.to_pandas(integer_object_nulls=True).to_csv(text, header=first, index=False)
                 text.detach()  # the file stays open for the next chunk
                 return
-            table = pa.Table.from_pandas(frame, preserve_index=False)
             if first:
-                self._schemas[name] = table.schema
                 self._parquet[name] = pq.ParquetWriter(fh, table.schema, compression="zstd")
-            else:
-                table = table.cast(self._schemas[name])
             self._parquet[name].write_table(table)
         except OSError as err:
             raise ForensicsError(f"cannot write {path}: {err.strerror}") from err
@@ -108,6 +114,25 @@ def plain_samples(chunk: pd.DataFrame) -> pd.DataFrame:
     return chunk
 
 
+def _recorded(
+    cap: Capture, name: str, tids: np.ndarray | None, t_range: tuple[int | None, int | None] | None
+) -> pd.DataFrame:
+    """Table `name` as recorded, with only the rows of the chosen threads (where it has a `tid` column)
+    and inside the span (by `t_ns`, else `start_ns`); empty with no columns when the capture lacks it."""
+    from analyses.span import in_span
+
+    frame = cap.table(name) if name in cap.table_names else pd.DataFrame()
+    if frame.empty:
+        return frame
+    keep = np.ones(len(frame), dtype=bool)
+    if tids is not None and "tid" in frame.columns:
+        keep &= frame["tid"].isin(tids).to_numpy()
+    time_column = "t_ns" if "t_ns" in frame.columns else "start_ns" if "start_ns" in frame.columns else None
+    if t_range is not None and time_column is not None:
+        keep &= in_span(frame[time_column].to_numpy(dtype=np.int64), t_range)
+    return frame[keep]
+
+
 def write_tables(
     cap: Capture,
     directory: Path,
@@ -118,18 +143,21 @@ def write_tables(
     progress: Progress | None = None,
     announce: Callable[[str], None] | None = None,
     force: bool = False,
+    tids: tuple[int, ...] = (),
 ) -> dict[str, int]:
     """One file per table in `directory`; `announce` is told each file written (path and rows); an
-    existing table file is replaced only with `force`."""
+    existing table file is replaced only with `force`. `pattern` and `tids` (--thread, --tid): only the
+    rows of the threads either selects, in the tables with a tid column."""
     from forensics.export.frames import export_threads, export_verdicts, export_windows, flat_verdicts
 
-    profiles = export_threads(cap, pattern, t_range)
-    tids = profiles["tid"].to_numpy(dtype=np.int32)
+    profiles = export_threads(cap, pattern, t_range, tids)
+    chosen = profiles["tid"].to_numpy(dtype=np.int32)
+    selected = pattern is not None or bool(tids)  # else every thread: the recorded tables whole
     with TableWriter(directory, fmt, force=force) as writer:
         if progress:
             progress.step("samples")
         for chunk in cap.iter_chunks("samples"):
-            keep = np.isin(chunk["tid"].to_numpy(), tids)
+            keep = np.isin(chunk["tid"].to_numpy(), chosen)
             if t_range is not None:
                 from analyses.span import in_span
 
@@ -140,12 +168,20 @@ def write_tables(
             progress.step("windows")
         for windows in export_windows(cap, profiles, t_range=t_range):
             writer.append("windows", windows)
+        for name in ("samples", "windows"):  # none in the span: the file is there, empty, with its columns
+            if name not in writer.files:
+                writer.append(name, pd.DataFrame())
         if progress:
             progress.step("verdicts")
-        writer.append("verdicts", flat_verdicts(export_verdicts(cap, profiles, pattern, t_range)))
+        writer.append("verdicts", flat_verdicts(export_verdicts(cap, profiles, pattern, t_range, tids)))
         threads = cap.threads
-        writer.append("threads", threads[threads["tid"].isin(tids)])
-        writer.append("events", cap.events)
+        writer.append("threads", threads[threads["tid"].isin(chosen)])
+        if progress:
+            progress.step("recorded tables")
+        for name in RECORDED:
+            if name == "samples":
+                continue
+            writer.append(name, _recorded(cap, name, chosen if selected else None, t_range))
     if progress:
         progress.done()
     for name, path in writer.files.items():

@@ -15,11 +15,10 @@ matplotlib.use("Agg")  # headless: never look for a display (CI, ssh, a bug-repo
 
 from matplotlib.figure import Figure
 
-from forensics.colors import PART_COLORS, VERDICT_COLORS
+from forensics.colors import PART_COLORS, THREAD_COLORS, VERDICT_COLORS, thread_colors
 
 # Core types (Capture.cpus["core_types"]): fast cores cool, slow cores warm, unknown grey.
 FAST_CORE, SLOW_CORE, OTHER_CORE = "#2b83ba", "#d7301f", "#8c8c8c"
-THREAD_COLORS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c")
 FORMATS = {".png": "png", ".svg": "svg"}
 
 
@@ -31,4 +30,4 @@ def figure_bytes(fig: Figure, fmt: str = "png", dpi: int = 100) -> bytes:
     return buf.getvalue()
 
 
-__all__ = ["FORMATS", "PART_COLORS", "THREAD_COLORS", "VERDICT_COLORS", "figure_bytes"]
+__all__ = ["FORMATS", "PART_COLORS", "THREAD_COLORS", "VERDICT_COLORS", "figure_bytes", "thread_colors"]

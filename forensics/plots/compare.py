@@ -113,6 +113,11 @@ def _verdicts(ax, verdicts: pd.DataFrame) -> None:
     ax.bar(x + 0.2, b, width=0.4, color=COLOR_B, label="B", gid="verdict-bars")
     ax.set_xticks(x, names, fontsize=8.5)
     ax.set_title("stall episodes by verdict", fontsize=9, loc="left")
+    # Counts start at 0; with no episode in either capture the axis still reads 0..1, and says so.
+    ax.set_ylim(0, max(1.0, float(np.max(a, initial=0)), float(np.max(b, initial=0))) * 1.1)
+    if not (a.any() or b.any()):
+        ax.text(0.5, 0.5, "no stall episode in A or B", transform=ax.transAxes, ha="center", va="center",
+                fontsize=9, color="#555555", gid="no-episodes")  # fmt: skip
     ax.yaxis.get_major_locator().set_params(integer=True)
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from capture.format import Capture
+from forensics.describe import asked_threads
 
 MAX_POINTS = 5000  # windows per thread drawn as they are (10 s at 2 ms); above, summed into bins
 
@@ -48,14 +49,15 @@ def _markers(cap: Capture) -> pd.DataFrame:
     return pd.DataFrame({"t_ns": marks["t_ns"].to_numpy(dtype=np.int64), "text": texts})
 
 
-def choose_threads(profiles: pd.DataFrame, pattern: str | None, top: int) -> pd.DataFrame:
-    """--thread REGEX, else the watched threads (real-time, periodic) then the busiest others, `top` in all."""
+def choose_threads(profiles: pd.DataFrame, pattern: str | None, top: int, tids: tuple[int, ...] = ()) -> pd.DataFrame:
+    """--thread REGEX and --tid N (either: the threads of both), else the watched threads (real-time,
+    periodic) then the busiest others, `top` in all."""
     from analyses.threads import select_threads
 
     if profiles.empty:
         return profiles.assign(watched=pd.Series(dtype=bool))
-    if pattern is not None:
-        chosen = select_threads(profiles, pattern=pattern)
+    if pattern is not None or tids:
+        chosen = select_threads(profiles, pattern=pattern, tids=tids)
         watched = set(select_threads(profiles)["tid"].tolist())
         return chosen.assign(watched=chosen["tid"].isin(watched).to_numpy())
     watched = select_threads(profiles)
@@ -89,6 +91,7 @@ def timeline_data(
     t_range: tuple[int | None, int | None] | None = None,
     profiles: pd.DataFrame | None = None,
     stalls: pd.DataFrame | None = None,
+    tids: tuple[int, ...] = (),
 ) -> TimelineData:
     from analyses.cycles import lab_cycles, proc_cycles
     from analyses.engine import engine_cycles
@@ -108,13 +111,13 @@ def timeline_data(
     profiles = thread_profiles(cap, t_range=t_range) if profiles is None else profiles
     if profiles.empty:
         raise ForensicsError(f"{name} holds no samples in that span: there is nothing to plot")
-    chosen = choose_threads(profiles, pattern, top)
+    chosen = choose_threads(profiles, pattern, top, tids)
     if chosen.empty:
-        raise ForensicsError(f"no thread of {name} matches --thread {pattern!r}: see `forensics summarize`")
+        raise ForensicsError(f"no thread of {name} matches {asked_threads(pattern, tids)}: see `forensics summarize`")
     lo = int(t_range[0]) if t_range and t_range[0] is not None else int(profiles["first_ns"].min())
     hi = int(t_range[1]) if t_range and t_range[1] is not None else int(profiles["last_ns"].max())
-    tids = chosen["tid"].astype(int).tolist()
-    w = thread_windows(cap, tids=tids, t_range=t_range, with_sched=False)
+    drawn = chosen["tid"].astype(int).tolist()
+    w = thread_windows(cap, tids=drawn, t_range=t_range, with_sched=False)
     state, state_start = w["state"].to_numpy(), w["state_start"].to_numpy()
     blocked = blocked_ns(state, state_start, w["off_cpu_ns"].to_numpy(), STATE_D)
     faults = np.zeros(len(w), dtype=np.int64)
@@ -142,10 +145,12 @@ def timeline_data(
         windows = _binned(windows, origin, bin_ns)
     if stalls is None:
         stalls = find_stalls(cap, t_range=t_range, profiles=profiles, with_suspects=False)
-        if pattern is not None:
-            extra = find_stalls(cap, pattern=pattern, t_range=t_range, profiles=profiles, with_suspects=False)
+        if pattern is not None or tids:
+            extra = find_stalls(
+                cap, pattern=pattern, tids=tids, t_range=t_range, profiles=profiles, with_suspects=False
+            )
             stalls = pd.concat([stalls, extra]).drop_duplicates(["tid", "start_ns"]) if len(extra) else stalls
-    stalls = stalls[stalls["tid"].isin(tids)] if len(stalls) else stalls
+    stalls = stalls[stalls["tid"].isin(drawn)] if len(stalls) else stalls
     threads = chosen.assign(
         label=[
             _thread_label(r.comm, r.tid, policy_label(r.policy, r.rtprio, r.nice), r.period_ns)
@@ -262,15 +267,20 @@ class JitterData:
 
 
 def jitter_data(
-    cap: Capture, name: str, *, pattern: str | None = None, t_range: tuple[int | None, int | None] | None = None
+    cap: Capture,
+    name: str,
+    *,
+    pattern: str | None = None,
+    t_range: tuple[int | None, int | None] | None = None,
+    tids: tuple[int, ...] = (),
 ) -> JitterData:
     from analyses.jitter import jitter
     from analyses.source import capture_interval_ns
     from capture.errors import ForensicsError
 
-    stats, hist = jitter(cap, pattern=pattern, t_range=t_range)
+    stats, hist = jitter(cap, pattern=pattern, t_range=t_range, tids=tids)
     if stats.empty or hist.empty:
-        hint = "" if pattern else " (try --thread REGEX)"
+        hint = "" if pattern or tids else " (try --thread REGEX)"
         raise ForensicsError(f"{name} has no periodic thread whose wake-ups can be timed{hint}: no jitter to plot")
     return JitterData(
         title=f"{name}: intervals between wake-ups", stats=stats, histogram=hist, interval_ns=capture_interval_ns(cap)

@@ -23,7 +23,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.transforms import blended_transform_factory
 
-from forensics.plots import FAST_CORE, OTHER_CORE, PART_COLORS, SLOW_CORE, THREAD_COLORS, VERDICT_COLORS
+from forensics.plots import FAST_CORE, OTHER_CORE, PART_COLORS, SLOW_CORE, VERDICT_COLORS, thread_colors
 from forensics.plots.data import TimelineData
 
 MARKER_COLOR = "#333333"
@@ -67,7 +67,8 @@ def draw_timeline(data: TimelineData) -> Figure:
     cast(ConstrainedLayoutEngine, fig.get_layout_engine()).set(h_pad=0.05, hspace=0.06)
     origin = data.origin_ns
     lo, hi = _seconds(np.array(data.t_range), origin)
-    colors = {int(t): THREAD_COLORS[i % len(THREAD_COLORS)] for i, t in enumerate(threads["tid"])}
+    names = threads["comm"].astype(str).tolist()
+    colors = dict(zip((int(t) for t in threads["tid"]), thread_colors(names), strict=True))
     legend: dict[str, Artist] = {}
     for (kind, _), ax in zip(panels, axes, strict=True):
         ax.grid(axis="x", color="#e5e5e5", lw=0.6)
@@ -154,6 +155,17 @@ def _box() -> dict[str, object]:
     return {"bbox": {"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85}}
 
 
+MIN_EPISODE_PX = 4  # the narrowest an episode's shading is drawn, in pixels of the figure
+
+
+def _at_least(x0: float, x1: float, width: float) -> tuple[float, float]:
+    """The span [x0, x1] widened about its middle to `width` when narrower."""
+    if x1 - x0 >= width:
+        return x0, x1
+    mid = (x0 + x1) / 2
+    return mid - width / 2, mid + width / 2
+
+
 def _thread_panel(ax, data: TimelineData, row: pd.Series, color: str, legend: dict[str, Artist]) -> None:
     tid = int(row["tid"])
     mine = data.windows[data.windows["tid"] == tid].sort_values("start_ns")
@@ -179,12 +191,16 @@ def _thread_panel(ax, data: TimelineData, row: pd.Series, color: str, legend: di
     # Labels need room: on a long capture with many episodes, a label closer than 8 % of the axis to the
     # previous one is left out (the coloured marker stays; the legend names the colours; --span zooms).
     room = 0.08 * (data.t_range[1] - data.t_range[0]) / 1e9
+    # A 20 ms episode on a 60 s timeline is a fraction of a pixel: drawn MIN_EPISODE_PX wide at least.
+    axis_px = max(ax.get_window_extent().width, 1.0)
+    min_width_s = MIN_EPISODE_PX * (data.t_range[1] - data.t_range[0]) / 1e9 / axis_px
     last_label = -np.inf
     hidden = 0
     for episode in stalls.sort_values("start_ns").itertuples(index=False):
         verdict = str(episode.verdict)
         vcolor = VERDICT_COLORS.get(verdict, VERDICT_COLORS["unknown"])
         x0, x1 = _seconds(np.array([episode.start_ns, episode.end_ns]), data.origin_ns)
+        x0, x1 = _at_least(x0, x1, min_width_s)
         ax.axvspan(x0, x1, color=vcolor, alpha=0.28, lw=0, zorder=0, gid=f"verdict-span:{verdict}")
         mid = (x0 + x1) / 2
         ax.plot([mid], [104], marker="v", color=vcolor, ms=7, zorder=6)

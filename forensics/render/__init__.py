@@ -3,8 +3,8 @@
 Analyses return DataFrames with raw units (ns, counts); a report says which columns to show and under
 which heading, and the renderer formats by column name: `*_ns` as a duration, `start_ns`/`end_ns`/`t_ns`
 as seconds since the capture's first sample, `*_pct` as a percentage. Choose one with `--format NAME`,
-`--json`, or by the suffix of `-o FILE` (.json -> json, .html -> html, .md -> markdown, anything else ->
-table). A section may also carry a paragraph (`text`) and a picture (`image`: PNG bytes made by
+`--json`, or by the suffix of `-o FILE` (.txt table, .csv, .json, .md markdown, .html; any other name
+is refused). A section may also carry a paragraph (`text`) and a picture (`image`: PNG bytes made by
 `forensics.plots`); the html and markdown renderers embed it, the others leave it out.
 """
 
@@ -46,7 +46,8 @@ class Report:
     sections: list[Section] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     origin_ns: int | None = None  # times print as seconds since this (the capture's first sample)
-    json_root: str | None = None  # JSON output is this section's rows alone (a list), e.g. stalls
+    json_root: str | None = None  # the section that answers the command (the JSON envelope's `main`)
+    found: dict[str, int] = field(default_factory=dict)  # what it shows, by kind (--fail-on); not rendered
 
     def section(self, name: str) -> Section:
         for section in self.sections:
@@ -82,26 +83,45 @@ def _markdown(report: Report, **_: object) -> str:
     return render_markdown(report)
 
 
+def _csv(report: Report, **_: object) -> str:
+    from forensics.render.csvout import render_csv
+
+    return render_csv(report)
+
+
 RENDERERS: dict[str, Renderer] = {
     "table": _table,
     "json": _json,
     "html": _html,
     "markdown": _markdown,
+    "csv": _csv,
 }
-SUFFIXES = {".json": "json", ".txt": "table", ".html": "html", ".htm": "html", ".md": "markdown"}
+SUFFIXES = {".json": "json", ".txt": "table", ".csv": "csv", ".html": "html", ".htm": "html", ".md": "markdown"}
+
+
+def output_format(output: str) -> str:
+    """The format an output file's suffix names; a one-line error for any other name (nothing is
+    written under a name that says another format)."""
+    fmt = SUFFIXES.get(Path(output).suffix.lower())
+    if fmt is None:
+        names = ", ".join(SUFFIXES)
+        raise ForensicsError(f"-o {output}: the suffix picks the format; name the file {names}")
+    return fmt
 
 
 def choose_format(fmt: str | None, as_json: bool, output: str | None) -> str:
-    """--json wins, then --format, then the output file's suffix, then `table`."""
-    if as_json:
-        return "json"
-    if fmt:
-        if fmt not in RENDERERS:
-            raise ForensicsError(f"unknown --format {fmt!r}; choose one of: {', '.join(sorted(RENDERERS))}")
-        return fmt
+    """The output file's suffix (--json or --format may repeat it, never contradict it); else --json,
+    then --format, then `table`."""
+    asked = "json" if as_json else fmt
+    if asked is not None and asked not in RENDERERS:
+        raise ForensicsError(f"unknown --format {asked!r}; choose one of: {', '.join(sorted(RENDERERS))}")
     if output:
-        return SUFFIXES.get(Path(output).suffix.lower(), "table")
-    return "table"
+        by_suffix = output_format(output)
+        if asked is not None and asked != by_suffix:
+            option = "--json" if as_json else f"--format {fmt}"
+            raise ForensicsError(f"-o {output} names {by_suffix} output but {option} asks for {asked}: drop one")
+        return by_suffix
+    return asked or "table"
 
 
 def render(report: Report, fmt: str = "table", *, width: int = 100, color: bool = False) -> str:
@@ -112,4 +132,4 @@ def render(report: Report, fmt: str = "table", *, width: int = 100, color: bool 
     return renderer(report, width=width, color=color)
 
 
-__all__ = ["RENDERERS", "SUFFIXES", "Report", "Section", "choose_format", "render"]
+__all__ = ["RENDERERS", "SUFFIXES", "Report", "Section", "choose_format", "output_format", "render"]

@@ -43,11 +43,41 @@ def _short_ns(ns: float) -> str:
     return f"{ns:.0f}ns"
 
 
-def fmt_cell(column: str, value: Any, origin_ns: int | None) -> str:
-    """Text for one cell: durations, offsets, percentages, dicts; `unknown` where the value is missing."""
+# One unit per column (README, "Explaining a spike"): a column of durations reads in the unit of its
+# largest value, so 456 us and 19.9 ms in one column print as 0.456 ms and 19.900 ms.
+UNITS = ((1e9, "s", 3), (1e6, "ms", 3), (1e3, "us", 1), (1.0, "ns", 0))
+
+
+def column_units(frame: pd.DataFrame, names: list[str]) -> dict[str, tuple[float, str, int]]:
+    """Per duration column (`*_ns` that is not a time, and `components`): (divisor, unit, decimals)."""
+    out: dict[str, tuple[float, str, int]] = {}
+    for name in names:
+        if name in TIME_COLUMNS or not (name.endswith("_ns") or name == "components"):
+            continue
+        largest = 0.0
+        for value in frame[name].tolist():
+            values = value.values() if isinstance(value, Mapping) else [value]
+            for v in values:
+                if isinstance(v, int | float | np.integer | np.floating) and not is_missing(v):
+                    largest = max(largest, abs(float(v)))
+        out[name] = next((u for u in UNITS if largest >= u[0]), UNITS[-1])
+    return out
+
+
+def _in_unit(ns: float, unit: tuple[float, str, int], sep: str = " ") -> str:
+    divisor, name, decimals = unit
+    return f"{float(ns) / divisor:.{decimals}f}{sep}{name}"
+
+
+def fmt_cell(column: str, value: Any, origin_ns: int | None, unit: tuple[float, str, int] | None = None) -> str:
+    """Text for one cell: durations (in `unit`, the column's, when given), offsets, percentages, dicts;
+    `unknown` where the value is missing."""
     if isinstance(value, Mapping):
         shown = {k: v for k, v in value.items() if not is_missing(v) and not (isinstance(v, int | float) and v == 0)}
         if column == "components" or column.endswith("_ns"):
+            if unit is not None:
+                dense = (unit[0], unit[1], min(unit[2], 2))  # several values in one cell: two decimals
+                return " ".join(f"{k}={_in_unit(v, dense, '')}" for k, v in shown.items()) or "-"
             return " ".join(f"{k}={_short_ns(v)}" for k, v in shown.items()) or "-"
         return " ".join(f"{k}={v}" for k, v in shown.items()) or "-"
     if isinstance(value, list | tuple):
@@ -59,7 +89,7 @@ def fmt_cell(column: str, value: Any, origin_ns: int | None) -> str:
     if column in TIME_COLUMNS and origin_ns is not None and isinstance(value, int | np.integer | float):
         return f"{(int(value) - origin_ns) / 1e9:.3f} s"
     if column.endswith("_ns") and isinstance(value, int | np.integer | float | np.floating):
-        return fmt_ns(value)
+        return fmt_ns(value) if unit is None else _in_unit(float(value), unit)
     if column.endswith("_pct") and isinstance(value, int | np.integer | float | np.floating):
         return f"{float(value):.1f} %"
     if isinstance(value, float | np.floating):

@@ -31,7 +31,8 @@ table { border-collapse: collapse; margin: 0.4em 0 0.8em; font-size: 0.9em; }
 th, td { border: 1px solid #d5dbe1; padding: 3px 8px; vertical-align: top; text-align: left; }
 th { background: #eef2f6; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-td.mono, tr.detail td { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 0.92em; }
+td.mono, tr.detail td, code { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 0.92em; }
+td.mono { white-space: pre; }  /* a sparkline's characters are time positions: no space may collapse */
 tr.detail td { color: #3d4852; background: #fafbfc; border-top: none; }
 tbody tr:nth-child(even of :not(.detail)) { background: #fbfcfd; }
 figure { margin: 0.6em 0 1em; }
@@ -44,6 +45,14 @@ footer { margin-top: 3em; color: #6a7680; font-size: 0.85em; }
 # Verdicts written in their colour (the plots' and the Perfetto export's: forensics/colors.py).
 STYLE += "".join(f".v-{verdict} {{ color: {color}; }}\n" for verdict, color in VERDICT_COLORS.items())
 VERDICTS = tuple(VERDICT_COLORS)
+
+
+def _inline(text: str) -> str:
+    """Escaped text with `code` spans as <code> (headings and paragraphs use the README's backticks)."""
+    parts = html.escape(text).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick stays as it is
+        return html.escape(text)
+    return "".join(f"<code>{part}</code>" if i % 2 else part for i, part in enumerate(parts))
 
 
 def _anchor(name: str) -> str:
@@ -89,9 +98,9 @@ def _table(section: Section, origin_ns: int | None) -> list[str]:
 
 def _section(section: Section, origin_ns: int | None) -> list[str]:
     level = min(max(section.level, 2), 4)
-    out = [f'<h{level} id="{_anchor(section.name)}">{html.escape(section.title.strip())}</h{level}>']
+    out = [f'<h{level} id="{_anchor(section.name)}">{_inline(section.title.strip())}</h{level}>']
     if section.text:
-        out.extend(f"<p>{html.escape(part)}</p>" for part in section.text.split("\n\n") if part.strip())
+        out.extend(f"<p>{_inline(part)}</p>" for part in section.text.split("\n\n") if part.strip())
     if section.image is not None:
         data = base64.b64encode(section.image).decode("ascii")
         alt = html.escape(section.image_alt or section.title, quote=True)
@@ -101,7 +110,7 @@ def _section(section: Section, origin_ns: int | None) -> list[str]:
         out.append("</figure>")
     out.extend(_table(section, origin_ns))
     if section.note:
-        out.append(f'<p class="note">{html.escape(section.note)}</p>')
+        out.append(f'<p class="note">{_inline(section.note)}</p>')
     return out
 
 
@@ -109,11 +118,14 @@ def render_html(report: Report) -> str:
     title = html.escape(report.title.splitlines()[0] if report.title else "forensics report")
     body = [f"<h1>{html.escape(report.title)}</h1>"]
     chapters = [s for s in report.sections if s.level <= 2]
+    nav = ""
     if len(chapters) > 3:
-        links = "".join(f'<li><a href="#{_anchor(s.name)}">{html.escape(s.title.strip())}</a></li>' for s in chapters)
-        body.append(f"<nav><ul>{links}</ul></nav>")
-    for section in report.sections:
+        links = "".join(f'<li><a href="#{_anchor(s.name)}">{_inline(s.title.strip())}</a></li>' for s in chapters)
+        nav = f"<nav><ul>{links}</ul></nav>"
+    for i, section in enumerate(report.sections):
         body.extend(_section(section, report.origin_ns))
+        if i == 0 and nav:  # the answer first, then the contents of the rest
+            body.append(nav)
     if report.notes:
         body.append("<footer>" + "".join(f"<p>{html.escape(n)}</p>" for n in report.notes) + "</footer>")
     return (

@@ -1,7 +1,13 @@
 """The JSON renderer: every column of every section, in raw units (ns, counts), missing values as null.
 
-A report with a `json_root` prints that section's rows as one list (what `forensics stalls --json` promises:
-a list of objects); otherwise one object: {"title", "origin_ns", "sections": {name: rows}, "notes"}.
+Every command's `--json` is one envelope (README, "One output contract"), made here and nowhere else:
+
+    {"format_version": 1, "title": ..., "origin_ns": ..., "main": SECTION or null,
+     "sections": {name: [row, ...]}, "notes": [...]}
+
+`main` names the section that answers the command (stalls: "incidents", or "stalls" with --episodes);
+`origin_ns` is the capture's first sample (CLOCK_MONOTONIC ns), the zero of the seconds the tables print.
+Adding a section or a column keeps `format_version`; renaming or removing one, or changing a unit, bumps it.
 """
 
 from __future__ import annotations
@@ -41,14 +47,34 @@ def rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
-def render_json(report: Report) -> str:
-    if report.json_root is not None:
-        body: Any = rows(report.section(report.json_root).frame)
-    else:
-        body = {
-            "title": report.title,
-            "origin_ns": report.origin_ns,
-            "sections": {s.name: rows(s.frame) for s in report.sections},
-            "notes": report.notes,
-        }
+JSON_FORMAT_VERSION = 1
+
+
+def envelope(
+    title: str,
+    sections: dict[str, Any],
+    *,
+    notes: list[str] | None = None,
+    origin_ns: int | None = None,
+    main: str | None = None,
+) -> str:
+    """The one JSON shape every command prints (module docstring)."""
+    body = {
+        "format_version": JSON_FORMAT_VERSION,
+        "title": title,
+        "origin_ns": origin_ns,
+        "main": main,
+        "sections": {name: _plain(value) for name, value in sections.items()},
+        "notes": list(notes or []),
+    }
     return json.dumps(body, indent=2, default=str) + "\n"
+
+
+def render_json(report: Report) -> str:
+    return envelope(
+        report.title,
+        {s.name: rows(s.frame) for s in report.sections},
+        notes=report.notes,
+        origin_ns=report.origin_ns,
+        main=report.json_root,
+    )

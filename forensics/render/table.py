@@ -11,7 +11,7 @@ import textwrap
 import pandas as pd
 
 from forensics.render import Report, Section
-from forensics.render.cells import fmt_cell
+from forensics.render.cells import column_units, fmt_cell
 
 MIN_TEXT = 10
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
@@ -63,7 +63,8 @@ def render_section(section: Section, *, width: int, color: bool, origin_ns: int 
     names = [c for c in columns if c in frame.columns]
     headers = [columns[c] for c in names]
     rows = frame[names].itertuples(index=False, name=None)
-    cells = [[fmt_cell(c, v, origin_ns) for c, v in zip(names, row, strict=True)] for row in rows]
+    units = column_units(frame, names)
+    cells = [[fmt_cell(c, v, origin_ns, units.get(c)) for c, v in zip(names, row, strict=True)] for row in rows]
     widths, shown = _fit(headers, cells, width - 2)
     right = [_numeric(frame, c) for c in names]
 

@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 
 from analyses.incidents import IncidentRules, find_incidents, xrun_rows
+from analyses.span import in_span, overlaps_span
 from capture.format import Capture
+from forensics.describe import asked_threads
 from forensics.render import Report, Section
 from forensics.render.jsonout import rows
 
@@ -105,12 +107,16 @@ def add_incident_sections(
     rules: IncidentRules | None = None,
     for_json: bool = False,
     quiet_outside: bool = True,
+    t_range: tuple[int | None, int | None] | None = None,
 ) -> pd.DataFrame:
     """Append the incidents section to `report` (json: incidents with member episodes, the report's JSON
-    root); returns the incidents."""
+    root); returns the incidents. `episodes` are the whole capture's; `t_range` picks the incidents shown."""
     incidents, members = find_incidents(
         cap, episodes, watched, rules=rules, interval_ns=interval_ns, quiet_outside=quiet_outside
     )
+    if t_range is not None:
+        incidents = incidents[overlaps_span(incidents["start_ns"], incidents["end_ns"], t_range)]
+        members = members[members["incident"].isin(incidents["incident"]).to_numpy()]
     hidden = members.attrs.get("hidden") or {}
     if hidden.get("episodes"):
         report.notes.append(
@@ -144,15 +150,35 @@ def add_incident_sections(
     return incidents
 
 
-def xruns_report(cap: Capture, name: str, incidents: pd.DataFrame, *, origin_ns: int | None) -> Report:
-    """`forensics xruns`: one row per engine-reported xrun or missed deadline, joined to its incident."""
+def xruns_report(
+    cap: Capture,
+    name: str,
+    incidents: pd.DataFrame,
+    *,
+    origin_ns: int | None,
+    t_range: tuple[int | None, int | None] | None = None,
+    members: pd.DataFrame | None = None,
+    tids: tuple[int, ...] = (),
+) -> Report:
+    """`forensics xruns`: one row per engine-reported xrun or missed deadline, joined to its incident
+    (the whole capture's incidents: `t_range` only picks the xruns shown; `tids` too, keeping those
+    whose incident has one of them as its root or among its `members`' episodes)."""
     frame = xrun_rows(cap, incidents)
+    keep = in_span(frame["t_ns"].to_numpy(np.int64), t_range)
+    if tids:
+        involved = set(incidents.loc[incidents["root_tid"].isin(tids).to_numpy(), "incident"].tolist())
+        if members is not None and len(members):
+            involved |= set(members.loc[members["tid"].isin(tids).to_numpy(), "incident"].tolist())
+        keep &= frame["incident"].isin(involved).to_numpy(dtype=bool)
+    frame = frame[keep].reset_index(drop=True)
     frame["incident_text"] = [("" if pd.isna(i) else str(int(i))) for i in frame["incident"]]
     report = Report(title=f"Xruns and missed deadlines in {name}", origin_ns=origin_ns, json_root="xruns")
     have = set(cap.table_names)
     why = ""
     if "xruns" not in have and "engine_cycles" not in have and cap.cycles.empty:
         why = "(this capture holds no engine record: no xruns table, engine cycles or lab callbacks)"
+    elif tids:
+        why = f"(no xrun whose incident involves {asked_threads(None, tids)})"
     report.sections.append(
         Section("xruns", "Xruns (engine-reported) and missed deadlines", frame, XRUN_TABLE, empty=why or "(none)")
     )

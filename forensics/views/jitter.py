@@ -57,12 +57,18 @@ def _bars(hist: pd.DataFrame, key: str) -> pd.DataFrame:
 
 
 def jitter_report(
-    cap: Capture, name: str, *, pattern: str | None = None, t_range: tuple[int | None, int | None] | None = None
+    cap: Capture,
+    name: str,
+    *,
+    pattern: str | None = None,
+    t_range: tuple[int | None, int | None] | None = None,
+    tids: tuple[int, ...] = (),
 ) -> Report:
     from analyses.jitter import jitter as run_jitter
-    from analyses.source import capture_origin_ns
+    from analyses.source import capture_interval_ns, capture_origin_ns
+    from forensics.views.thresholds import jitter_thresholds
 
-    stats, hist = run_jitter(cap, pattern=pattern, t_range=t_range)
+    stats, hist = run_jitter(cap, pattern=pattern, t_range=t_range, tids=tids)
     report = Report(title=f"Wake-up jitter in {name}", origin_ns=capture_origin_ns(cap))
     if len(hist):
         hist = _bars(hist, "tid")
@@ -76,12 +82,15 @@ def jitter_report(
             stats,
             STATS,
             detail="flag",
-            empty="(no periodic thread; try --thread REGEX)",
+            empty="(no periodic thread; try --thread REGEX or --tid N)"
+            if pattern is None and not tids
+            else "(none of the threads asked for wakes periodically: `forensics summarize` shows what they did)",
             note=note,
         )
     )
     report.sections.append(Section("histogram", "Histogram of periods", hist, HIST))
     _engine_sections(report, cap, t_range)
+    report.notes.append(jitter_thresholds(capture_interval_ns(cap)))
     return report
 
 

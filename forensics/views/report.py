@@ -59,6 +59,45 @@ def build_report(
     where = f" ({span})" if span else ""
     described = describe_capture(cap)["sections"]
     out = Report(title=f"Spike and stall report: {name}{where}", origin_ns=capture_origin_ns(cap))
+    step("finding stalls")
+    profiles = thread_profiles(cap, t_range=t_range)
+    stalls = stalls_report(cap, name, t_range=t_range, profiles=profiles)
+    episodes = stalls.section("stalls").frame
+
+    answer = _part(stalls.section("stalls"), 2, "The answer: stall episodes, each with its evidence")
+    answer.text = answer_line(episodes, len(stalls.section("threads").frame))
+    answer.empty = "(no stall episode: every watched thread kept its rhythm)"
+    out.sections.append(answer)
+
+    step("drawing the timeline")
+    from capture.errors import ForensicsError
+
+    try:
+        from forensics.plots.data import timeline_data
+        from forensics.plots.timeline import draw_timeline
+
+        data = timeline_data(cap, name + where, top=top, t_range=t_range, profiles=profiles, stalls=episodes)
+        image: bytes | None = figure_bytes(draw_timeline(data))
+        alt = (
+            f"Timeline of {', '.join(data.threads['comm'].astype(str))}: per window, on CPU (blue), waiting for a "
+            f"CPU (orange), blocked in D (red); {len(data.stalls)} stall episodes shaded and labelled by verdict"
+            + (f"; {data.deadline_label}" if data.deadline_label else "")
+            + (f"; {len(data.markers)} markers" if len(data.markers) else "")
+            + "."
+        )
+    except ForensicsError as err:
+        image, alt = None, str(err)
+    out.sections.append(
+        Section(
+            "timeline_plot",
+            "Timeline",
+            None,
+            empty="" if image else f"(no picture: {alt})",
+            image=image,
+            image_alt=alt,
+        )
+    )
+    out.sections.append(_part(stalls.section("threads"), 3, "Watched threads"))
     out.sections.append(
         Section(
             "about",
@@ -93,42 +132,6 @@ def build_report(
                 "period (quantum / rate).",
             )
         )
-
-    step("finding stalls")
-    profiles = thread_profiles(cap, t_range=t_range)
-    stalls = stalls_report(cap, name, t_range=t_range, profiles=profiles)
-    episodes = stalls.section("stalls").frame
-
-    step("drawing the timeline")
-    from capture.errors import ForensicsError
-
-    try:
-        from forensics.plots.data import timeline_data
-        from forensics.plots.timeline import draw_timeline
-
-        data = timeline_data(cap, name + where, top=top, t_range=t_range, profiles=profiles, stalls=episodes)
-        image: bytes | None = figure_bytes(draw_timeline(data))
-        alt = (
-            f"Timeline of {', '.join(data.threads['comm'].astype(str))}: per window, on CPU (blue), waiting for a "
-            f"CPU (orange), blocked in D (red); {len(data.stalls)} stall episodes shaded and labelled by verdict"
-            + (f"; {data.deadline_label}" if data.deadline_label else "")
-            + (f"; {len(data.markers)} markers" if len(data.markers) else "")
-            + "."
-        )
-    except ForensicsError as err:
-        image, alt = None, str(err)
-    out.sections.append(
-        Section(
-            "timeline_plot",
-            "Timeline",
-            None,
-            empty="" if image else f"(no picture: {alt})",
-            image=image,
-            image_alt=alt,
-        )
-    )
-    out.sections.append(_part(stalls.section("stalls"), 2, "Verdicts: stall episodes (evidence under each)"))
-    out.sections.append(_part(stalls.section("threads"), 3, "Watched threads"))
 
     step("summarising (the five views)")
     summary = summary_report(cap, name + where, t_range=t_range)
@@ -182,6 +185,20 @@ def build_report(
         )
     )
     return out
+
+
+def answer_line(episodes: pd.DataFrame, watched: int) -> str:
+    """The answer in one sentence: how many episodes of which verdict, in how many watched threads."""
+    if episodes.empty:
+        return f"No stall episode in the {watched} watched threads."
+    counts = episodes["verdict"].astype(str).value_counts()
+    verdicts = ", ".join(f"{n} {verdict}" for verdict, n in counts.items())
+    threads = episodes["tid"].nunique()
+    return (
+        f"{len(episodes)} stall episodes ({verdicts}) in {threads} of the {watched} watched threads; each row "
+        "below gives the verdict (the largest cause), the line under it the evidence. The timeline, the "
+        "capture's details and the other views follow."
+    )
 
 
 def engine_rows(overview: dict[str, Any]) -> dict[str, str]:

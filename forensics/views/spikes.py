@@ -44,11 +44,14 @@ def spikes_report(
     top: int = 5,
     limit: int | None = 50,
     t_range: tuple[int | None, int | None] | None = None,
+    tids: tuple[int, ...] = (),
 ) -> Report:
     """The report `forensics spikes` prints (spikes, then who burned the CPU in each); `forensics report`
     embeds the same sections."""
-    from analyses.source import capture_origin_ns
+    from analyses.rules import spike_min_ns
+    from analyses.source import capture_interval_ns, capture_origin_ns
     from analyses.spikes import find_spikes
+    from forensics.views.thresholds import spike_thresholds
 
     found, burners = find_spikes(
         cap,
@@ -59,8 +62,11 @@ def spikes_report(
         top=top,
         limit=limit,
         t_range=t_range,
+        tids=tids,
     )
     report = Report(title=f"CPU spikes in {name}", origin_ns=capture_origin_ns(cap))
     report.sections.append(Section("spikes", "Spikes", found, SPIKE_COLUMNS))
     report.sections.append(Section("burners", "Who burned the CPU in each spike", burners, BURNER_COLUMNS))
+    least = spike_min_ns(capture_interval_ns(cap)) if min_ns is None else min_ns
+    report.notes.append(spike_thresholds(factor, least, deadline_ns))
     return report

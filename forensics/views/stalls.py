@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from capture.format import Capture
+from forensics.describe import asked_threads
 from forensics.render import Report, Section
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ def stalls_report(
     *,
     pattern: str | None = None,
     everything: bool = False,
+    tids: tuple[int, ...] = (),
     rules: StallRules | None = None,
     t_range: tuple[int | None, int | None] | None = None,
     with_truth: bool = False,
@@ -48,18 +50,25 @@ def stalls_report(
     """The report `forensics stalls` prints (watched threads, episodes with evidence, or with `incidents`
     the incidents with their episodes under each); `forensics report` embeds the same sections."""
     from analyses.source import capture_interval_ns, capture_origin_ns
+    from analyses.span import overlaps_span
     from analyses.stalls import find_stalls
     from analyses.threads import policy_label, select_threads, thread_profiles
 
     profiles = thread_profiles(cap, t_range=t_range) if profiles is None else profiles
-    episodes = find_stalls(cap, pattern=pattern, everything=everything, rules=rules, t_range=t_range, profiles=profiles)
-    watched = select_threads(profiles, pattern=pattern, everything=everything).copy()
+    # Incidents are grouped from the whole capture's episodes, then the span picks those it touches.
+    shown = None if incidents else t_range
+    episodes = find_stalls(
+        cap, pattern=pattern, everything=everything, tids=tids, rules=rules, t_range=shown, profiles=profiles
+    )
+    watched = select_threads(profiles, pattern=pattern, everything=everything, tids=tids).copy()
     watched["policy"] = [
         policy_label(p, r, n)
         for p, r, n in zip(
             watched["policy"].tolist(), watched["rtprio"].tolist(), watched["nice"].tolist(), strict=True
         )
     ]
+    # -1 marks "never real-time" inside the analyses; shown, it is no priority at all.
+    watched["max_rtprio"] = watched["max_rtprio"].where(watched["max_rtprio"] >= 0)
     interval = capture_interval_ns(cap)
     report = Report(
         title=f"Stalls in {name} (sampled every {interval / 1e6:g} ms)",
@@ -72,7 +81,7 @@ def stalls_report(
             "Watched threads",
             watched,
             THREAD_COLUMNS,
-            empty="(no real-time or periodic thread: try --thread REGEX or --all)",
+            empty=_no_thread_hint(pattern, tids),
         )
     )
     exact = int((episodes["basis"] == "ebpf").sum()) if len(episodes) else 0
@@ -82,30 +91,46 @@ def stalls_report(
         if exact
         else ""
     )
+    shown_episodes = episodes[overlaps_span(episodes["start_ns"], episodes["end_ns"], t_range)]
+    report.found = {"episode": len(shown_episodes), **shown_episodes["verdict"].value_counts().to_dict()}
     if incidents:
         from forensics.views.incidents import add_incident_sections
 
-        add_incident_sections(
+        listed = add_incident_sections(
             report,
             cap,
             episodes,
             watched,
             interval_ns=interval,
             for_json=for_json,
-            quiet_outside=pattern is None and not everything,
+            quiet_outside=pattern is None and not everything and not tids,
+            t_range=t_range,
         )
+        report.found["incident"] = len(listed)
     else:
         report.sections.append(
             Section(
                 "stalls", "Stall episodes (evidence under each)", episodes, EPISODE_COLUMNS, detail="evidence", note=how
             )
         )
+    from analyses.rules import DEFAULT_RULES
+    from forensics.views.thresholds import stall_thresholds
+
+    report.notes.append(stall_thresholds(rules or DEFAULT_RULES, interval))
     undecided = episodes.attrs.get("undecided") or []
     if undecided:
         report.notes.append("Unknown for lack of a source in this capture: " + "; ".join(undecided) + ".")
     if with_truth:
         _add_truth(report, cap, episodes, interval)
     return report
+
+
+def _no_thread_hint(pattern: str | None, tids: tuple[int, ...]) -> str:
+    """What to try next, never what was just tried."""
+    if pattern is None and not tids:
+        return "(no real-time or periodic thread: try --thread REGEX, --tid N or --all)"
+    asked = asked_threads(pattern or None, tids, " and ")
+    return f"(no thread matches {asked}: `forensics summarize` lists them; --all watches all)"
 
 
 def _add_truth(report: Report, cap: Capture, episodes: pd.DataFrame, interval: int) -> None:
@@ -115,6 +140,8 @@ def _add_truth(report: Report, cap: Capture, episodes: pd.DataFrame, interval: i
     if truth.empty:
         report.notes.append("--truth: this capture holds no ground truth (record the lab: catch-load --lab).")
         return
-    matrix, scores = confusion(episodes, truth, cycles=cap.cycles, tolerance_ns=interval, interval_ns=interval)
+    matrix, scores = confusion(
+        episodes, truth, cycles=cap.cycles, tolerance_ns=interval, interval_ns=interval, system=cap.system
+    )
     report.sections.append(Section("truth_matrix", "Ground truth (rows) against verdicts (columns), >= 5 ms", matrix))
     report.sections.append(Section("truth_scores", "Recall and precision per cause", scores))

@@ -4,7 +4,7 @@ report` embeds them)."""
 from __future__ import annotations
 
 from capture.format import Capture
-from forensics.describe import fmt_ns
+from forensics.describe import asked_threads, fmt_ns
 from forensics.render import Report, Section
 
 TIMELINE = {"comm": "thread", "tid": "tid", "on_cpu_ns": "on CPU", "peak_pct": "peak", "timeline": "timeline"}
@@ -61,18 +61,25 @@ def summary_report(
     worst: int = 10,
     rows: int = 15,
     full: bool = False,
+    tids: tuple[int, ...] = (),
 ) -> Report:
-    """The report `forensics summarize` prints: the five views (`full`: every row, as JSON shows them).
-    `forensics report` embeds the same sections."""
+    """The report `forensics summarize` prints: the five views (`full`: every row, as JSON shows them);
+    `tids`: only those threads in the per-thread views. `forensics report` embeds the same sections."""
     from analyses.summary import summarize as run_summary
 
-    result = run_summary(cap, t_range=t_range, top=top, worst=worst)
+    result = run_summary(cap, t_range=t_range, top=top, worst=worst, tids=tids)
     views = result.views
     report = Report(title=f"Summary of {name}", origin_ns=result.origin_ns)
     if not views:
         report.notes.append("The capture (or span) holds no samples.")
         return report
     bin_text = fmt_ns(result.bin_ns)
+    if tids:
+        report.notes.append(
+            f"Only {asked_threads(None, tids, ', ')} in the timeline, the breakdown, the placement and the "
+            "worst episodes; the faults over time are the whole machine's."
+        )
+    machine = " (all threads)" if tids else ""
     report.sections.append(
         Section(
             "timeline", f"1. On-CPU timeline, busiest threads (one character = {bin_text})", views["timeline"], TIMELINE
@@ -89,14 +96,14 @@ def summary_report(
             views["placement"],
             PLACEMENT,
             detail="cpu_over_time",
-            empty="(no real-time or periodic thread)",
+            empty="(no window of the threads asked for)" if tids else "(no real-time or periodic thread)",
             note="shared: time another recorded thread was busy on the same CPU in the same tick.",
         )
     )
     report.sections.append(
         Section("placement_changes", "   Policy and priority changes", views["placement_changes"], CHANGES)
     )
-    report.sections.append(Section("faults", "4. Faults over time", views["faults"], FAULTS))
+    report.sections.append(Section("faults", f"4. Faults over time{machine}", views["faults"], FAULTS))
     fault_bins = views["faults_bins"]
     busiest = fault_bins[(fault_bins["minflt"] + fault_bins["majflt"]) > 0]
     busiest = busiest.sort_values("minflt", ascending=False).head(5).sort_values("bin_start_ns")
@@ -106,4 +113,9 @@ def summary_report(
     report.sections.append(
         Section("worst", "5. Worst stall episodes", views["worst"], WORST, detail="evidence", empty="(no stall)")
     )
+    from analyses.rules import DEFAULT_RULES
+    from analyses.source import capture_interval_ns
+    from forensics.views.thresholds import stall_thresholds
+
+    report.notes.append(stall_thresholds(DEFAULT_RULES, capture_interval_ns(cap)))
     return report

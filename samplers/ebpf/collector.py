@@ -150,15 +150,10 @@ class EbpfCollector:
         cflags = self._cflags()
         t0 = time.monotonic()
         try:
-            with _stderr_captured() as compiler_output:
-                self._bpf = bcc.BPF(text=PROBES_SOURCE.read_bytes(), cflags=cflags)
-        except Exception as err:  # BCC raises bare Exception for compile and load failures
+            self._bpf = compile_bpf(bcc, PROBES_SOURCE, cflags, "the eBPF probes", "; recording without eBPF")
+        except EbpfUnavailable:
             self._release_tracefs()
-            first_error = next((line for line in compiler_output if "error" in line.lower()), "")
-            detail = f": {first_error.strip()}" if first_error else ""
-            raise EbpfUnavailable(
-                f"the eBPF probes did not compile or load ({err}{detail}); recording without eBPF"
-            ) from err
+            raise
         self.timing.compile_load_s = time.monotonic() - t0
         self.attached = [name for name in self._wanted_tracepoints()]
         self._open_reader()
@@ -348,30 +343,15 @@ class EbpfCollector:
 
     def program_stats(self) -> dict[str, dict[str, int]]:
         """Per probe: run_cnt, run_time_ns (both 0 unless kernel.bpf_stats_enabled=1) and recursion_misses."""
-        out: dict[str, dict[str, int]] = {}
-        for name, info in self._program_infos().items():
-            run_time, run_cnt, misses = struct.unpack_from("<QQQ", info, _RUN_TIME_OFFSET)
-            out[name] = {"run_time_ns": run_time, "run_cnt": run_cnt, "recursion_misses": misses}
-        return out
+        if self._bpf is None or self._bcc is None:
+            return {}
+        return program_run_stats(self._bcc, self._bpf)
 
     def _program_infos(self) -> dict[str, bytes]:
         """struct bpf_prog_info of each of our programs (only those whose kernel reports recursion_misses)."""
         if self._bpf is None or self._bcc is None:
             return {}
-        import ctypes
-
-        get_info = self._bcc.libbcc.lib.bpf_obj_get_info
-        get_info.restype = ctypes.c_int
-        get_info.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
-        infos: dict[str, bytes] = {}
-        for name, function in getattr(self._bpf, "funcs", {}).items():
-            info = (ctypes.c_ubyte * _PROG_INFO_SIZE)()
-            length = ctypes.c_uint32(_PROG_INFO_SIZE)
-            if get_info(function.fd, info, ctypes.byref(length)) != 0 or length.value < _RECURSION_MISSES_END:
-                continue
-            text = name.decode() if isinstance(name, bytes) else str(name)
-            infos[text.replace("tracepoint__", "").replace("__", ":", 1)] = bytes(info)
-        return infos
+        return program_infos(self._bcc, self._bpf)
 
     def program_misses(self) -> dict[str, int]:
         """Times the kernel skipped each of our programs because another BPF program was running on that
@@ -459,6 +439,46 @@ class EbpfCollector:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def program_infos(bcc: Any, bpf: Any) -> dict[str, bytes]:
+    """struct bpf_prog_info of each program BCC loaded in `bpf` (only those whose kernel reports
+    recursion_misses), by tracepoint name ("sched:sched_switch")."""
+    import ctypes
+
+    get_info = bcc.libbcc.lib.bpf_obj_get_info
+    get_info.restype = ctypes.c_int
+    get_info.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32)]
+    infos: dict[str, bytes] = {}
+    for name, function in getattr(bpf, "funcs", {}).items():
+        info = (ctypes.c_ubyte * _PROG_INFO_SIZE)()
+        length = ctypes.c_uint32(_PROG_INFO_SIZE)
+        if get_info(function.fd, info, ctypes.byref(length)) != 0 or length.value < _RECURSION_MISSES_END:
+            continue
+        text = name.decode() if isinstance(name, bytes) else str(name)
+        infos[text.replace("tracepoint__", "").replace("__", ":", 1)] = bytes(info)
+    return infos
+
+
+def program_run_stats(bcc: Any, bpf: Any) -> dict[str, dict[str, int]]:
+    """Per program: run_cnt, run_time_ns (both 0 unless kernel.bpf_stats_enabled=1) and recursion_misses."""
+    out: dict[str, dict[str, int]] = {}
+    for name, info in program_infos(bcc, bpf).items():
+        run_time, run_cnt, misses = struct.unpack_from("<QQQ", info, _RUN_TIME_OFFSET)
+        out[name] = {"run_time_ns": run_time, "run_cnt": run_cnt, "recursion_misses": misses}
+    return out
+
+
+def compile_bpf(bcc: Any, source: Path, cflags: list[str], what: str, then: str = "") -> Any:
+    """bcc.BPF of `source`; a compile or load failure is EbpfUnavailable naming `what` and the compiler's
+    first error line (BCC raises bare Exception and prints the reason on fd 2)."""
+    try:
+        with _stderr_captured() as compiler_output:
+            return bcc.BPF(text=source.read_bytes(), cflags=cflags)
+    except Exception as err:
+        first_error = next((line for line in compiler_output if "error" in line.lower()), "")
+        detail = f": {first_error.strip()}" if first_error else ""
+        raise EbpfUnavailable(f"{what} did not compile or load ({err}{detail}){then}") from err
 
 
 @contextlib.contextmanager

@@ -34,8 +34,11 @@ import os
 import platform
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
+
+from capture.errors import ForensicsError
 
 STUB_FORMAT = 2  # bump when the generated files change, so old caches are rebuilt
 
@@ -220,9 +223,30 @@ def stub_files(
     return files
 
 
+ROOT_CACHE_DIR = "/var/cache/spike-stall-forensics"
+
+
+def toolkit_cache_dir() -> Path:
+    """The toolkit's cache: headers BCC compiles into a program the kernel runs, and BTF offsets that
+    program reads at. Root never takes it from the environment (`sudo -E` keeps a user's XDG_CACHE_HOME,
+    a place that user can write): root's is ROOT_CACHE_DIR. Created 0700; used only when owned by the
+    user and writable by no one else (README, "Exact sources (root)", as the state directory)."""
+    if os.geteuid() == 0:
+        base = Path(ROOT_CACHE_DIR)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        base = Path(xdg, "spike-stall-forensics")
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = os.lstat(base)
+    if stat.S_ISLNK(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise ForensicsError(
+            f"the cache directory {base} is a link, not yours, or writable by others: remove it and retry"
+        )
+    return base
+
+
 def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base, "spike-stall-forensics", "bcc-stub")
+    return toolkit_cache_dir() / "bcc-stub"
 
 
 def build_stub_tree(

@@ -3,7 +3,9 @@
 Each slot holds only the latest signaled/awake/finished times of its client; a poll every quarter
 period sees each value at least once while the cycle runs. A value belongs to the cycle whose start
 (the driver's fFinishedAt) precedes it; a finish that comes late (after the next cycle re-signaled
-the client) belongs to the client's latest record that woke before it and has no finish yet.
+the client) belongs to the client's latest record that woke before it and has no finish yet. A poller
+late by more than a period misses a cycle's start: a signal of that cycle is placed in none (counted in
+`unplaced`), never in the cycle before it (whose check it would fail: a late flag jack2 never notified).
 
 A cycle is emitted when it is EMIT_AFTER_US old. Its end is the latest finish of its clients, null
 when one of them was never seen finishing. A client's `xrun` is jack2's own test (JackEngine::CheckXRun:
@@ -73,7 +75,15 @@ class CycleAssembler:
                     self.unplaced += 1
                 else:
                     node = _Node(s)
-                    self.nodes.setdefault(key, {})[ref] = node
+                    here = self.nodes.setdefault(key, {})
+                    old = here.get(ref)
+                    if old is not None and old.finish_us is not None and old.finish_us <= s:
+                        # Its node of this cycle already finished: the signal is of a later cycle whose
+                        # start the poller never saw. Kept as a record (its wake-up and finish attach to
+                        # it, not to another cycle's node), placed in no cycle.
+                        self.unplaced += 1
+                    else:
+                        here[ref] = node
                     client.records.append((key, node))
                     del client.records[:-16]
             if a and a != la:
@@ -110,6 +120,12 @@ class CycleAssembler:
             if not flush and now_us - start < EMIT_AFTER_US:
                 break
             members = self.nodes.pop(start)
+            # A signal a period or more after this start is of a cycle whose start the poller missed (it
+            # was late by more than a period, and read the driver's slot after the next start): not of
+            # this one, whose check it would otherwise fail.
+            stray = [ref for ref, n in members.items() if n.signal_us >= start + period_us]
+            self.unplaced += len(stray)
+            members = {ref: n for ref, n in members.items() if ref not in stray}
             following = self.starts[i + 1] if i + 1 < len(self.starts) else None
             # The next start we saw is the check only if it is the very next cycle.
             check = following if following is not None and following - start < 1.5 * period_us else start + period_us

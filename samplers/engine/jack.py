@@ -339,7 +339,7 @@ class JackSource:
         while self.stop_reason is None:
             now = time.monotonic_ns()
             if self.assembler is not None:
-                self.assembler.observe(self.timing.read(), self._client_refnums())
+                self.assembler.observe(self.timing.read(self.driver_refnum), self._client_refnums())
             while True:
                 try:
                     kind, t_ns, args = self.events.get_nowait()

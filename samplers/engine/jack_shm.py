@@ -132,9 +132,18 @@ class GraphTiming:
         if self.read()[0]["finished"] == before:
             raise JackShmUnavailable("the driver's cycle time in the graph segment does not advance")
 
-    def read(self) -> np.ndarray:
-        """A copy of the 64 slots (one memcpy of 1.8 KB: the clients keep writing while we read)."""
-        return np.frombuffer(self._map[self.offset : self.offset + TIMING_ARRAY_BYTES], dtype=_DTYPE).copy()
+    def read(self, driver: int = 0) -> np.ndarray:
+        """A copy of the 64 slots (one memcpy of 1.8 KB: the clients keep writing while we read), with the
+        driver's cycle start read again after the copy. The copy is not atomic: the driver preempts a
+        poller below its priority when it wakes, starts a cycle and signals its clients, and the rest of
+        the copy then holds the clients' new values beside the old start; filed under the previous cycle,
+        a client's new finish fell after the next start: a late flag jack2 never notified. jack2 stamps
+        the start before it signals (JackConnectionManager::ResumeRefNum), so a start read after the copy
+        is never older than a signal in it."""
+        slots = np.frombuffer(self._map[self.offset : self.offset + TIMING_ARRAY_BYTES], dtype=_DTYPE).copy()
+        at = self.offset + driver * TIMING.size + 16  # fFinishedAt: after fSignaledAt and fAwakeAt
+        slots[driver]["finished"] = int.from_bytes(self._map[at : at + 8], "little")
+        return slots
 
     def refnum_of_port(self, port_name: str) -> int | None:
         """The refnum of the client owning a port, from the port array after the timing array."""

@@ -1,0 +1,105 @@
+"""Where the recorder's tick and the writer's parse spend their time (cProfile; not a benchmark).
+
+Records bench/many_threads.c with N threads in-process for S seconds, the frames going to a file instead of
+the writer's pipe, under cProfile; then replays that frame file through the writer's CaptureSink under
+cProfile. Prints the top functions of each and the CPU per thread-sample of each side.
+
+    python bench/profile_recorder.py --threads 200 --seconds 5 [--fast REGEX]
+
+cProfile's own overhead inflates what calls many small functions (the tick's per-thread loop): read the
+split between functions, and take the costs from bench/sampler_bench.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from sampler_bench import build  # noqa: E402
+
+from samplers import frames  # noqa: E402
+from samplers.recorder import Recorder, RecorderOptions  # noqa: E402
+from samplers.targets import TargetSpec  # noqa: E402
+from samplers.writer_process import CaptureSink  # noqa: E402
+
+
+def top(profile: cProfile.Profile, n: int = 18) -> str:
+    out = io.StringIO()
+    pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(n)
+    return "\n".join(line for line in out.getvalue().splitlines() if line.strip())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=200)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--fast", default=None, help="--fast REGEX for the recorder (tiers)")
+    ap.add_argument("--no-tiers", action="store_true", help="read every thread every tick")
+    args = ap.parse_args()
+    target_bin, *_ = build()
+    target = subprocess.Popen([str(target_bin), str(args.threads), str(args.seconds + 30)], stdout=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        with tempfile.TemporaryDirectory() as tmp:
+            frames_path = Path(tmp) / "frames.bin"
+            options = RecorderOptions(output=str(Path(tmp) / "x.ssf"), duration_ns=int(args.seconds * 1e9))
+            extra = {}
+            if hasattr(options, "tiers"):
+                extra["tiers"] = not args.no_tiers
+                if args.fast:
+                    extra["fast"] = re.compile(args.fast)
+            for key, value in extra.items():
+                setattr(options, key, value)
+            recorder = Recorder(TargetSpec(pids=[target.pid]), options)
+            fd = os.open(frames_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            profile = cProfile.Profile()
+            c0 = time.process_time_ns()
+            profile.enable()
+            trailer = recorder.run(fd, {"recording": {"interval_ns": options.interval_ns}})
+            profile.disable()
+            rec_cpu = time.process_time_ns() - c0
+            recorder.finish(trailer)
+            os.close(fd)
+            rows = recorder.sample_rows
+            print(f"recorder: {trailer['ticks']} ticks, {trailer['missed_ticks']} missed, {rows} thread-samples")
+            print(f"recorder CPU under cProfile: {rec_cpu / max(rows, 1):.0f} ns per thread-sample")
+            print(top(profile))
+
+            sink = CaptureSink(str(Path(tmp) / "replay.ssf"))
+            data = frames_path.read_bytes()
+            parsed = []
+            offset = 0
+            while offset + frames.FRAME.size <= len(data):
+                kind, length = frames.FRAME.unpack_from(data, offset)
+                parsed.append((kind, data[offset + frames.FRAME.size : offset + frames.FRAME.size + length]))
+                offset += frames.FRAME.size + length
+            profile = cProfile.Profile()
+            c0 = time.process_time_ns()
+            profile.enable()
+            for kind, payload in parsed:
+                sink.handle(kind, payload)
+            sink.close()
+            profile.disable()
+            wri_cpu = time.process_time_ns() - c0
+            print(f"\nwriter CPU under cProfile: {wri_cpu / max(rows, 1):.0f} ns per thread-sample")
+            print(top(profile))
+    finally:
+        target.kill()
+        target.wait()
+
+
+if __name__ == "__main__":
+    main()

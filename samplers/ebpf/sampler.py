@@ -1,0 +1,333 @@
+"""EbpfSampler: per-thread run time, runqueue wait, switches, faults, last state and CPU kept by the kernel.
+
+`catch-load --sampler ebpf` replaces the tick's /proc reads (two `pread`s per thread) by one copy of a BPF
+array the probes of sampler.bpf.c update at each switch, wake-up and fault. The array is mapped into this
+process (BPF_F_MMAPABLE): a tick is one memcpy of the used slots, no system call, no per-thread Python.
+
+    sampler = EbpfSampler(slots=4096)
+    sampler.start()                       # raises EbpfUnavailable (one line: why) when it cannot run
+    slot = sampler.add(tid, seed)         # before the thread's first read; seed: its /proc counters now
+    raw = sampler.read()                  # the bytes of slots [0, sampler.used), SLOT_SIZE each
+    sampler.remove(tid)                   # the thread exited: its slot is reused later
+    sampler.stop()
+
+Runs in the RECORDER process (the tick reads the mapping); the writer decodes the bytes
+(samplers/ebpf/sampler_rows.py). Compiles with the same machinery as the event collector: BCC imported by
+bcc_import, headers of this kernel or the generated stub (kernel_stub), tracefs mounted when missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import mmap
+import os
+import platform
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from samplers import frames
+from samplers.ebpf.collector import EbpfUnavailable, compile_bpf, program_run_stats
+
+SAMPLER_SOURCE = Path(__file__).with_name("sampler.bpf.c")
+# struct tstat of sampler.bpf.c: run_ns wait_ns since_ns switches faults event_ns (u64), tid prev_state
+# (u32), cpu (u16), phase pad0 (u8), pad1 (u32).
+SLOT = struct.Struct("<QQQQQQIIHBBI")
+SLOT_SIZE = SLOT.size  # 64
+DEFAULT_SLOTS = 8192  # threads recorded at once; 512 KiB mapped
+# The scheduler's counters that /proc/<pid>/task/<tid>/schedstat prints, copied at each switch-out.
+TASK_COUNTERS = {
+    "OFF_SUM_EXEC": "se.sum_exec_runtime",
+    "OFF_RUN_DELAY": "sched_info.run_delay",
+    "OFF_PCOUNT": "sched_info.pcount",
+}
+PHASE_UNKNOWN, PHASE_ON_CPU, PHASE_RUNNABLE, PHASE_OFF, PHASE_EXITED = 0, 1, 2, 3, 4
+
+
+@dataclass
+class Seed:
+    """A thread's /proc counters when it is added, so the kernel's counters continue them."""
+
+    run_ns: int = 0
+    wait_ns: int = 0
+    switches: int = 0
+    faults: int = 0
+
+
+def task_offsets(load: Callable[[str], Any], vmlinux: str, cache_dir: Path | None) -> dict[str, int]:
+    """TASK_COUNTERS' offsets in struct task_struct. Parsing the kernel's BTF takes seconds in Python, so the
+    result is kept in the cache directory, keyed by the kernel release and the BTF's size and mtime."""
+    from samplers.ebpf.btf import BtfError
+
+    try:
+        info = os.stat(vmlinux)
+    except OSError as err:
+        raise BtfError(f"cannot read {vmlinux} ({err.strerror}): the kernel has no BTF") from err
+    from samplers.ebpf.kernel_stub import toolkit_cache_dir
+
+    base = cache_dir or toolkit_cache_dir()
+    cached = base / "btf-offsets" / f"{platform.release()}-{info.st_size}-{info.st_mtime_ns}.json"
+    with contextlib.suppress(OSError, ValueError):
+        offsets = json.loads(cached.read_text())
+        if set(offsets) == set(TASK_COUNTERS):
+            return {k: int(v) for k, v in offsets.items()}
+    btf = load(vmlinux)
+    offsets = {}
+    for macro, path in TASK_COUNTERS.items():
+        offset, size = btf.member("task_struct", path)
+        if size != 8:
+            raise BtfError(f"task_struct.{path} is {size} bytes, not 8")
+        offsets[macro] = offset
+    with contextlib.suppress(OSError):
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}")
+        tmp.write_text(json.dumps(offsets))
+        os.replace(tmp, cached)
+    return offsets
+
+
+class EbpfSampler:
+    def __init__(self, slots: int = DEFAULT_SLOTS, *, proc: str = "/proc", cache_dir: str | None = None) -> None:
+        self.slots = slots
+        self.proc = proc
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self._bpf: Any = None
+        self._bcc: Any = None
+        self._mm: mmap.mmap | None = None
+        self._slot_of: Any = None
+        self._free: list[int] = []
+        self.used = 0  # slots [0, used) have been handed out at least once
+        self.slot_by_tid: dict[int, int] = {}
+        self.full = 0  # threads that could not be added (every slot taken): said in the metadata
+        self.headers = ""
+        self.faults = False
+        self.state_mask = 0
+        self.rules: dict[str, Any] = {}
+        self.compile_load_s = 0.0
+        self._tracefs: Any = None
+
+    def start(self) -> None:
+        from samplers.ebpf.bcc_import import BccUnavailable, import_bcc
+        from samplers.ebpf.kernel_stub import StubUnavailable, configure_bcc_environment
+        from samplers.ebpf.tracefs import ensure_tracefs, event_exists, prev_state_rules, read_format
+
+        if os.geteuid() != 0:
+            raise EbpfUnavailable("the eBPF sampler needs root (CAP_BPF and CAP_PERFMON)")
+        try:
+            bcc = import_bcc(self.cache_dir)
+        except BccUnavailable as err:
+            raise EbpfUnavailable(str(err)) from err
+        self._bcc = bcc
+        self._tracefs = ensure_tracefs()
+        if self._tracefs.path is None:
+            raise EbpfUnavailable(self._tracefs.message)
+        try:
+            self.headers = configure_bcc_environment(self.cache_dir, self.proc)
+        except (StubUnavailable, OSError) as err:
+            self._release_tracefs()
+            raise EbpfUnavailable(str(err)) from err
+        rules = prev_state_rules(read_format("sched", "sched_switch", self._tracefs.path))
+        self.rules = rules.to_json()
+        self.state_mask = rules.state_mask
+        self.faults = event_exists("exceptions", "page_fault_user", self._tracefs.path)
+        cflags = [f"-DSLOTS={self.slots}", f"-DSTATE_MASK={self.state_mask:#x}", *self._offsets()]
+        if self.faults:
+            cflags.append("-DWITH_FAULTS")
+        t0 = time.monotonic()
+        try:
+            self._bpf = compile_bpf(bcc, SAMPLER_SOURCE, cflags, "the eBPF sampler")
+        except EbpfUnavailable:
+            self._release_tracefs()
+            raise
+        self.compile_load_s = time.monotonic() - t0
+        stats = self._bpf[b"stats"]
+        size = -(-self.slots * SLOT_SIZE // mmap.PAGESIZE) * mmap.PAGESIZE
+        try:
+            self._mm = mmap.mmap(stats.map_fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as err:  # a kernel before 5.5 has no mmapable arrays
+            self.stop()
+            raise EbpfUnavailable(f"cannot map the eBPF sampler's array ({err.strerror}): kernel 5.5+ needed") from err
+        self._slot_of = self._bpf[b"slot_of"]
+
+    def _offsets(self) -> list[str]:
+        """-D switches with the task_struct offsets of the counters /proc's schedstat prints (this kernel's BTF)."""
+        from samplers.ebpf.btf import VMLINUX, Btf, BtfError
+
+        try:
+            offsets = task_offsets(Btf.load, VMLINUX, self.cache_dir)
+        except BtfError as err:
+            self._release_tracefs()
+            why = f"{err}; the eBPF sampler needs it (CONFIG_SCHED_INFO, CONFIG_DEBUG_INFO_BTF)"
+            raise EbpfUnavailable(why) from err
+        return [f"-D{macro}={offset}" for macro, offset in offsets.items()]
+
+    def add(self, tid: int, seed: Seed) -> int | None:
+        """Give `tid` a slot, seeded; its counters are kept from now on. None when every slot is taken."""
+        assert self._mm is not None, "add() before start()"
+        if tid in self.slot_by_tid:
+            self.remove(tid)  # the kernel reused the tid for a new thread: start again from its seed
+        if self._free:
+            index = self._free.pop()
+        elif self.used < self.slots:
+            index = self.used
+            self.used += 1
+        else:
+            self.full += 1
+            return None
+        # The slot first, then the tid's entry: a probe can only find a slot that is ready.
+        self._mm[index * SLOT_SIZE : (index + 1) * SLOT_SIZE] = SLOT.pack(
+            seed.run_ns, seed.wait_ns, 0, seed.switches, seed.faults, 0, tid, 0, 0, PHASE_UNKNOWN, 0, 0
+        )
+        table = self._slot_of
+        table[table.Key(tid)] = table.Leaf(index)
+        self.slot_by_tid[tid] = index
+        return index
+
+    def remove(self, tid: int) -> None:
+        index = self.slot_by_tid.pop(tid, None)
+        if index is None or self._mm is None:
+            return
+        table = self._slot_of
+        with contextlib.suppress(KeyError):
+            del table[table.Key(tid)]
+        # The owner field cleared: the writer drops the slot's bytes, and a probe still holding the index
+        # (it looked it up just before the delete) sees a slot that is not its thread's.
+        self._mm[index * SLOT_SIZE + 48 : index * SLOT_SIZE + 52] = b"\0\0\0\0"
+        self._free.append(index)
+
+    def read(self) -> bytes:
+        """The used slots, as they are now (the tick's one copy)."""
+        assert self._mm is not None
+        return self._mm[: self.used * SLOT_SIZE]
+
+    def meta(self) -> dict[str, Any]:
+        return {
+            "slots": self.slots,
+            "headers": self.headers,
+            "faults": self.faults,
+            "prev_state_rules": self.rules,
+            "compile_load_s": round(self.compile_load_s, 3),
+            "clock": "CLOCK_MONOTONIC (bpf_ktime_get_ns)",
+        }
+
+    def probe_stats(self) -> dict[str, Any]:
+        """The probes' CPU in the kernel so far (0 unless kernel.bpf_stats_enabled=1), charged to whatever task
+        hit the tracepoint: part of the sampler's cost that no rusage shows. Runs and recursion misses."""
+        if self._bpf is None:
+            return {}
+        programs = program_run_stats(self._bcc, self._bpf)
+        return {
+            "probe_run_time_ns": sum(p["run_time_ns"] for p in programs.values()),
+            "probe_runs": sum(p["run_cnt"] for p in programs.values()),
+            "probe_misses": sum(p["recursion_misses"] for p in programs.values()),
+        }
+
+    def stop(self) -> None:
+        if self._mm is not None:
+            with contextlib.suppress(BufferError):
+                self._mm.close()
+            self._mm = None
+        if self._bpf is not None:
+            self._bpf.cleanup()
+            self._bpf = None
+        self._release_tracefs()
+
+    def _release_tracefs(self) -> None:
+        from samplers.ebpf.tracefs import release_tracefs
+
+        if self._tracefs is not None:
+            release_tracefs(self._tracefs)
+            self._tracefs = None
+
+
+# Every thread's stat line is read once this often, round robin over the ticks (a few threads a tick, never a
+# burst): it carries what the probes do not keep (policy, priority, major faults, user/system time), which
+# changes rarely. A new thread's is read at once. DESIGN.md "The eBPF sampler".
+STAT_SLOW_NS = 250_000_000
+# A thread's row is stored at least this often even when nothing in it changed (samplers/ebpf/sampler_rows.py):
+# the longest run of ticks the analyses fill from one stored row, so a thread that exited is shown for at most
+# this long after its last change. In the metadata (ebpf_sampler.keyframe_ticks) for analyses/source.py.
+KEYFRAME_TICKS = 25
+STAT_BYTES = 1024
+SCHEDSTAT_BYTES = 128
+
+
+class EbpfTicker:
+    """The recorder's side of `--sampler ebpf`: a tick is one copy of the slots plus a few stat reads."""
+
+    def __init__(self, interval_ns: int, slots: int = DEFAULT_SLOTS) -> None:
+        self.sampler = EbpfSampler(slots)
+        self.stat_every_ticks = max(1, STAT_SLOW_NS // interval_ns)
+        self.stat_fds: list[int] = []
+        self.tids: list[int] = []
+        self._urgent: set[int] = set()  # tids whose stat is read at the next tick (just added)
+        self._next = 0
+        self.reads = 0
+
+    def start(self) -> dict[str, Any]:
+        """Compile and attach; the metadata to record (raises EbpfUnavailable, one line why)."""
+        self.sampler.start()
+        return {**self.sampler.meta(), "stat_slow_ns": STAT_SLOW_NS, "keyframe_ticks": KEYFRAME_TICKS}
+
+    def add(self, tid: int, fd_schedstat: int, minflt: int) -> None:
+        """Start keeping `tid`'s counters, continuing its /proc values of now."""
+        try:
+            run, wait, switches = (int(v) for v in os.pread(fd_schedstat, SCHEDSTAT_BYTES, 0).split()[:3])
+        except (OSError, ValueError):
+            run = wait = switches = 0  # exited already: the failed stat read at the next tick says so
+        self.sampler.add(tid, Seed(run, wait, switches, minflt))
+        self._urgent.add(tid)
+
+    def remove(self, tid: int) -> None:
+        self.sampler.remove(tid)
+        self._urgent.discard(tid)
+
+    def layout(self, tids: list[int], stat_fds: list[int]) -> list[int]:
+        """The threads of the next ticks, in layout order; their slots (-1: none, every slot taken)."""
+        self.tids = tids
+        self.stat_fds = stat_fds
+        self._next = 0
+        slot_of = self.sampler.slot_by_tid
+        return [slot_of.get(tid, -1) for tid in tids]
+
+    def tick(self, tick: int, layout_id: int, mono: Callable[[], int]) -> tuple[bytes, list[int]]:
+        """One tick's frames (STAT_SLOW, then EBPF_TICK) and the layout indices whose stat read failed."""
+        n = len(self.tids)
+        picked: list[int] = []
+        if self._urgent:
+            picked = [i for i, tid in enumerate(self.tids) if tid in self._urgent]
+            self._urgent.clear()
+        if n:
+            count = -(-n // self.stat_every_ticks)
+            start = self._next
+            picked += [(start + k) % n for k in range(min(count, n))]
+            self._next = (start + count) % n
+        indices: list[int] = []
+        texts: list[bytes] = []
+        dead: list[int] = []
+        pread = os.pread
+        fds = self.stat_fds
+        t_stat = mono()
+        for i in picked:
+            try:
+                text = pread(fds[i], STAT_BYTES, 0)
+            except OSError:  # ESRCH: exited
+                dead.append(i)
+                continue
+            if text:
+                indices.append(i)
+                texts.append(text)
+        self.reads += len(picked) + 1
+        out = frames.encode_stat_slow(tick, layout_id, t_stat, indices, texts) if indices else b""
+        t_ns = mono()
+        return out + frames.encode_ebpf_tick(tick, layout_id, t_ns, self.sampler.read()), dead
+
+    def stop(self) -> dict[str, Any]:
+        """Detach; the probes' figures for the trailer."""
+        stats = {**self.sampler.probe_stats(), "slots_full": self.sampler.full}
+        self.sampler.stop()
+        return stats

@@ -1,0 +1,305 @@
+"""The eBPF sampler's frames -> rows of the `samples` table, in the writer process (numpy, per chunk).
+
+Each EBPF_TICK frame holds the sampler's slots as copied at one tick; each STAT_SLOW frame the stat lines of
+the few threads read that tick (every thread's once per STAT_SLOW_NS, round robin, and a new thread's at
+once). A row per thread of the layout per tick, with the /proc sampler's columns:
+
+    run_ns wait_ns slices    the kernel's own counters (copied at each switch-out), extended to the read
+                             time for a thread on a CPU (run) or on a run queue (wait): live, where /proc's
+                             lag until the next scheduler tick
+    state cpu                from the last switch or wake-up: R on a CPU or runnable, else the letter of
+                             the state it left the CPU in; the stat read's until the first event
+    minflt                   user page faults counted by the probes (minor and major), from the stat value
+                             when the thread was added
+    majflt utime stime nice rtprio policy blkio_ticks starttime
+                             the thread's latest stat read (STAT_SLOW_NS old at most)
+
+So the analyses read these rows as they read /proc's (DESIGN.md "The eBPF sampler").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from samplers import frames
+from samplers.ebpf.sampler import KEYFRAME_TICKS
+from samplers.ebpf.tracefs import PrevStateRules, decode_one
+from samplers.procfs import STAT_NUMERIC, parse_stat_blob
+
+SLOT_DTYPE = np.dtype(
+    [
+        ("run_ns", "<u8"),
+        ("wait_ns", "<u8"),
+        ("since_ns", "<u8"),
+        ("switches", "<u8"),
+        ("faults", "<u8"),
+        ("event_ns", "<u8"),
+        ("tid", "<u4"),
+        ("prev_state", "<u4"),
+        ("cpu", "<u2"),
+        ("phase", "u1"),
+        ("pad0", "u1"),
+        ("pad1", "<u4"),
+    ]
+)
+PHASE_UNKNOWN, PHASE_ON_CPU, PHASE_RUNNABLE, PHASE_OFF, PHASE_EXITED = 0, 1, 2, 3, 4
+_STAT_COLUMNS = list(STAT_NUMERIC)
+_MINFLT = _STAT_COLUMNS.index("minflt")
+_CPU = _STAT_COLUMNS.index("cpu")
+_KEY_SHIFT = np.int64(1 << 34)  # (tid, tick + 1) as one sortable int64: tids < 2**22, ticks < 2**34
+
+
+def rows_for(meta: dict[str, Any]) -> EbpfRows:
+    """The rows builder of a recording whose metadata has this `ebpf_sampler` entry."""
+    return EbpfRows(PrevStateRules.from_json(meta["prev_state_rules"]))
+
+
+class EbpfRows:
+    """Collects EBPF_TICK and STAT_SLOW frames; `take()` returns the samples columns of those since the last."""
+
+    def __init__(self, rules: PrevStateRules) -> None:
+        self.rules = rules
+        self.dead_bits = sum(bit for bit, letter in rules.letters.items() if letter in ("X", "Z"))
+        self.layouts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # id -> tids, pids, slots
+        self.ticks: list[tuple[int, int, int, bytes]] = []  # layout id, tick, t_ns, slot bytes
+        self.stats: list[tuple[int, int, int, np.ndarray, np.ndarray, bytes]] = []
+        self.rows_pending = 0
+        # The latest stat read of each thread, carried from chunk to chunk.
+        self.carry_tid = np.zeros(0, dtype=np.int64)
+        self.carry_numbers = np.zeros((0, len(_STAT_COLUMNS)), dtype=np.int64)
+        self.carry_state = np.zeros(0, dtype="<U1")
+        self._letters: dict[int, str] = {}
+        self.s_numbers = np.zeros((0, len(_STAT_COLUMNS)), dtype=np.int64)  # the stat reads (_stat_index)
+        self.s_state = np.zeros(0, dtype="<U1")
+        self.last_tid = np.zeros(0, dtype=np.int64)  # each thread's last run/wait written, by tid
+        self.last_run = np.zeros(0, dtype=np.int64)
+        self.last_wait = np.zeros(0, dtype=np.int64)
+        self._unmerged: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def layout(self, spec: dict[str, Any]) -> None:
+        self.layouts[int(spec["id"])] = (
+            np.asarray(spec["tids"], dtype=np.int64),
+            np.asarray(spec["pids"], dtype=np.int64),
+            np.asarray(spec["slots"], dtype=np.int64),
+        )
+
+    def tick(self, payload: bytes) -> None:
+        tick, layout_id, t_ns, length = frames.EBPF_TICK_HEADER.unpack_from(payload)
+        start = frames.EBPF_TICK_HEADER.size
+        self.ticks.append((layout_id, tick, t_ns, payload[start : start + length]))
+        self.rows_pending += len(self.layouts[layout_id][0])
+
+    def stat(self, payload: bytes) -> None:
+        tick, layout_id, t_ns, n = frames.EBPF_TICK_HEADER.unpack_from(payload)
+        offset = frames.EBPF_TICK_HEADER.size
+        indices = frames.array_at(payload, "<u4", n, offset).astype(np.int64)
+        lengths = frames.array_at(payload, "<u4", n, offset + 4 * n).astype(np.int64)
+        self.stats.append((layout_id, tick, t_ns, indices, lengths, payload[offset + 8 * n :]))
+
+    def _slow(self) -> dict[str, Any] | None:
+        """The STAT_SLOW rows since the last take: columns, and the stat texts (for renames, policy changes)."""
+        if not self.stats:
+            return None
+        ticks, t_ns, tids, pids, lengths, blobs = [], [], [], [], [], []
+        for layout_id, tick, t, indices, lens, blob in self.stats:
+            layout_tids, layout_pids, _ = self.layouts[layout_id]
+            ticks.append(np.full(len(indices), tick, dtype=np.int64))
+            t_ns.append(np.full(len(indices), t, dtype=np.int64))
+            tids.append(layout_tids[indices])
+            pids.append(layout_pids[indices])
+            lengths.append(lens)
+            blobs.append(blob)
+        self.stats = []
+        length = np.concatenate(lengths)
+        blob = b"".join(blobs)
+        states, numbers = parse_stat_blob(blob, length)
+        return {
+            "tick": np.concatenate(ticks),
+            "t_ns": np.concatenate(t_ns),
+            "tid": np.concatenate(tids),
+            "pid": np.concatenate(pids),
+            "states": states.astype("<U1"),
+            "numbers": numbers,
+            "lengths": length,
+            "blob": blob,
+        }
+
+    def _letter(self, prev_state: int) -> str:
+        letter = self._letters.get(prev_state)
+        if letter is None:
+            letter = self._letters[prev_state] = decode_one(prev_state, self.rules)[:1]
+        return letter
+
+    def take(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """({"samples": columns, "sampler_ticks": columns}, slow stat rows) of the frames since the last call;
+        None where there were none."""
+        slow = self._slow()
+        if slow is not None:
+            self._unmerged.append((slow["tid"], slow["tick"], slow["numbers"], slow["states"]))
+        if not self.ticks:
+            return None, slow
+        recs, ticks, t_ns, tids, pids = [], [], [], [], []
+        run_start = 0
+        for end in range(1, len(self.ticks) + 1):
+            # Runs of ticks with one layout and one slot count decode as one (ticks x slots) array.
+            first = self.ticks[run_start]
+            if end < len(self.ticks) and self.ticks[end][0] == first[0] and len(self.ticks[end][3]) == len(first[3]):
+                continue
+            group = self.ticks[run_start:end]
+            run_start = end
+            layout_tids, layout_pids, slots = self.layouts[first[0]]
+            used = len(first[3]) // SLOT_DTYPE.itemsize
+            ok = (slots >= 0) & (slots < used)
+            arr = np.frombuffer(b"".join(r[3] for r in group), dtype=SLOT_DTYPE).reshape(len(group), used)
+            rec = arr[:, slots[ok]].ravel()
+            count = int(np.count_nonzero(ok))
+            run_ticks = np.repeat(np.array([r[1] for r in group], dtype=np.int64), count)
+            run_times = np.repeat(np.array([r[2] for r in group], dtype=np.int64), count)
+            run_tids = np.tile(layout_tids[ok], len(group))
+            # A thread gone: marked at sched_process_exit, or (should that be missed) left the CPU dead.
+            phase = rec["phase"]
+            gone = (phase == PHASE_EXITED) | ((phase == PHASE_OFF) & (rec["prev_state"] & self.dead_bits != 0))
+            mine = (rec["tid"] == run_tids) & ~gone
+            recs.append(rec[mine])
+            ticks.append(run_ticks[mine])
+            t_ns.append(run_times[mine])
+            tids.append(run_tids[mine])
+            pids.append(np.tile(layout_pids[ok], len(group))[mine])
+        self.ticks = []
+        self.rows_pending = 0
+        rec = np.concatenate(recs)
+        tick_col = np.concatenate(ticks)
+        t_col = np.concatenate(t_ns)
+        tid_col = np.concatenate(tids)
+        pid_col = np.concatenate(pids)
+        tick_ids = np.unique(tick_col)
+        tick_times = np.zeros(len(tick_ids), dtype=np.int64)
+        tick_times[np.searchsorted(tick_ids, tick_col)] = t_col
+        # The latest stat read at or before each row's tick (the recorder reads a new thread's stat in the
+        # tick that first reads its slot, so every row has one).
+        at, found = self._stat_index(tid_col, tick_col)
+        # By thread, then time: the order the change detection and the running maximum need (the capture
+        # stores a chunk in this order anyway).
+        order = np.lexsort((tick_col, tid_col))
+        order = order[found[order]]
+        fields = {
+            name: rec[name][order]
+            for name in ("run_ns", "wait_ns", "since_ns", "switches", "faults", "cpu", "phase", "prev_state")
+        }
+        tick_col, t_col, tid_col, pid_col, at = (
+            tick_col[order],
+            t_col[order],
+            tid_col[order],
+            pid_col[order],
+            at[order],
+        )
+        phase = fields["phase"]
+        since = fields["since_ns"].astype(np.int64)
+        live = np.where(since > 0, np.maximum(t_col - since, 0), 0)
+        run = fields["run_ns"].astype(np.int64) + np.where(phase == PHASE_ON_CPU, live, 0)
+        wait = fields["wait_ns"].astype(np.int64) + np.where(phase == PHASE_RUNNABLE, live, 0)
+        starts = np.r_[True, tid_col[1:] != tid_col[:-1]] if len(tid_col) else np.zeros(0, dtype=bool)
+        run = self._never_back(tid_col, starts, run, self.last_run)
+        wait = self._never_back(tid_col, starts, wait, self.last_wait)
+        self._remember(tid_col, starts, run, wait)
+        values = (run, wait, fields["switches"], fields["faults"], fields["cpu"], phase, fields["prev_state"], at)
+        keep = changes(tid_col, tick_col, starts, values)
+        kept = {name: column[keep] for name, column in fields.items()}
+        phase, at = phase[keep], at[keep]
+        numbers = self.s_numbers[at]
+        state = self.s_state[at].astype(object)
+        state[(phase == PHASE_ON_CPU) | (phase == PHASE_RUNNABLE)] = "R"
+        off = np.flatnonzero(phase == PHASE_OFF)
+        if len(off):
+            distinct, inverse = np.unique(kept["prev_state"][off], return_inverse=True)
+            state[off] = np.array([self._letter(int(v)) for v in distinct], dtype=object)[inverse]
+        columns: dict[str, Any] = {
+            "tick": tick_col[keep].astype(np.uint32),
+            "t_ns": t_col[keep],
+            "tid": tid_col[keep].astype(np.int32),
+            "pid": pid_col[keep].astype(np.int32),
+            "run_ns": run[keep],
+            "wait_ns": wait[keep],
+            "slices": kept["switches"].astype(np.int64),
+            "state": pa.array(state).dictionary_encode(),
+        }
+        for i, name in enumerate(_STAT_COLUMNS):
+            columns[name] = numbers[:, i]
+        columns["minflt"] = kept["faults"].astype(np.int64)
+        columns["cpu"] = np.where(phase != PHASE_UNKNOWN, kept["cpu"].astype(np.int64), numbers[:, _CPU])
+        blkio = columns["blkio_ticks"]
+        columns["blkio_ticks"] = pa.array(blkio, mask=blkio < 0)
+        return {"samples": columns, "sampler_ticks": {"tick": tick_ids.astype(np.uint32), "t_ns": tick_times}}, slow
+
+    def _never_back(self, tid: np.ndarray, starts: np.ndarray, values: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """Each thread's running maximum from its last value written (rows sorted by thread, then time): a
+        read extended by the probes' clock (a slice or wait in progress) can exceed what the kernel then
+        accounts (its task clock leaves out steal time), and a copy taken while a probe wrote it lags. Held
+        there, the counter lags as /proc's does."""
+        if not len(values):
+            return values
+        group = np.cumsum(starts) - 1
+        heads = tid[starts]
+        before = np.full(len(heads), np.iinfo(np.int64).min // 4, dtype=np.int64)
+        if len(self.last_tid):
+            pos = np.minimum(np.searchsorted(self.last_tid, heads), len(self.last_tid) - 1)
+            known = self.last_tid[pos] == heads
+            before[known] = last[pos[known]]
+        values = np.maximum(values, before[group])
+        first = values[starts][group]
+        # A grouped running maximum in one pass: values relative to the thread's first row (a chunk spans
+        # seconds, far below 2**43 ns), shifted by the group's index so that groups never mix.
+        offset = group.astype(np.int64) << 45
+        return np.maximum.accumulate(offset + (values - first + (1 << 43))) - offset - (1 << 43) + first
+
+    def _remember(self, tid: np.ndarray, starts: np.ndarray, run: np.ndarray, wait: np.ndarray) -> None:
+        """Each thread's last run/wait written, sorted by tid, for the next chunk's _never_back."""
+        if not len(tid):
+            return
+        ends = np.r_[starts[1:], True]
+        kept = ~np.isin(self.last_tid, tid[ends])
+        all_tid = np.concatenate([self.last_tid[kept], tid[ends]])
+        order = np.argsort(all_tid, kind="stable")
+        self.last_tid = all_tid[order]
+        self.last_run = np.concatenate([self.last_run[kept], run[ends]])[order]
+        self.last_wait = np.concatenate([self.last_wait[kept], wait[ends]])[order]
+
+    def _stat_index(self, tid: np.ndarray, tick: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each row, the index in s_numbers/s_state of its thread's latest stat read at or before its
+        tick, and whether it has one. The reads so far (each thread's latest, then the new) become s_*."""
+        parts = [
+            (self.carry_tid, np.full(len(self.carry_tid), -1, dtype=np.int64), self.carry_numbers, self.carry_state)
+        ]
+        parts += self._unmerged
+        self._unmerged = []
+        s_tid = np.concatenate([p[0] for p in parts]).astype(np.int64)
+        s_tick = np.concatenate([p[1] for p in parts]).astype(np.int64)
+        key = s_tid * _KEY_SHIFT + (s_tick + 1)
+        order = np.argsort(key, kind="stable")
+        key, s_tid = key[order], s_tid[order]
+        self.s_numbers = np.concatenate([p[2] for p in parts])[order]
+        self.s_state = np.concatenate([p[3] for p in parts])[order]
+        at = np.searchsorted(key, tid * _KEY_SHIFT + (tick + 1), side="right") - 1
+        found = at >= 0
+        found[found] = s_tid[at[found]] == tid[found]
+        if len(s_tid):
+            last = np.r_[s_tid[1:] != s_tid[:-1], True]
+            self.carry_tid, self.carry_numbers, self.carry_state = s_tid[last], self.s_numbers[last], self.s_state[last]
+        return np.where(found, at, 0), found
+
+
+def changes(tid: np.ndarray, tick: np.ndarray, starts: np.ndarray, values: tuple[np.ndarray, ...]) -> np.ndarray:
+    """The rows to store (sorted by thread, then tick): where anything in `values` changed since the thread's
+    row of the tick before, its first row of the chunk, and one every KEYFRAME_TICKS (staggered by tid).
+    analyses/source.py fills the ticks between from these, exactly (DESIGN.md "The eBPF sampler")."""
+    keep = starts.copy()
+    if len(tid) > 1:
+        moved = tick[1:] != tick[:-1] + 1
+        for column in values:
+            moved |= column[1:] != column[:-1]
+        keep[1:] |= moved
+    keep |= (tick + tid) % KEYFRAME_TICKS == 0
+    return keep

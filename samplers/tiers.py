@@ -1,0 +1,225 @@
+"""Read tiers: the threads that matter every tick, the rest once per slow interval (README, "Read tiers").
+
+Reading every thread every tick cannot keep 2 ms for a few hundred threads (two preads each, ~1-2 us a
+read on a VM), and most of a big engine's threads sleep. So each thread is on one of two tiers:
+
+- fast: read every tick. The engine's threads (a process an engine source reports as its client), real-
+  time threads, threads matching --fast, and threads seen running in the last DEMOTE_QUIET_NS.
+- slow: read once every `period` ticks, on its own phase: slow thread k is read at ticks where
+  tick % period == phase(k), the phases filled evenly, so every tick reads about (slow threads / period)
+  of them and the tick's cost stays flat.
+
+A slow thread is promoted when its slow read shows its schedstat run and wait counters moved by
+PROMOTE_BUSY_NS or more since its previous slow read (it ran, or waited for a CPU, that long) or its stat
+text shows a real-time policy: decided within one slow interval of the change, and read every tick once
+the recorder next rebuilds its read lists (at most once per slow interval).
+A fast thread that is not pinned (engine, real-time, --fast) goes back to the slow tier after
+DEMOTE_QUIET_NS without a schedstat change.
+
+The skip (README, "Read tiers"): a thread whose schedstat text is unchanged since its last read, and that
+was not in R at that read, has not been switched in since (a switch-in bumps schedstat's third field), so
+its stat counters (faults, utime, stime, block-IO ticks) cannot have moved: the stat read is skipped and the
+writer carries the last values forward. A thread in R is always re-read: it may be running on, and a
+running thread's schedstat lags until the next scheduler tick. What can change without a switch-in (a
+wake-up still waiting for a CPU; a policy set from outside; the CPU chosen at wake-up) is re-read at least
+once per slow interval: every thread's stat is read on its phase tick whatever its schedstat says.
+
+This module is the bookkeeping only (no /proc access): the recorder asks it which threads to read at
+which tick and tells it what the reads showed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from capture.vocabulary import RT_POLICIES
+
+SLOW_INTERVAL_NS = 20_000_000  # default slow tier: promotion within 20 ms, a tenth of the reads at 2 ms
+DEMOTE_QUIET_NS = 250_000_000  # a fast thread quiet this long goes back to the slow tier
+# A slow thread is promoted when, between two of its slow reads, it ran or waited for a CPU this long: a
+# thread that wakes for 10 us once a second (a DAW's timers, its UI) is not worth every tick; one that
+# starts burning a CPU or is kept waiting crosses it at its next slow read.
+PROMOTE_BUSY_NS = 500_000
+
+FAST = "fast"
+SLOW = "slow"
+
+# Why a thread is on its tier (the `why` column of the tiers table).
+WHY_START = "start"  # its first tier (slow: not yet seen running)
+WHY_ENGINE = "engine"
+WHY_RT = "realtime"
+WHY_MATCH = "--fast"
+WHY_RAN = "ran"
+WHY_QUIET = "quiet"
+WHY_ALL = "all fast"  # tiers off: every thread is read every tick
+# A process's leader: its stat line carries the process's thread count, read whole at every tick (never
+# skipped) so that threads created and ended between two scans are counted (samplers/unseen.py).
+WHY_LEADER = "leader"
+
+STAT_POLICY_TOKEN = 38  # token index after the last ')' of a stat line (samplers.procfs.STAT_POLICY)
+
+
+def busy_ns(old: bytes, new: bytes) -> int:
+    """ns run plus ns waited for a CPU between two schedstat texts; a large number when one is unreadable."""
+    try:
+        run0, wait0 = old.split()[:2]
+        run1, wait1 = new.split()[:2]
+        return int(run1) - int(run0) + int(wait1) - int(wait0)
+    except ValueError:
+        return 1 << 62
+
+
+def stat_policy(raw: bytes) -> int | None:
+    """Field 41 of a stat line, or None when the text is not one."""
+    tokens = raw[raw.rfind(b")") + 2 :].split()
+    try:
+        return int(tokens[STAT_POLICY_TOKEN])
+    except (IndexError, ValueError):
+        return None
+
+
+@dataclass
+class TierState:
+    tid: int
+    pid: int
+    comm: str
+    tier: str
+    phase: int
+    pinned: str | None = None  # why it may not leave the fast tier
+    last_change_ns: int = 0  # when its schedstat last moved (or it was promoted)
+
+
+@dataclass
+class Tiers:
+    interval_ns: int
+    slow_interval_ns: int = SLOW_INTERVAL_NS
+    fast: re.Pattern[str] | None = None
+    quiet_ns: int = DEMOTE_QUIET_NS
+    threads: dict[int, TierState] = field(default_factory=dict)
+    engine_pids: set[int] = field(default_factory=set)
+    rows: list[dict[str, object]] = field(default_factory=list)  # tier changes not yet handed to the writer
+    dirty: bool = True  # the read lists must be rebuilt
+
+    def __post_init__(self) -> None:
+        self.period = max(1, self.slow_interval_ns // self.interval_ns) if self.slow_interval_ns > 0 else 1
+        self._phase_load = [0] * self.period
+
+    @property
+    def enabled(self) -> bool:
+        return self.period > 1
+
+    def is_slow(self, tid: int) -> bool:
+        state = self.threads.get(tid)
+        return state is not None and state.tier == SLOW
+
+    def period_ns(self, tier: str) -> int:
+        return self.interval_ns * (self.period if tier == SLOW else 1)
+
+    # membership ----------------------------------------------------------------------------------
+    def add(self, tid: int, pid: int, comm: str, policy: int | None, t_ns: int) -> None:
+        phase = min(range(self.period), key=self._phase_load.__getitem__)
+        self._phase_load[phase] += 1
+        state = TierState(tid, pid, comm, SLOW, phase, last_change_ns=t_ns)
+        self.threads[tid] = state
+        state.pinned = self._pin(state, policy)
+        why = state.pinned or WHY_START
+        if not self.enabled:
+            why = WHY_ALL
+        self._set(state, FAST if (state.pinned or not self.enabled) else SLOW, t_ns, why, force=True)
+
+    def remove(self, tid: int) -> None:
+        state = self.threads.pop(tid, None)
+        if state is not None:
+            self._phase_load[state.phase] -= 1
+            self.dirty = True
+
+    def set_engine_pids(self, pids: Iterable[int], t_ns: int) -> None:
+        new = set(pids) - self.engine_pids
+        if not new:
+            return
+        self.engine_pids |= new
+        for state in self.threads.values():
+            if state.pid in new and state.pinned is None:
+                state.pinned = WHY_ENGINE
+                self._set(state, FAST, t_ns, WHY_ENGINE)
+
+    def _pin(self, state: TierState, policy: int | None) -> str | None:
+        if state.pid in self.engine_pids:
+            return WHY_ENGINE
+        if policy in RT_POLICIES:
+            return WHY_RT
+        if self.fast is not None and self.fast.search(state.comm):
+            return WHY_MATCH
+        if state.tid == state.pid:
+            return WHY_LEADER
+        return None
+
+    # what the reads showed -----------------------------------------------------------------------
+    def ran(self, tid: int, t_ns: int) -> None:
+        """Its schedstat moved since its last read."""
+        state = self.threads.get(tid)
+        if state is None:
+            return
+        state.last_change_ns = t_ns
+        if state.tier == SLOW:
+            self._set(state, FAST, t_ns, WHY_RAN)
+
+    def policy_seen(self, tid: int, policy: int | None, t_ns: int) -> None:
+        """A slow read's stat text changed: a real-time policy pins the thread fast; leaving it unpins."""
+        state = self.threads.get(tid)
+        if state is None or policy is None:
+            return
+        if policy in RT_POLICIES and state.pinned is None:
+            state.pinned = WHY_RT
+            state.last_change_ns = t_ns
+            self._set(state, FAST, t_ns, WHY_RT)
+        elif policy not in RT_POLICIES and state.pinned == WHY_RT:
+            state.pinned = None  # demoted like any thread once quiet
+
+    def demote_quiet(self, t_ns: int) -> None:
+        if not self.enabled:
+            return
+        for state in self.threads.values():
+            if state.tier == FAST and state.pinned is None and t_ns - state.last_change_ns >= self.quiet_ns:
+                self._set(state, SLOW, t_ns, WHY_QUIET)
+
+    def _set(self, state: TierState, tier: str, t_ns: int, why: str, force: bool = False) -> None:
+        if state.tier == tier and not force:
+            return
+        state.tier = tier
+        self.dirty = True
+        self.rows.append(
+            {
+                "t_ns": t_ns,
+                "tid": state.tid,
+                "pid": state.pid,
+                "tier": tier,
+                "interval_ns": self.period_ns(tier),
+                "why": why,
+            }
+        )
+
+    def take_rows(self) -> list[dict[str, object]]:
+        rows, self.rows = self.rows, []
+        return rows
+
+    # the read lists ------------------------------------------------------------------------------
+    def phase_members(self, ordered_tids: list[int]) -> list[list[tuple[int, bool]]]:
+        """Per phase: (index into ordered_tids, stat forced) of the threads read at that phase's ticks.
+
+        The fast threads (every phase; stat forced on their own phase, skipped otherwise when their
+        schedstat did not move), then the slow threads of that phase (stat always read)."""
+        phases: list[list[tuple[int, bool]]] = [[] for _ in range(self.period)]
+        slow: list[list[tuple[int, bool]]] = [[] for _ in range(self.period)]
+        for index, tid in enumerate(ordered_tids):
+            state = self.threads[tid]
+            if state.tier == FAST:
+                for phase in range(self.period):
+                    forced = not self.enabled or phase == state.phase or state.tid == state.pid
+                    phases[phase].append((index, forced))
+            else:
+                slow[state.phase].append((index, True))
+        self.dirty = False
+        return [fast + rest for fast, rest in zip(phases, slow, strict=True)]

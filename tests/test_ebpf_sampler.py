@@ -1,0 +1,238 @@
+"""The eBPF sampler (samplers/ebpf/sampler.py): its counters agree with /proc's on the same threads.
+
+Agreement is checked at two instants where every thread of the workload is asleep (off CPU), a second of
+busy work apart: there the kernel's counters are final, so both samplers must give the same deltas, and
+the comparison does not depend on how loaded the machine is or when exactly each side read.
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from samplers.ebpf.btf import Btf, BtfError
+from samplers.procfs import parse_schedstat, parse_stat
+from tests.helpers import child_env, stop_process
+
+WORKLOAD = Path(__file__).resolve().parent / "workloads" / "busy_threads.py"
+
+
+def _proc(pid: int, tid: int) -> tuple[int, int, int]:
+    return parse_schedstat(Path(f"/proc/{pid}/task/{tid}/schedstat").read_bytes())
+
+
+def _asleep(pid: int, tids: list[int]) -> None:
+    """Wait until every thread reads S (asleep) with counters unchanged over 20 ms: off CPU for good."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        before = [_proc(pid, t) for t in tids]
+        states = [parse_stat(Path(f"/proc/{pid}/task/{t}/stat").read_bytes()).state for t in tids]
+        time.sleep(0.02)
+        if all(s == "S" for s in states) and before == [_proc(pid, t) for t in tids]:
+            return
+    raise AssertionError("the workload's threads did not go to sleep")
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_bcc
+def test_run_and_wait_agree_with_proc_within_one_percent() -> None:
+    from samplers.ebpf.sampler import SLOT, SLOT_SIZE, EbpfSampler, Seed
+
+    sampler = EbpfSampler(slots=64)
+    sampler.start()
+    workload = subprocess.Popen(
+        [sys.executable, str(WORKLOAD), "3", "1.0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    try:
+        assert workload.stdin is not None and workload.stdout is not None
+        tids = [int(t) for t in workload.stdout.readline().split()]
+        assert len(tids) == 3
+        pid = workload.pid
+        _asleep(pid, tids)
+        slots = {tid: sampler.add(tid, Seed(*_proc(pid, tid))) for tid in tids}
+
+        def both() -> dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]]:
+            raw = sampler.read()
+            out = {}
+            for tid, index in slots.items():
+                assert index is not None
+                run, wait, _since, switches, *_ = SLOT.unpack_from(raw, index * SLOT_SIZE)
+                out[tid] = (_proc(pid, tid), (run, wait, switches))
+            return out
+
+        start = both()
+        workload.stdin.write("go\n")
+        workload.stdin.flush()
+        assert workload.stdout.readline().strip() == "done"
+        _asleep(pid, tids)
+        end = both()
+    finally:
+        stop_process(workload)
+        sampler.stop()
+    total_wait = 0
+    for tid in tids:
+        (proc_a, bpf_a), (proc_b, bpf_b) = start[tid], end[tid]
+        proc_delta = [b - a for a, b in zip(proc_a, proc_b, strict=True)]
+        bpf_delta = [b - a for a, b in zip(bpf_a, bpf_b, strict=True)]
+        # The second of work happened (a few ms of it at least on a loaded machine): not two zeros compared.
+        assert proc_delta[0] > 5_000_000 and proc_delta[2] > 20, (tid, proc_delta)
+        for name, p, b in zip(("run", "wait", "switches"), proc_delta, bpf_delta, strict=True):
+            assert abs(b - p) <= 0.01 * p, (tid, name, p, b)
+        total_wait += proc_delta[1]
+    assert total_wait > 1_000_000  # threads queued for their one CPU: the wait figure was exercised too
+
+
+def _btf_blob() -> bytes:
+    """A hand-made BTF: struct outer { u64 a; union { u32 b; struct inner { u64 c; u64 d; } in; }; }."""
+    strings = b"\0u64\0u32\0outer\0a\0b\0inner\0c\0d\0in\0"
+
+    def name(text: str) -> int:
+        return strings.index(b"\0" + text.encode() + b"\0") + 1
+
+    types = b""
+    types += struct.pack("<III", name("u64"), 1 << 24, 8) + struct.pack("<I", 64)  # 1: int u64
+    types += struct.pack("<III", name("u32"), 1 << 24, 4) + struct.pack("<I", 32)  # 2: int u32
+    types += struct.pack("<III", name("inner"), (4 << 24) | 2, 16)  # 3: struct inner
+    types += struct.pack("<III", name("c"), 1, 0) + struct.pack("<III", name("d"), 1, 64)
+    types += struct.pack("<III", 0, (5 << 24) | 2, 16)  # 4: anonymous union
+    types += struct.pack("<III", name("b"), 2, 0) + struct.pack("<III", name("in"), 3, 0)
+    types += struct.pack("<III", name("outer"), (4 << 24) | 2, 24)  # 5: struct outer
+    types += struct.pack("<III", name("a"), 1, 0) + struct.pack("<III", 0, 4, 64)
+    header = struct.pack("<HBBIIIII", 0xEB9F, 1, 0, 24, 0, len(types), len(types), len(strings))
+    return header + types + strings
+
+
+def test_btf_member_offsets_through_anonymous_members() -> None:
+    btf = Btf(_btf_blob())
+    assert btf.member("outer", "a") == (0, 8)
+    assert btf.member("outer", "b") == (8, 4)  # inside the anonymous union, as C finds it
+    assert btf.member("outer", "in.d") == (16, 8)
+    with pytest.raises(BtfError, match=r"no member in\.e"):
+        btf.member("outer", "in.e")
+    with pytest.raises(BtfError, match="no struct nothere"):
+        btf.member("nothere", "a")
+    with pytest.raises(BtfError, match="bad magic"):
+        Btf(b"\0" * 32)
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_bcc
+def test_catch_load_sampler_ebpf_records_rows_the_analyses_read(tmp_path: Path) -> None:
+    import forensics
+    from analyses.source import STATE_D, STATE_R, STATE_S, load_samples
+    from analyses.stalls import find_stalls
+    from analyses.summary import summarize
+    from analyses.threads import thread_profiles
+    from forensics.describe import describe_capture
+    from tests.recording import catch_load_argv
+
+    out = tmp_path / "ebpf.ssf"
+    result = subprocess.run(
+        catch_load_argv(
+            "-q", "--sampler", "ebpf", "-o", str(out), "--", sys.executable, str(WORKLOAD), "3", "1.5", "--now"
+        ),
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    cap = forensics.load(out)
+    assert cap.meta["recording"]["sampler"] == "ebpf"
+    assert cap.meta["ebpf_sampler"]["stat_slow_ns"] > 0
+    assert cap.meta["recording"]["sched"] == "none"  # the /proc reads it replaces are off unless asked for
+    assert "eBPF sampler" in str(describe_capture(cap))  # `forensics info` says which sampler read the threads
+    samples = load_samples(cap, ["pid", "run_ns", "wait_ns", "slices", "minflt", "state"])
+    assert len(cap.samples) < len(samples)  # only changes stored; the analyses read every tick's row
+    workers = samples[samples["tid"] != samples["pid"]]
+    assert workers["tid"].nunique() == 3
+    for _tid, rows in workers.sort_values("tick").groupby("tid"):
+        # Cumulative and live: never decreasing, and the work is there (the three share one CPU).
+        for column in ("run_ns", "wait_ns", "slices", "minflt"):
+            assert (rows[column].diff().dropna() >= 0).all(), column
+        assert rows["run_ns"].iloc[-1] - rows["run_ns"].iloc[0] > 5_000_000
+        assert rows["slices"].iloc[-1] - rows["slices"].iloc[0] > 20
+        assert set(rows["state"]) <= {STATE_R, STATE_S, STATE_D}
+        # One row a tick, as /proc's sampler writes: the analyses' windows are the ticks'.
+        assert rows["tick"].diff().dropna().eq(1).mean() > 0.95
+    stalls = find_stalls(cap)
+    assert stalls is not None
+    assert summarize(cap).views  # the views fill from these rows as from /proc's
+    profiles = thread_profiles(cap).set_index("tid")
+    for tid in workers["tid"].unique():
+        assert profiles.loc[tid, "samples"] > 0
+
+
+def test_stored_changes_fill_back_to_every_tick() -> None:
+    """The writer keeps a thread's row where it changed (and every keyframe); the analyses' fill gives back
+    one row per thread per tick, equal to what was read."""
+    import numpy as np
+    import pandas as pd
+
+    from analyses.source import _Fill
+    from samplers.ebpf.sampler import KEYFRAME_TICKS
+    from samplers.ebpf.sampler_rows import changes
+
+    n = 120
+    grid = np.arange(n, dtype=np.int64)
+    grid_t = 1_000_000 + grid * 2_000_000
+    dense_parts = []
+    for tid, run, last in (
+        (11, np.arange(n) * 1000, n),  # on a CPU: changes every tick
+        (12, np.where(grid < 10, 0, np.where(grid < 60, 500, 900)), n),  # two changes
+        (13, np.zeros(n, dtype=np.int64), 70),  # asleep, then exits at tick 70
+    ):
+        dense_parts.append(
+            pd.DataFrame({"tick": grid[:last], "t_ns": grid_t[:last], "tid": tid, "pid": 11, "run_ns": run[:last]})
+        )
+    dense = pd.concat(dense_parts).sort_values(["tid", "tick"], ignore_index=True)
+    tid, tick = dense["tid"].to_numpy(), dense["tick"].to_numpy()
+    starts = np.r_[True, tid[1:] != tid[:-1]]
+    state = np.where(tid == 11, 1, 2)
+    keep = changes(tid, tick, starts, (dense["run_ns"].to_numpy(), state))
+    stored = dense[keep]
+    assert len(stored) < 0.6 * len(dense)
+    fill = _Fill(grid, grid_t, KEYFRAME_TICKS)
+    first = stored[stored["tick"] < 50]
+    filled = pd.concat([fill(first, 49), fill(stored[stored["tick"] >= 50], n - 1)])
+    merged = dense.merge(filled, on=["tid", "tick"], how="outer", suffixes=("", "_filled"), indicator=True)
+    both = merged[merged["_merge"] == "both"]
+    assert (merged["_merge"] != "left_only").all()  # every tick read is there
+    assert (both["run_ns"] == both["run_ns_filled"]).all() and (both["t_ns"] == both["t_ns_filled"]).all()
+    # Beyond a thread's last row only up to a keyframe: the exited thread shows for less than that.
+    extra = merged[merged["_merge"] == "right_only"]
+    assert set(extra["tid"]) <= {13} and (extra["tick"] < 70 + KEYFRAME_TICKS).all()
+
+
+def test_task_offsets_parsed_once_then_cached(tmp_path: Path) -> None:
+    from samplers.ebpf.sampler import TASK_COUNTERS, task_offsets
+
+    loads: list[str] = []
+
+    class FakeBtf:
+        def member(self, struct_name: str, path: str) -> tuple[int, int]:
+            assert struct_name == "task_struct"
+            return 100 + list(TASK_COUNTERS.values()).index(path) * 8, 8
+
+    def load(path: str) -> FakeBtf:
+        loads.append(path)
+        return FakeBtf()
+
+    vmlinux = tmp_path / "vmlinux"
+    vmlinux.write_bytes(b"btf")
+    first = task_offsets(load, str(vmlinux), tmp_path / "cache")
+    assert first == {"OFF_SUM_EXEC": 100, "OFF_RUN_DELAY": 108, "OFF_PCOUNT": 116}
+    assert task_offsets(load, str(vmlinux), tmp_path / "cache") == first
+    assert len(loads) == 1  # the second start read the cache
+    vmlinux.write_bytes(b"another kernel's btf")  # another size: parsed again
+    task_offsets(load, str(vmlinux), tmp_path / "cache")
+    assert len(loads) == 2

@@ -1,0 +1,262 @@
+"""The flight recorder's watcher on a ring of segments made from synthetic captures (forensics.flight): its
+triggers, windows, limits and counters. The live runs (lab, JACK, SIGKILL) are in test_flight_live.py."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from capture.errors import CaptureWarning
+from capture.format import Capture, load
+from capture.segments import SegmentedWriter
+from forensics.flight.plan import BURST_GAP_NS, MINUTE_NS, Counters, Planner
+from forensics.flight.triggers import Trigger, parse_trigger
+from forensics.flight.watch import FLIGHT_FILE, Watcher
+from tests import synth
+from tests.synth import Episode
+
+SECOND = 1_000_000_000
+MS = 1_000_000
+PERIOD_NS = 5_333_333
+
+
+def test_trigger_rules_parse_and_refuse_in_one_line() -> None:
+    assert parse_trigger("stall>4ms").min_ns == 4 * MS
+    rule = parse_trigger("stall:io>2ms")
+    assert (rule.kind, rule.verdict, rule.min_ns) == ("stall", "io", 2 * MS)
+    assert parse_trigger("xrun").kind == "xrun"
+    for bad in ("stall>", "stall:sleepy>2ms", "glitch", "stall>4 parsecs"):
+        with pytest.raises(ValueError, match="--trigger") as err:
+            parse_trigger(bad)
+        assert "\n" not in str(err.value)
+
+
+def test_back_to_back_triggers_make_one_window_and_a_storm_several() -> None:
+    planner = Planner(before_ns=SECOND, after_ns=SECOND)
+    for t in (10 * SECOND, 11 * SECOND, 12_500 * MS, 20 * SECOND):
+        planner.add(Trigger(t, "xrun", "xrun"))
+    windows = planner.ready(covered_ns=14 * SECOND)  # the window at 20 s is not covered yet
+    assert [(w.start_ns, w.end_ns, len(w.triggers)) for w in windows] == [(9 * SECOND, 13_500 * MS, 3)]
+    assert [(w.start_ns, w.end_ns) for w in planner.ready(None)] == [(19 * SECOND, 21 * SECOND)]
+    storm = Planner(before_ns=SECOND, after_ns=SECOND)
+    for k in range(100):  # an xrun every 0.5 s for 50 s: windows of at most 3 x (before + after)
+        storm.add(Trigger(k * SECOND // 2, "xrun", "xrun"))
+    series = storm.ready(None)
+    spans = [w.end_ns - w.start_ns for w in series]
+    assert len(spans) > 1 and max(spans) <= 6 * SECOND
+    # One after the other, none saving time another saved: each trigger is in exactly one window.
+    assert all(a.end_ns <= b.start_ns for a, b in itertools.pairwise(series))
+    for k in range(100):
+        t = k * SECOND // 2
+        assert sum(w.start_ns <= t <= w.end_ns for w in series) >= 1
+    assert sum(len(w.triggers) for w in series) == 100
+    # A window handed out already is not saved again by a late trigger inside it.
+    late = Planner(before_ns=SECOND, after_ns=SECOND)
+    late.add(Trigger(10 * SECOND, "xrun", "xrun"))
+    assert [(w.start_ns, w.end_ns) for w in late.ready(None)] == [(9 * SECOND, 11 * SECOND)]
+    late.add(Trigger(10_500 * MS, "xrun", "xrun"))
+    assert [(w.start_ns, w.end_ns) for w in late.ready(None)] == [(11 * SECOND, 11_500 * MS)]
+
+
+def test_counters_per_minute_and_bursts_with_their_gaps() -> None:
+    counters = Counters(origin_ns=0, rule=False)
+    counters.cover(0, 3 * MINUTE_NS)
+    times = [5 * SECOND, 6 * SECOND, 7 * SECOND, 80 * SECOND, 81 * SECOND, 170 * SECOND]
+    for t in times:  # in time order, as the watcher counts them
+        counters.count(Trigger(t, "xrun", "xrun"))
+        if t == 81 * SECOND:
+            counters.count(Trigger(t, "late", "late"))
+    tables = counters.tables()
+    minutes = pd.DataFrame(tables["flight_minutes"])
+    assert minutes["xruns"].tolist() == [3, 2, 1]
+    assert minutes["missed_deadlines"].tolist() == [0, 1, 0]
+    assert minutes["covered_ns"].tolist() == [MINUTE_NS] * 3
+    assert minutes["stalls"].isna().all()  # no stall rule watched: unknown, not zero
+    bursts = pd.DataFrame(tables["flight_bursts"])
+    assert bursts["xruns"].tolist() == [3, 2, 1]
+    assert bursts["missed_deadlines"].tolist() == [0, 1, 0]
+    assert bursts["gap_before_ns"].tolist()[1:] == [73 * SECOND, 89 * SECOND]
+    assert BURST_GAP_NS < 73 * SECOND
+
+
+def _ring(tmp_path: Path, cap: Capture, extra: dict[str, pd.DataFrame]) -> Path:
+    """`cap` (and `extra` tables, written with the samples of their time) recorded into a ring."""
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    samples = cap.samples
+    writer = SegmentedWriter(ring, cap.meta, segment_ns=SECOND, keep_ns=3600 * SECOND)
+    writer.append("threads", cap.table("threads"))
+    t0, t_end = int(samples["t_ns"].min()), int(samples["t_ns"].max())
+    for start in range(t0, t_end + 1, SECOND // 2):
+        end = start + SECOND // 2
+        writer.append("samples", samples[(samples["t_ns"] >= start) & (samples["t_ns"] < end)])
+        for name, frame in extra.items():
+            writer.append(name, frame[(frame["t_ns"] >= start) & (frame["t_ns"] < end)])
+        writer.rotate_if_due()
+    writer.close({"end_reason": "the duration ended"})
+    return ring
+
+
+def _watcher(tmp_path: Path, ring: Path, lines: list[str], **config: Any) -> Watcher:
+    out = tmp_path / "out"
+    out.mkdir(exist_ok=True)
+    base = {
+        "ring": str(ring),
+        "out": str(out),
+        "before_ns": SECOND,
+        "after_ns": SECOND,
+        "triggers": ["xrun", "late", "marker"],
+        "max_windows": 100,
+        "max_disk_bytes": 10**9,
+        "keep_ring": True,
+    }
+    return Watcher({**base, **config}, say=lines.append)
+
+
+def _episodes_capture() -> tuple[Capture, dict[str, pd.DataFrame]]:
+    """14 s of the lab in miniature: runqueue, io, run episodes near 2, 6 and 11 s; an xrun reported at each
+    (twice, as jack2 does: driver and client), and a marker at 8.5 s."""
+    episodes = [Episode("runqueue", 375, 12), Episode("io", 1125, 12), Episode("run", 2060, 12)]
+    cap = synth.audio_capture(episodes, seconds=14.0)
+    starts = cap.truth["start_ns"].tolist()
+    xruns = pd.DataFrame(
+        {
+            "t_ns": [t + d for t in starts for d in (8 * MS, 9 * MS)],
+            "engine": "jack",
+            "source": "callback",
+            "delay_us": 1000.0,
+        }
+    )
+    ticks = [synth.T0 + k * 50 * MS for k in range(14 * 20)]  # the engine's status at 20 Hz
+    status = pd.DataFrame({"t_ns": ticks, "engine": "jack", "quantum_frames": 256, "rate_hz": 48000})
+    events = pd.DataFrame({"t_ns": [synth.T0 + 8_500 * MS], "kind": ["marker"], "pid": [None], "tid": [None]})
+    events["text"] = ["plugin loaded"]
+    return cap, {"xruns": xruns, "engine_status": status, "events": events}
+
+
+@pytest.fixture(scope="module")
+def episodes_ring(tmp_path_factory: pytest.TempPathFactory) -> tuple[Capture, Path]:
+    """The ring of _episodes_capture, made once; each test works on a copy (the watcher removes segments)."""
+    cap, extra = _episodes_capture()
+    return cap, _ring(tmp_path_factory.mktemp("flight"), cap, extra)
+
+
+@pytest.mark.slow
+def test_watcher_saves_a_window_per_xrun_and_marker_with_its_verdict(
+    tmp_path: Path, episodes_ring: tuple[Capture, Path]
+) -> None:
+    cap, ring = episodes_ring[0], _copy_ring(episodes_ring[1], tmp_path / "copy")
+    lines: list[str] = []
+    watcher = _watcher(tmp_path, ring, lines)
+    watcher.poll()  # the open (last) segment is not read yet: only windows the closed ones cover
+    early = len(watcher.windows)
+    assert early < 4
+    flight = watcher.finish(cpu_ns=0)
+    assert flight is not None
+    saved = [w for w in watcher.windows if w["status"] == "saved"]
+    assert len(saved) == 4  # three xruns (two reports each: one xrun) and the marker
+    verdicts = [w["verdict"] for w in saved if w["kind"] == "xrun"]
+    assert [v.split()[0] for v in verdicts] == ["runqueue", "io", "run"]
+    assert len(lines) == 4 and all("saved" in line for line in lines)
+    for window, truth in zip((w for w in saved if w["kind"] == "xrun"), cap.truth.itertuples(), strict=True):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CaptureWarning)  # whole: no warning of any kind
+            part = load(tmp_path / "out" / window["file"])
+        assert part.samples["t_ns"].min() <= truth.start_ns and part.samples["t_ns"].max() >= truth.end_ns
+        assert part.meta["window"]["origin_ns"] == cap.meta.get("recording", {}).get("started_ns", synth.T0)
+        assert len(part.xruns) == 2 and set(part.threads["comm"]) == {"lab-audio"}
+    result = load(flight)
+    assert result.table("flight_minutes")["xruns"].sum() == 3
+    assert result.table("flight_minutes")["markers"].sum() == 1
+    assert len(result.table("flight_windows")) == 4
+    assert len(result.xruns) == 6  # every report, for `forensics xruns flight.ssf`
+
+
+@pytest.mark.slow
+def test_disk_limit_skips_a_window_with_a_line_and_an_event_and_keeps_the_earlier(
+    tmp_path: Path, episodes_ring: tuple[Capture, Path]
+) -> None:
+    ring = _copy_ring(episodes_ring[1], tmp_path / "copy")
+    lines: list[str] = []
+    unlimited = _watcher(tmp_path / "a", _copy_ring(ring, tmp_path / "a"), [], triggers=["xrun"])
+    unlimited.finish(cpu_ns=0)
+    first_bytes = unlimited.windows[0]["bytes"]
+    watcher = _watcher(tmp_path, ring, lines, max_disk_bytes=first_bytes + 1000, triggers=["xrun"])
+    flight = watcher.finish(cpu_ns=0)
+    assert flight is not None
+    statuses = [w["status"] for w in watcher.windows]
+    assert statuses == ["saved", "skipped", "skipped"]
+    skipped = [line for line in lines if "skipped" in line]
+    assert len(skipped) == 2 and all("disk limit" in line for line in skipped)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CaptureWarning)
+        first = load(tmp_path / "out" / "window-001.ssf")
+    assert first.complete and (tmp_path / "out" / "window-001.ssf").stat().st_size == first_bytes
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [FLIGHT_FILE, "window-001.ssf"]
+    events = load(flight).events
+    assert (events["kind"] == "window_skipped").sum() == 2
+
+
+@pytest.mark.slow
+def test_max_windows_is_a_limit_too(tmp_path: Path, episodes_ring: tuple[Capture, Path]) -> None:
+    lines: list[str] = []
+    watcher = _watcher(tmp_path, _copy_ring(episodes_ring[1], tmp_path / "copy"), lines, max_windows=2)
+    watcher.finish(cpu_ns=0)
+    assert [w["status"] for w in watcher.windows] == ["saved", "saved", "skipped", "skipped"]
+    assert "--max-windows 2" in lines[-1]
+
+
+@pytest.mark.slow
+def test_the_stall_rule_triggers_on_the_watched_thread(tmp_path: Path, episodes_ring: tuple[Capture, Path]) -> None:
+    ring = _copy_ring(episodes_ring[1], tmp_path / "copy")
+    watcher = _watcher(tmp_path, ring, [], triggers=["stall>8ms"], keep_ring=False)
+    watcher.finish(cpu_ns=0)
+    assert [w["text"].split()[0] for w in watcher.windows] == ["runqueue", "io", "run"]
+    assert not ring.exists()  # removed at the end
+
+
+def _copy_ring(ring: Path, where: Path) -> Path:
+    where.mkdir(parents=True)
+    copy = where / "ring"
+    copy.mkdir()
+    for path in ring.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    return copy
+
+
+def test_sizes_parse_and_refuse_in_one_line() -> None:
+    from forensics.flight.run import parse_size_bytes
+
+    assert parse_size_bytes("500MB") == 500_000_000
+    assert parse_size_bytes("2GiB") == 2 * 1024**3
+    assert parse_size_bytes("1e6") == 1_000_000
+    for bad in ("lots", "-5MB", "0", "3 parsecs"):
+        with pytest.raises(ValueError, match="size"):
+            parse_size_bytes(bad)
+
+
+def test_the_stall_rule_reads_the_machine_tables_of_the_segment_and_its_overlap(tmp_path: Path) -> None:
+    """The watcher's piece for the stall rule carries `system` (IO pressure: an io stall whose reads never
+    caught the thread in D is found by it), this segment's and the last second of the one before."""
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    watcher = _watcher(tmp_path, ring, [], triggers=["stall>8ms"])
+    t0 = 5_000_000_000
+    samples = pd.DataFrame({"tick": [1], "t_ns": [t0], "tid": [7], "pid": [7], "run_ns": [0], "wait_ns": [0]})
+
+    def system(at: int) -> pd.DataFrame:
+        return pd.DataFrame({"t_ns": [at], "cpu": [-1], "psi_io_some_us": [at // 1000]})
+
+    watcher.previous = {
+        "samples": samples.assign(t_ns=t0 - 500_000_000),
+        "system": pd.concat([system(t0 - 3_000_000_000), system(t0 - 400_000_000)]),
+    }
+    cap = Capture.from_frames({}, {}, samples=samples, threads=pd.DataFrame({"tid": [7]}), system=system(t0))
+    piece = watcher._with_overlap(cap, t0)
+    assert "system" in piece.table_names
+    assert piece.table("system")["t_ns"].tolist() == [t0 - 400_000_000, t0]  # the overlap second, then this one

@@ -1,0 +1,72 @@
+"""The flight recorder on the lab (README, "Flight recorder"): a 5-minute run with ten episodes gives a
+window for each, with the verdict a full capture of the same run gives. The run keeps its ring (a ring
+longer than the run): its segments joined are that full capture."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from analyses.stalls import find_stalls
+from analyses.truth import as_injected
+from capture.format import Capture
+from capture.segments import list_segments
+from capture.window import join
+from tests.helpers import REPO, child_env
+from tests.recording import catch_load_argv
+from tests.test_flight_live import _flight_file, _whole
+
+LAB_EPISODES = "run:2,runqueue:2,io:2,fault:2,lock:2"
+
+
+def _verdict_at(cap: Capture, tid: int, start_ns: int, end_ns: int) -> str | None:
+    """The verdict of the thread's stall episode that overlaps [start, end] most (None: no episode)."""
+    stalls = find_stalls(cap)
+    stalls = stalls[stalls["tid"] == tid]
+    overlap = (stalls["end_ns"].clip(upper=end_ns) - stalls["start_ns"].clip(lower=start_ns)).to_numpy()
+    if not len(stalls) or overlap.max() <= 0:
+        return None
+    return str(stalls["verdict"].iloc[int(overlap.argmax())])
+
+
+@pytest.mark.slow
+def test_ten_lab_episodes_in_five_minutes_give_ten_windows_with_the_full_capture_verdicts(tmp_path: Path) -> None:
+    out = tmp_path / "flight"
+    result = subprocess.run(
+        catch_load_argv(
+            "--ring", "400s", "--keep-ring", "--before", "3s", "--after", "3s", "--trigger", "stall>8ms",
+            "-o", str(out), "--lab", "--episodes", LAB_EPISODES, "--spacing", "28s", "--duration", "300s",
+        ),
+        capture_output=True, text=True, timeout=900, env=child_env(), cwd=REPO,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    full = join(s.path for s in list_segments(out / ".ring"))  # the whole run: the ring outlived it
+    truth = full.truth
+    assert len(truth) == 10
+    audio = int(full.cycles["tid"].iloc[0])
+    windows = _flight_file(out).table("flight_windows")
+    saved = windows[windows["status"] == "saved"]
+    report = []
+    made = as_injected(truth)  # the lab's own record (analyses.truth): an io episode may have stayed on CPU
+    for episode, as_made in zip(truth.itertuples(index=False), made, strict=True):
+        holding = saved[(saved["start_ns"] <= episode.start_ns) & (saved["end_ns"] >= episode.end_ns)]
+        assert len(holding) == 1, f"{episode.cause} at {episode.start_ns}: {len(holding)} windows hold it"
+        window = _whole(out / holding["file"].iloc[0])
+        expected = _verdict_at(full, audio, episode.start_ns, episode.end_ns)
+        got = _verdict_at(window, audio, episode.start_ns, episode.end_ns)
+        report.append(f"{episode.cause}: full {expected}, window {got}")
+        assert got == expected, report[-1]
+        # Whether the full capture finds an episode at all is the accuracy tests' question; one the lab did
+        # not make as its cause says may hold no stall.
+        assert expected is not None or not as_made, report[-1]
+    # A window without an episode holds a stall the full capture shows too (a callback late on a busy
+    # machine): never one the window alone would invent.
+    for extra in saved.itertuples(index=False):
+        if ((truth["start_ns"] >= extra.start_ns) & (truth["end_ns"] <= extra.end_ns)).any():
+            continue
+        stalls = find_stalls(full)
+        near = stalls[(stalls["start_ns"] <= extra.end_ns) & (stalls["end_ns"] >= extra.start_ns)]
+        assert len(near), f"window {extra.file} at {extra.t_ns}: no stall in the full capture"
+    print(f"\n{len(saved)} windows for 10 episodes; " + "; ".join(report))
