@@ -8,8 +8,8 @@ import pandas as pd
 
 import forensics
 from capture.format import Capture, CaptureWriter
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 EPISODES = REPO / "captures" / "lab-episodes.ssf"
 CLEAN = REPO / "captures" / "lab-clean.ssf"
 TABLES = ("samples", "threads", "events", "system", "sched", "cycles", "truth", "processes", "thread_seen")

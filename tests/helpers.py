@@ -20,10 +20,14 @@ SCHED_618 = (DATA / "sched_6.18.txt").read_bytes()
 SCHED_SCHEDSTATS_5_10 = (DATA / "sched_schedstats_5.10.txt").read_bytes()
 
 
-def child_env() -> dict[str, str]:
-    """The environment for a child process: it runs this checkout's code, not whatever copy is installed."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+def child_env(*first: Path | str, base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """The one environment for a child process of the suite: `base` (default: ours) with this checkout
+    prepended to PYTHONPATH, so the child runs this checkout's code, not whatever copy is installed;
+    `first` paths go before it (a stand-in module a test plants); `extra` variables are set on top."""
+    env = dict(os.environ if base is None else base)
+    paths = [str(path) for path in first] + [str(REPO)]
+    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env.update(extra)
     return env
 
 

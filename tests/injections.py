@@ -46,12 +46,11 @@ from analyses.stalls import find_stalls
 from analyses.threads import select_threads, thread_profiles
 from analyses.truth import steal_around
 from tests import real_graph
-from tests.helpers import reap
+from tests.helpers import REPO, reap
 from tests.jack_fixtures import CUE_CLIENT, LV2_PLUGINS, CueClient, jackd
 from tests.pipewire_lab import QUANTUM, pipewire_daemon
 from tests.recording import catch_load_argv
 
-REPO = Path(__file__).resolve().parent.parent
 CAUSES = {"hog": "runqueue", "spin": "run", "lock": "lock", "read": "io", "touch": "fault"}
 HOG_PRIORITY = 95  # above jackd -R (10) and its clients (5), and PipeWire's data loops (88 as root)
 MATCH_MARGIN_NS = 3_000_000  # an incident within this of an injection is that injection's

@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import stop_process
+from tests.helpers import REPO, child_env, stop_process
 from tests.recording import catch_load_argv
 
-REPO = Path(__file__).resolve().parent.parent
 CUE_CLIENT = REPO / "tests" / "workloads" / "jack_cue_client.py"
 LV2_PLUGINS = [  # four plugins with one audio in and out, from lsp-plugins-lv2 and x42-plugins
     "http://lsp-plug.in/plugins/lv2/comp_delay_mono",
@@ -31,10 +30,7 @@ LV2_PLUGINS = [  # four plugins with one audio in and out, from lsp-plugins-lv2 
 
 
 def env_with(server: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["JACK_DEFAULT_SERVER"] = server
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return child_env(JACK_DEFAULT_SERVER=server)
 
 
 def need_jack() -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -17,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import reap, stop_process
+from tests.helpers import REPO, child_env, reap, stop_process
 from tests.recording import catch_load_argv
 
-REPO = Path(__file__).resolve().parent.parent
 SPIN_CLIENT = str(REPO / "tests" / "workloads" / "pw_spin_client.py")
 QUANTUM = "256/48000"
 PERIOD_NS = 256 * 1_000_000_000 // 48000
@@ -88,7 +86,7 @@ def pipewire_daemon() -> Iterator[Daemon]:
     """`pipewire` as a child, alone in a fresh XDG_RUNTIME_DIR, killed (with its clients) at the end."""
     require_pipewire()
     runtime = Path(tempfile.mkdtemp(prefix="pw-test-"))
-    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime), "PYTHONPATH": str(REPO)}
+    env = child_env(XDG_RUNTIME_DIR=str(runtime))
     for key in ("PIPEWIRE_RUNTIME_DIR", "PIPEWIRE_REMOTE"):
         env.pop(key, None)
     proc = subprocess.Popen(["pipewire"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

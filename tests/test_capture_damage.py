@@ -36,8 +36,8 @@ from capture.format import (
     record_crc,
 )
 from forensics.describe import describe_capture
+from tests.helpers import REPO, child_env
 
-REPO = Path(__file__).resolve().parent.parent
 SAMPLES = sorted((REPO / "captures").glob("*.ssf"))
 
 
@@ -142,7 +142,7 @@ def test_a_flipped_tag_bit_is_a_warning_and_a_shortfall_in_info(v2_clean: Path, 
         [sys.executable, "-m", "forensics", "info", str(path)],
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        env=child_env(),
         cwd=REPO,
     )
     assert info.returncode == 0 and "Traceback" not in info.stderr
@@ -205,7 +205,7 @@ def test_hand_made_records_with_valid_crcs_are_skipped_with_a_warning(v2_clean: 
         [sys.executable, "-m", "forensics", "summarize", str(path)],
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        env=child_env(),
         cwd=REPO,
     )
     assert forensics_info.returncode == 0 and "Traceback" not in forensics_info.stderr
@@ -223,7 +223,7 @@ def test_unreadable_paths_are_one_line(tmp_path: Path, kind: str) -> None:
         [sys.executable, "-m", "forensics", "info", str(path)],
         capture_output=True,
         text=True,
-        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        env=child_env(),
         cwd=REPO,
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr

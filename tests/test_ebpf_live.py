@@ -7,7 +7,6 @@ operation. The collector runs with delay accounting on; taskstats is read before
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from samplers.sysctl_guard import SysctlGuard
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workloads.observe import Observation, observe_workload
+
+from tests.helpers import child_env
 
 HALF_MS = 500_000
 
@@ -274,7 +275,7 @@ def test_tracefs_mounted_when_missing() -> None:
         "release_tracefs(status)\n"
         "print(find_tracefs(['/sys/kernel/tracing']))\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    env = child_env()
     result = subprocess.run(
         [unshare, "--mount", "--propagation", "private", sys.executable, "-c", code],
         capture_output=True,
@@ -302,7 +303,7 @@ def test_without_privileges_one_line_and_no_probe_left() -> None:
         "except EbpfUnavailable as err:\n"
         "    print('UNAVAILABLE', err)\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    env = child_env()
     result = subprocess.run(
         [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--", sys.executable, "-c", code],
         capture_output=True,

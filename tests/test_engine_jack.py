@@ -12,6 +12,7 @@ import pytest
 from capture.errors import CaptureWarning
 from capture.format import load
 from forensics.export.perfetto_engine import ENGINE_PID
+from tests.helpers import child_env
 from tests.jack_fixtures import LV2_PLUGINS, catch_load, jackd, wait_engine_started
 from tests.recording import catch_load_argv
 
@@ -279,7 +280,7 @@ def test_without_libjack_records_threads_and_says_so_in_one_line(tmp_path: Path)
     fake.mkdir()
     (fake / "jack.py").write_text("raise OSError('JACK library not found')\n")
     out = tmp_path / "nolib.ssf"
-    env = dict(os.environ, PYTHONPATH=f"{fake}{os.pathsep}{Path(__file__).resolve().parent.parent}")
+    env = child_env(fake)
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
         result = subprocess.run(

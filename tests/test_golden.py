@@ -15,15 +15,14 @@ analysis that changes what users read shows here as a diff; when the change is m
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 
 import forensics
 from analyses.stalls import find_stalls
 from analyses.truth import confusion
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "tests" / "golden"
 EPISODES = "captures/lab-episodes.ssf"
 CLEAN = "captures/lab-clean.ssf"

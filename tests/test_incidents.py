@@ -4,8 +4,6 @@ episode with the right root verdict; the period tolerance of periodic threads.""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -17,9 +15,9 @@ from analyses.source import capture_interval_ns
 from analyses.stalls import find_stalls
 from analyses.threads import select_threads, thread_profiles
 from tests import synth
+from tests.helpers import REPO
 from tests.synth import MS, T0, US, Episode, Timeline, Waker
 
-REPO = Path(__file__).resolve().parent.parent
 PERIOD = 5_333_333
 SECONDS = 2.0
 DURATION = int(SECONDS * 1e9)

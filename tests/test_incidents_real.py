@@ -27,9 +27,9 @@ from analyses.source import capture_interval_ns, iter_samples, proc_only
 from analyses.stalls import find_stalls
 from analyses.threads import select_threads, thread_profiles
 from tests import real_graph
+from tests.helpers import REPO, child_env
 from tests.recording import catch_load_argv
 
-REPO = Path(__file__).resolve().parent.parent
 INJECTIONS = 8
 SPIN_MS = 12
 GAP_MS = 2000  # 8 starvations over 16 s: long enough to find a 100 ms thread's period (threads.py)
@@ -69,7 +69,7 @@ def _record(tmp_path: Path, ebpf: bool) -> tuple[Path, list[tuple[int, int]], di
             args += ["-p", str(pid)]
         if ebpf:
             args.append("--ebpf")
-        env = dict(os.environ, PYTHONPATH=str(REPO))
+        env = child_env()
         recorder = subprocess.Popen(args, cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
         try:
             _wait_recording(out, recorder)
@@ -198,7 +198,7 @@ def test_quiet_graph_has_no_incident_the_engine_did_not_see(tmp_path):
         args = [*catch_load_argv(), "-q", "-o", str(out), "--ebpf", "--jack", graph.server, "-d", "60s"]
         for pid in graph.pids.values():
             args += ["-p", str(pid)]
-        env = dict(graph.env, PYTHONPATH=str(REPO))
+        env = child_env(base=graph.env)
         recorder = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
         assert recorder.returncode == 0, recorder.stderr
         pids = graph.pids

@@ -33,9 +33,8 @@ import pytest
 
 from forensics.lab.linux import fifo_permitted, machine_steal_ns
 from forensics.lab.truth import Truth, read_truth
-from tests.helpers import children, process_stat, running, wait_for_quiet_machine
+from tests.helpers import REPO, child_env, children, process_stat, running, wait_for_quiet_machine
 
-REPO = Path(__file__).resolve().parent.parent
 AFTER_END_NS = 2_000_000
 # Whether this machine lets us use SCHED_FIFO at the lab's priority (root with CAP_SYS_NICE and an RT
 # budget in its cgroup, or an RLIMIT_RTPRIO): the lab then must get it, and its competitor too.
@@ -43,9 +42,7 @@ FIFO_PERMITTED = fifo_permitted(71)
 
 
 def lab_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
+    return child_env()
 
 
 @dataclass

@@ -25,9 +25,8 @@ import pytest
 from forensics.render import Report, Section
 from forensics.render.markdown import render_markdown
 from samplers.sysctl_guard import SysctlGuard, restore_leftovers
-from tests.helpers import child_env, unprivileged
+from tests.helpers import REPO, child_env, unprivileged
 
-REPO = Path(__file__).resolve().parent.parent
 CAPTURE = REPO / "captures" / "lab-clean.ssf"
 ATTACKER = 4243  # no passwd entry needed: setpriv takes numbers
 VICTIM = 4242  # an unprivileged user whose own files the attacker aims at
@@ -62,7 +61,7 @@ def as_user(uid: int, *argv: str, env: dict[str, str] | None = None) -> subproce
 
 
 def run(module: str, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = child_env()
     return subprocess.run(
         [sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=300, env=env, cwd=cwd or REPO
     )

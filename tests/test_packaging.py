@@ -7,11 +7,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 from setuptools import find_packages
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO
+
 LAYERS = {"capture", "samplers", "analyses", "forensics"}
 
 

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import forensics
 from forensics.cli.export import perfetto_trace
+from tests.helpers import REPO, child_env
 from tests.recording import catch_load_argv
 from tests.synth import MS, SLEEP, T0, Timeline, capture
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(REPO))
+    return child_env()
 
 
 def test_perfetto_trace_of_threads_that_only_sleep() -> None:

@@ -21,10 +21,9 @@ import pytest
 
 import forensics
 from capture.format import MAGIC
-from tests.helpers import one_error_line
+from tests.helpers import REPO, child_env, one_error_line
 from tests.recording import catch_load_argv
 
-REPO = Path(__file__).resolve().parent.parent
 STOP_BOUND_S = 2.0
 DELAYACCT = Path("/proc/sys/kernel/task_delayacct")
 # A target with many threads: each tick carries ~80 KB, so a stopped writer makes the recorder's
@@ -39,7 +38,7 @@ MANY_THREADS = (
 
 
 def _env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(REPO))
+    return child_env()
 
 
 @pytest.fixture

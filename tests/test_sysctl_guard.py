@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -14,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from samplers.sysctl_guard import SysctlGuard, read_sysctl, restore_leftovers
+from tests.helpers import REPO, child_env
 
-REPO = Path(__file__).resolve().parent.parent
 RunModule = Callable[..., subprocess.CompletedProcess[str]]
 
 
@@ -144,7 +143,7 @@ time.sleep(60)
 
 
 def _child(proc: Path, state: Path, mode: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = child_env()
     return subprocess.Popen(
         [sys.executable, "-c", _CHILD, str(proc), str(state), mode],
         stdout=subprocess.PIPE,
@@ -228,7 +227,7 @@ def test_without_privileges_says_so_and_changes_nothing(tmp_path: Path) -> None:
         f"g = SysctlGuard({{'kernel.task_delayacct': '{wanted}'}}, state_dir={str(tmp_path)!r})\n"
         "o = g.apply()[0]\nprint(o.status)\nprint(o.message)\ng.restore()\n"
     )
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = child_env()
     # uid 0 without capabilities: kernel/delayacct.c sysctl_delayacct() wants CAP_SYS_ADMIN.
     result = subprocess.run(
         [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--", sys.executable, "-c", code],

@@ -26,8 +26,8 @@ import forensics
 from analyses.threads import thread_profiles
 from analyses.windows import thread_windows
 from capture.format import _incarnations
+from tests.helpers import REPO, child_env
 
-REPO = Path(__file__).resolve().parent.parent
 REUSE = """
 import threading, time
 def life(run_ms, sleep_ms):
@@ -59,7 +59,7 @@ def reused(tmp_path_factory: pytest.TempPathFactory) -> forensics.Capture:
     done = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "forensics.cli.catch_load", "-q",
          "-o", str(out), "--", sys.executable, "-c", REUSE],
-        capture_output=True, text=True, timeout=300, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+        capture_output=True, text=True, timeout=300, cwd=REPO, env=child_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("reused") >= 6, done.stdout  # ns_last_pid did its job
@@ -105,7 +105,7 @@ def _numbers(value: object, path: str = "") -> list[tuple[str, float]]:
 def _forensics(*args: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         [sys.executable, "-m", "forensics", *args],
-        capture_output=True, text=True, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=300,
+        capture_output=True, text=True, cwd=REPO, env=child_env(), timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
