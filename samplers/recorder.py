@@ -905,9 +905,45 @@ class Recorder:
         self._deliver(table, END_DRAIN_NS if self.urgent else CALM_END_NS)
 
     def finish(self, trailer: dict[str, Any], budget_ns: int = CALM_END_NS) -> bool:
-        """Send the trailer: the writer completes the file and exits. False when it could not be sent
-        in time (the writer does not read): the capture then ends without one, and says so."""
-        return self._deliver(frames.encode_json(frames.TRAILER, trailer), budget_ns)
+        """Send the trailer: the writer completes the file and exits. Within `budget_ns` the recorder
+        hands it over itself. A writer still behind then (one stopped until the end, or a loaded
+        machine: it may have up to a pipe's worth, 1 MiB, to parse first) gets the rest from a child
+        process that waits for it, so a stop stays bounded and the capture still ends with its counts
+        (the trailer's lost_ticks were settled before). False only when not even that could start: the
+        capture then ends without a trailer, and says so."""
+        self._send(frames.encode_json(frames.TRAILER, trailer))
+        deadline_ns = self.clock() + budget_ns
+        self._hand_over()
+        while self._backlog and self.clock() < deadline_ns:
+            with contextlib.suppress(InterruptedError):
+                select.select([], [self._pipe], [], max(0.0, (deadline_ns - self.clock()) * 1e-9))
+            self._hand_over()
+        return not self._backlog or self._hand_over_from_child()
+
+    def _hand_over_from_child(self) -> bool:
+        """Fork a child that writes what the backlog holds (the rest of a started chunk, then the
+        trailer) with blocking writes, then exits; the writer reads to its EOF, which comes when the
+        child is done. It lives at most CALM_END_NS (an alarm) and ends on EPIPE if the writer died."""
+        rest = memoryview(self._backlog[0][0])[self._backlog_offset :].tobytes()
+        rest += b"".join(data for data, _ in list(self._backlog)[1:])
+        try:
+            pid = os.fork()
+        except OSError:
+            return False
+        if pid == 0:  # the child: only os calls, then _exit (no Python clean-up of the parent's state)
+            try:
+                signal.signal(signal.SIGALRM, signal.SIG_DFL)
+                signal.alarm(CALM_END_NS // 1_000_000_000)
+                os.set_blocking(self._pipe, True)
+                view = memoryview(rest)
+                while view:
+                    view = view[os.write(self._pipe, view) :]
+            finally:
+                os._exit(0)
+        self._backlog.clear()
+        self._backlog_bytes = 0
+        self._backlog_offset = 0
+        return True
 
     def _trailer(self, start: int, end: int, r0: resource.struct_rusage, r1: resource.struct_rusage) -> dict[str, Any]:
         times = self.tick_times

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pty
+import select
 import signal
 import subprocess
 import sys
@@ -177,56 +178,66 @@ def test_sigkill_of_the_recorder_loses_at_most_the_last_second(tmp_path: Path) -
         os.killpg(proc.pid, signal.SIGKILL)  # the workload, orphaned by the kill
 
 
+def _read_until(fd: int, wanted: bytes, seen: bytearray, timeout_s: float = 120.0) -> None:
+    """Read the terminal's output into `seen` until it holds `wanted` (a handshake with catch-load's
+    status line, never a fixed sleep); fails if catch-load ends first or the wait runs out."""
+    deadline = time.monotonic() + timeout_s
+    while wanted not in seen:
+        assert time.monotonic() < deadline, f"waited {timeout_s:g} s for {wanted!r}: {bytes(seen[-2000:])!r}"
+        ready, _, _ = select.select([fd], [], [], 1.0)
+        if not ready:
+            continue
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            chunk = b""
+        assert chunk, f"catch-load ended before {wanted!r}: {bytes(seen[-2000:])!r}"
+        seen += chunk
+
+
 def test_markers_from_sigusr1_and_from_enter_on_a_terminal(tmp_path: Path) -> None:
+    """Each marker is sent once catch-load's status line confirmed the one before (the status line, on a
+    terminal, says `marker N` as soon as it took one): no fixed sleep, so a slow start-up cannot make the
+    markers miss the recording, nor their order depend on timing."""
     out = tmp_path / "marks.ssf"
     report = tmp_path / "r.json"
     pid, fd = pty.fork()
-    if pid == 0:  # child: catch-load with a terminal on stdin
+    if pid == 0:  # child: catch-load with a terminal on stdin (and stderr: the status line shows)
         os.execve(
             sys.executable,
-            [
-                sys.executable,
-                "-m",
-                "forensics.cli.catch_load",
-                "-q",
-                "-o",
-                str(out),
-                "--",
-                sys.executable,
-                WORKLOAD,
-                "--report",
-                str(report),
-                "--duration",
-                "3",
-            ],
+            [sys.executable, "-m", "forensics.cli.catch_load", "-o", str(out), "--",
+             sys.executable, WORKLOAD, "--report", str(report), "--duration", "300"],
             child_env(),
-        )
+        )  # fmt: skip
+    seen = bytearray()
     try:
-        time.sleep(1.5)
+        _read_until(fd, b" threads in ", seen)  # the first status line: recording
         os.write(fd, b"plugin loaded\n")
-        time.sleep(0.3)
+        _read_until(fd, b"marker 1 ", seen)
         os.kill(pid, signal.SIGUSR1)
-        output = b""
-        while True:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            output += chunk
+        _read_until(fd, b"marker 2 ", seen)
+        os.kill(pid, signal.SIGINT)
+        with contextlib.suppress(AssertionError):
+            _read_until(fd, b"\0never printed\0", seen)  # to the end of its output
     finally:
         _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, output
-    markers = forensics.load(out).events.query("kind == 'marker'")
+    assert os.waitstatus_to_exitcode(status) == 0, bytes(seen)
+    cap = forensics.load(out)
+    assert cap.trailer["end_reason"] == "interrupted (SIGINT)"
+    markers = cap.events.query("kind == 'marker'")
     assert markers["text"].tolist() == ["plugin loaded", "SIGUSR1"]
     assert markers["t_ns"].is_monotonic_increasing
 
 
 def test_ctrl_c_ends_the_recording_cleanly(tmp_path: Path) -> None:
     out = tmp_path / "int.ssf"
-    proc = start_catch_load("-q", "-o", str(out), "--match", "^no-such-proc$")
-    time.sleep(1.5)
+    proc = start_catch_load("-o", str(out), "--match", "^no-such-proc$")
+    assert proc.stderr is not None
+    said = ""
+    while "waiting for a process matching" not in said:  # the recording runs: SIGINT now ends it
+        line = proc.stderr.readline()
+        assert line, f"catch-load ended before waiting: {said}"
+        said += line
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err

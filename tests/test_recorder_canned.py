@@ -136,3 +136,28 @@ def test_permission_denied_names_the_path_and_what_to_do(tmp_path: Path, monkeyp
         r"record as the target's user or as root",
     ):
         _record(fake, tmp_path / "x.ssf", TargetSpec(pids=[100]), duration_ns=10_000_000)
+
+
+def test_a_writer_behind_at_the_end_still_gets_the_trailer(tmp_path: Path) -> None:
+    """A stop bounds how long the recorder waits for the writer, but the trailer the writer could not
+    take in time (its pipe full) still reaches it, from a child process, so the capture ends with its
+    counts. Here nobody reads the pipe during the recorder's budget; the reading starts after."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)  # as the writer's pipe is (samplers/session.py)
+    recorder = Recorder(TargetSpec(pids=[100]), RecorderOptions(output=str(tmp_path / "x.ssf"), rt_priority=0))
+    recorder._pipe = write_end
+    event = frames.encode_json(frames.EVENT, {"t_ns": 1, "kind": "marker", "pid": None, "tid": None, "text": "x"})
+    filled = 0
+    while True:  # a frame under PIPE_BUF is written whole or not at all
+        try:
+            os.write(write_end, event)
+        except BlockingIOError:
+            break
+        filled += 1
+    try:
+        assert recorder.finish({"end_reason": "test", "lost_ticks": 0}, budget_ns=50_000_000)
+    finally:
+        os.close(write_end)
+    kinds = [kind for kind, _ in frames.read_frames(read_end)]  # to EOF: the child closes its end when done
+    os.close(read_end)
+    assert kinds == [frames.EVENT] * filled + [frames.TRAILER]

@@ -2,8 +2,10 @@
 
 Real recorder, real writer process, real signals: SIGTERM, SIGINT, SIGHUP (a closed terminal), with
 the writer stopped (SIGSTOP), with an interval far longer than the test, and with --delayacct (whose
-sysctl must be back as it was). "Bounded" is 2 s from the signal to the recorder's exit: generous on
-purpose (the machine may be busy), a bound on a hang rather than a timing figure.
+sysctl must be back as it was). "Bounded" tells the urgent end from a wait, on any machine: a signal
+bounds the end at END_DRAIN_NS (0.4 s) after it (samplers/recorder.py), while an end without one waits up
+to CALM_END_NS (60 s) for a writer; so the bound here is 15 s, far above the first on a loaded machine
+and far below the second. The figure itself (0.4-0.8 s on a quiet machine) is `bench/stop_latency.py`'s.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from capture.format import MAGIC
 from tests.helpers import REPO, child_env, one_error_line
 from tests.recording import catch_load_argv
 
-STOP_BOUND_S = 2.0
+STOP_BOUND_S = 15.0  # see the module's docstring: an urgent end, not a calm end's wait
 DELAYACCT = Path("/proc/sys/kernel/task_delayacct")
 # A target with many threads: each tick carries ~80 KB, so a stopped writer makes the recorder's
 # backlog overflow within seconds and ticks are dropped (and must be counted as lost).
