@@ -260,3 +260,23 @@ def test_the_stall_rule_reads_the_machine_tables_of_the_segment_and_its_overlap(
     piece = watcher._with_overlap(cap, t0)
     assert "system" in piece.table_names
     assert piece.table("system")["t_ns"].tolist() == [t0 - 400_000_000, t0]  # the overlap second, then this one
+
+
+def test_a_thread_without_a_period_in_its_first_segment_is_looked_at_again(tmp_path: Path) -> None:
+    """The first segment (1 s here) is too short for the audio thread's period, and a lock stall is only
+    told from a sleep between callbacks by that period: the watcher looks again at the next segments
+    instead of keeping "no period" for WATCHED_EVERY_NS (a live lab run lost two lock windows that way)."""
+    cap = synth.audio_capture([Episode("lock", 600, 12)], seconds=6.0)  # the 600th callback: at 3.2 s
+    # Its start-up: asleep for the first 1.2 s (its counters still), its callbacks only from then on, so
+    # the first segment holds 0.3 s of rhythm, too little for a period.
+    samples = cap.samples.copy()
+    asleep = samples["t_ns"] < synth.T0 + 1_200 * MS
+    for column in ("run_ns", "wait_ns", "slices", "utime", "stime"):
+        at_start = samples.loc[~asleep, column].iloc[0]
+        samples.loc[asleep, column] = 0
+        samples.loc[~asleep, column] -= at_start
+    samples.loc[asleep, "state"] = "S"
+    ring = _ring(tmp_path, Capture.from_frames(cap.meta, {}, samples=samples, threads=cap.table("threads")), {})
+    watcher = _watcher(tmp_path, ring, [], triggers=["stall>8ms"])
+    watcher.finish(cpu_ns=0)
+    assert [w["text"].split()[0] for w in watcher.windows] == ["lock"]

@@ -57,6 +57,12 @@ PIECE_TABLES = ("system", "sched", "taskstats")
 # The watched threads (and their periods) are found again this often, and whenever a thread appears or
 # changes its policy (an engine thread turns real-time after it starts), and while none is watched.
 WATCHED_EVERY_NS = 30_000_000_000
+# ...and at every segment while a watched thread's period is unknown, for this long after its set last
+# changed: a thread's first segment may hold its start-up, not yet its rhythm (the lab's audio thread had
+# no period in its first 2 s segment, and kept none for 30 s: two lock stalls in that time made no window,
+# the lock rule needing the period). A thread that is real-time but never periodic stops the re-reading
+# once this has passed.
+UNSETTLED_NS = 10_000_000_000
 FLIGHT_FILE = "flight.ssf"
 WRITER_END_WAIT_S = 15.0
 
@@ -96,6 +102,7 @@ class Watcher:
         self.writer_pid: int | None = None
         self.watched: pd.DataFrame | None = None
         self.watched_at = 0
+        self.settled_by_ns = 0  # until then, a watched thread without a period is looked for again
         self.known_tids: set[int] = set()
         self.xruns: list[pd.DataFrame] = []
 
@@ -163,7 +170,15 @@ class Watcher:
                 events = cap.table("events", ["kind"]) if "events" in cap.table_names else None
                 changed = events is not None and bool((events["kind"].astype(str) == "policy_changed").any())
                 stale = self.watched is None or self.watched.empty or opened_ns - self.watched_at > WATCHED_EVERY_NS
-                if stale or changed or tids - self.known_tids:  # a thread appeared, or became real-time
+                unsettled = (
+                    self.watched is not None
+                    and bool(self.watched["period_ns"].isna().any())
+                    and opened_ns < self.settled_by_ns
+                )
+                appeared = bool(tids - self.known_tids)  # a thread appeared, or became real-time
+                if stale or changed or appeared or unsettled:
+                    if changed or appeared or self.watched is None:
+                        self.settled_by_ns = opened_ns + UNSETTLED_NS
                     self.watched, self.watched_at, self.known_tids = watched_threads(piece), opened_ns, tids
                 triggers = stall_triggers(piece, rule, watched=self.watched)
                 found += [t for t in triggers if t.t_ns > self.last.get("stall", -1)]
