@@ -10,16 +10,21 @@ stall episode on a callback that really was late (past its deadline, half its pe
 started 2 ms or more after its period began) though the lab injected nothing there is counted apart: a
 real stall of the machine, not a false alarm. So is an episode the lab's own record says was not what its
 cause says (`as_injected`: an io episode that never left the CPU): the machine did something else, and the
-verdict on it is neither right nor wrong.
+verdict on it is neither right nor wrong. And so is an episode the recorder was kept off the CPU through
+(`unobservable`: the sampler did not read the thread for most of it): the capture cannot show it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 import numpy as np
 import pandas as pd
 
 from analyses.machine import machine_growth
-from analyses.rules import DEFAULT_RULES, LAB_INTERVAL_NS, min_stall_ns, overslept_margin_ns
+from analyses.rules import DEFAULT_RULES, LAB_INTERVAL_NS, IncidentRules, min_stall_ns, overslept_margin_ns
+from analyses.source import iter_samples
+from capture.format import Capture
 
 CAUSE_ALIASES = {"majfault": "fault", "major": "fault", "minor": "fault"}
 
@@ -31,6 +36,7 @@ OFF_CPU_CAUSES = ("io", "lock", "runqueue")
 # scheduler's true answer, not a wrong verdict.
 OFF_CPU_MAX_SHARE = 0.5
 LABEL_NOT_AS_INJECTED = "not as injected"
+LABEL_UNOBSERVABLE = "unobservable"
 # An io episode is an IO wait when the machine's IO pressure ("some": a task in io_schedule()) grew by at
 # least this share of the thread's off-CPU time over it. CI runs here had 6 ms io episodes with the thread
 # off CPU 4.9 ms, switched in 15 times, and IO pressure 1.3 ms over the 50 ms around it: the kernel did
@@ -79,13 +85,72 @@ def as_injected(truth: pd.DataFrame) -> np.ndarray:
     return ok
 
 
+# The sampler missed its own ticks when two consecutive reads of a thread are this many intervals apart
+# (the incidents' sampler gap, analyses.rules.IncidentRules.sampler_gap_intervals).
+SAMPLER_GAP_INTERVALS = IncidentRules().sampler_gap_intervals
+# An episode is unobservable when such a gap covers at least this share of it: its windows then hold the
+# gap's wall time as well, and the reads that would have caught its state letter were not made (a 12 ms
+# run episode inside a 30 ms gap fills under half its window: not hot).
+UNOBSERVABLE_GAP_SHARE = 0.5
+
+
+def read_gap_ns(truth: pd.DataFrame, reads: pd.DataFrame) -> np.ndarray:
+    """Per truth episode: how much of it the longest gap between two consecutive reads of its thread by the
+    sampler (`reads`: tid, t_ns, from the capture's samples) covers, where that gap is a sampler gap
+    (SAMPLER_GAP_INTERVALS intervals or longer at the reads' own median spacing); 0 otherwise. An episode
+    with no read of its thread on both sides is covered whole."""
+    out = np.zeros(len(truth), dtype=np.int64)
+    if truth.empty:
+        return out
+    by_tid = {int(tid): np.sort(g["t_ns"].to_numpy(np.int64)) for tid, g in reads.groupby("tid")}
+    for i, row in enumerate(truth.itertuples(index=False)):  # one loop per truth episode (tens)
+        t = by_tid.get(int(row.tid))
+        start, end = int(row.start_ns), int(row.end_ns)
+        if t is None or len(t) < 2:
+            out[i] = end - start
+            continue
+        interval = float(np.median(np.diff(t)))
+        lo = max(int(np.searchsorted(t, start, side="right")) - 1, 0)
+        hi = min(int(np.searchsorted(t, end, side="left")), len(t) - 1)
+        if t[lo] > start or t[hi] < end:  # the thread was not read before or after it: not seen whole
+            out[i] = end - start
+            continue
+        a, b = t[lo:hi], t[lo + 1 : hi + 1]
+        long = (b - a) >= SAMPLER_GAP_INTERVALS * interval
+        covered = np.minimum(b, end) - np.maximum(a, start)
+        out[i] = int(covered[long].max()) if long.any() else 0
+    return out
+
+
+def unobservable(truth: pd.DataFrame, reads: pd.DataFrame | None) -> np.ndarray:
+    """Per truth episode, whether the recorder was kept off the CPU through it: a sampler gap
+    (read_gap_ns) covers UNOBSERVABLE_GAP_SHARE of it or more. All False without the reads."""
+    if reads is None or truth.empty:
+        return np.zeros(len(truth), dtype=bool)
+    length = (truth["end_ns"] - truth["start_ns"]).to_numpy(np.float64)
+    return read_gap_ns(truth, reads) >= UNOBSERVABLE_GAP_SHARE * length
+
+
+def thread_reads(cap: Capture, tids: Iterable[int]) -> pd.DataFrame:
+    """The sampler's reads (tid, t_ns) of the given threads, from a capture's samples."""
+    batches = [b[["tid", "t_ns"]] for b in iter_samples(cap, [], tids=[int(t) for t in tids])]
+    return pd.concat(batches, ignore_index=True) if batches else pd.DataFrame({"tid": [], "t_ns": []})
+
+
 def match_truth(
-    stalls: pd.DataFrame, truth: pd.DataFrame, *, min_ns: int = 5_000_000, tolerance_ns: int = 2_000_000
+    stalls: pd.DataFrame,
+    truth: pd.DataFrame,
+    *,
+    min_ns: int = 5_000_000,
+    tolerance_ns: int = 2_000_000,
+    reads: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
-    """One row per eligible truth episode: cause tid start_ns end_ns as_injected verdict (or "missed")
-    stall_start_ns."""
+    """One row per eligible truth episode: cause tid start_ns end_ns as_injected observable verdict (or
+    "missed") stall_start_ns. `reads`: the sampler's reads of the threads (thread_reads), for
+    `observable` (all True without them)."""
     eligible = truth[(truth["end_ns"] - truth["start_ns"]) >= min_ns].copy()
     eligible["as_injected"] = as_injected(eligible)
+    eligible["observable"] = ~unobservable(eligible, reads)
     eligible["cause"] = eligible["cause"].map(lambda c: CAUSE_ALIASES.get(str(c), str(c)))
     verdicts, starts = [], []
     by_tid = {tid: group for tid, group in stalls.groupby("tid")} if len(stalls) else {}
@@ -224,22 +289,28 @@ def confusion(
     tolerance_ns: int = 2_000_000,
     interval_ns: int = LAB_INTERVAL_NS,
     system: pd.DataFrame | None = None,
+    reads: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(matrix, scores): truth cause x verdict counts (with `missed`; a `none` row of false alarms; with
     `cycles`, a `late, not injected` row of verdicts on callbacks that really were late but that the lab
     did not cause, or with `system` on hypervisor steal, left out of precision; a `not as injected` row
     of the verdicts on episodes the lab's own record says were not what their cause says (as_injected),
-    left out of recall and precision); per cause: episodes (as injected), not_as_injected, recall,
-    precision."""
-    matched = match_truth(stalls, truth, min_ns=min_ns, tolerance_ns=tolerance_ns)
+    left out of recall and precision; with the sampler's `reads` (thread_reads), an `unobservable` row
+    of the verdicts on episodes the recorder was kept off the CPU through (unobservable), left out the
+    same way); per cause: episodes (as injected and observable), not_as_injected, unobservable (with
+    `reads`), recall, precision."""
+    matched = match_truth(stalls, truth, min_ns=min_ns, tolerance_ns=tolerance_ns, reads=reads)
     other = matched[~matched["as_injected"]] if len(matched) else matched
     matched = matched[matched["as_injected"]] if len(matched) else matched
+    unseen = matched[~matched["observable"]] if len(matched) else matched
+    matched = matched[matched["observable"]] if len(matched) else matched
     alarms = false_alarms(stalls, truth, tolerance_ns=tolerance_ns)
     real = alarms.iloc[0:0]
     if cycles is not None:
         alarms, real = split_alarms(alarms, cycles, tolerance_ns=tolerance_ns, interval_ns=interval_ns, system=system)
     table = pd.crosstab(matched["cause"], matched["verdict"]) if len(matched) else pd.DataFrame()
-    for label, rows in (("late, not injected", real), (LABEL_NOT_AS_INJECTED, other), ("none", alarms)):
+    rows_apart = (("late, not injected", real), (LABEL_NOT_AS_INJECTED, other), (LABEL_UNOBSERVABLE, unseen))
+    for label, rows in (*rows_apart, ("none", alarms)):
         if len(rows):
             extra = rows["verdict"].value_counts().rename(label).to_frame().T
             table = pd.concat([table, extra]).fillna(0)
@@ -247,6 +318,7 @@ def confusion(
     causes = sorted(
         set(matched["cause"])
         | set(other["cause"] if len(other) else [])
+        | set(unseen["cause"] if len(unseen) else [])
         | set(alarms["verdict"] if len(alarms) else [])
     )
     scores = []
@@ -254,17 +326,20 @@ def confusion(
         n = int((matched["cause"] == cause).sum())
         right = int(((matched["cause"] == cause) & (matched["verdict"] == cause)).sum())
         said = int((matched["verdict"] == cause).sum()) + int((alarms["verdict"] == cause).sum() if len(alarms) else 0)
-        scores.append(
-            {
-                "cause": cause,
-                "episodes": n,
-                "not_as_injected": int((other["cause"] == cause).sum()) if len(other) else 0,
-                "found_right": right,
-                "said": said,
-                "recall": right / n if n else float("nan"),
-                "precision": right / said if said else float("nan"),
-            }
-        )
+        score = {
+            "cause": cause,
+            "episodes": n,
+            "not_as_injected": int((other["cause"] == cause).sum()) if len(other) else 0,
+        }
+        if reads is not None:
+            score["unobservable"] = int((unseen["cause"] == cause).sum()) if len(unseen) else 0
+        score |= {
+            "found_right": right,
+            "said": said,
+            "recall": right / n if n else float("nan"),
+            "precision": right / said if said else float("nan"),
+        }
+        scores.append(score)
     matrix = table.reset_index().rename(columns={"index": "truth", "cause": "truth"}) if len(table) else table
     return matrix, pd.DataFrame(scores)
 

@@ -9,6 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 import forensics
 from tests.helpers import REPO, child_env, wait_for_quiet_machine
 
@@ -47,31 +50,49 @@ def record_workload(
     return forensics.load(out), json.loads(report.read_text()), result
 
 
+# At most this share of a cause's episodes may go unscored in a lab recording: not as injected (the lab's own
+# record: hypervisor steal over it, an io episode that stayed on the CPU) or unobservable (a sampler gap
+# over it): analyses.truth. Generous on purpose: steal on this VM comes in bursts of 5-22 % of both vCPUs
+# for a minute or two (tests/helpers.py), which can take several episodes of a 15 s recording.
+MAX_UNSCORED_SHARE = 0.5
+# Before the one re-recording, wait this long at most for a burst of steal to pass: the bursts last a
+# minute or two, mostly (tests/helpers.py, QUIET_STEAL_SHARE).
+QUIET_WAIT_S = 120.0
+
+
+def unscored_share(cap: forensics.Capture) -> pd.Series:
+    """Per cause: the share of the capture's truth episodes not scorable (not as injected, or
+    unobservable): analyses.truth.as_injected and analyses.truth.unobservable."""
+    from analyses.truth import as_injected, thread_reads, unobservable
+
+    truth = cap.truth
+    if truth.empty:
+        return pd.Series(dtype=float)
+    reads = thread_reads(cap, truth["tid"].unique())
+    unscored = ~as_injected(truth) | unobservable(truth, reads)
+    return pd.Series(unscored).groupby(truth["cause"].to_numpy()).mean()
+
+
 def record_lab_capture(
-    out: Path, *args: str, attempts: int = 3, max_not_as_injected: float = 0.3, timeout: float = 300
+    out: Path, *args: str, judged: tuple[str, ...] | None = None, timeout: float = 300
 ) -> forensics.Capture:
-    """record_capture of a lab run, again (up to `attempts` times, each to a file of its own) while the
-    lab's own record says the machine kept it from making more than `max_not_as_injected` of some cause's
-    episodes (hypervisor steal, a disk too fast to wait for: analyses.truth.as_injected). The accuracy
-    checks need episodes that were what their cause says; whether they were is measured by the lab, not
-    by the verdicts, and each attempt's figures print. Each attempt first waits out a burst of steal."""
-    import pandas as pd
-
-    from analyses.truth import as_injected
-
-    cap = None
-    for attempt in range(1, attempts + 1):
-        path = out if attempt == 1 else out.with_name(f"{out.stem}-{attempt}{out.suffix}")
-        wait_for_quiet_machine()
-        cap = record_capture(path, *args, timeout=timeout)
-        truth = cap.truth
-        if truth.empty:
-            return cap
-        share = pd.Series(~as_injected(truth)).groupby(truth["cause"].to_numpy()).mean()
-        print(f"{path.name}: share of episodes not as injected per cause {share.round(2).to_dict()}")
-        if share.max() <= max_not_as_injected:
-            return cap
-    assert cap is not None
+    """record_capture of a lab run; once more, after waiting up to QUIET_WAIT_S for a burst of steal to
+    pass, when the machine kept more than MAX_UNSCORED_SHARE of some cause's episodes from happening or
+    from being seen (unscored_share); `judged`: the causes the caller checks (None: all; a cause it only
+    prints may be mostly unscorable). The checks score only the episodes the capture shows happened, and
+    print how many they left out; a second recording only saves a run whose first one had nothing left
+    to judge."""
+    cap = record_capture(out, *args, timeout=timeout)
+    share = unscored_share(cap)
+    print(f"{out.name}: share of episodes not scorable per cause {share.round(2).to_dict()}")
+    if judged is not None:
+        share = share.reindex(list(judged)).dropna()
+    if share.empty or share.max() <= MAX_UNSCORED_SHARE:
+        return cap
+    wait_for_quiet_machine(max_wait_s=QUIET_WAIT_S)
+    again = out.with_name(f"{out.stem}-2{out.suffix}")
+    cap = record_capture(again, *args, timeout=timeout)
+    print(f"{again.name}: share of episodes not scorable per cause {unscored_share(cap).round(2).to_dict()}")
     return cap
 
 
@@ -89,10 +110,35 @@ def record_capture(out: Path, *args: str, timeout: float = 300) -> forensics.Cap
     return forensics.load(out)
 
 
+def _the_machines(stalls: pd.DataFrame) -> np.ndarray:
+    """Per stall episode, whether its verdict itself says the time was the machine's: an exact episode
+    whose on-CPU time by the switch record the thread's own clock did not count (uncounted_ns: steal,
+    interrupts; analyses.exact_stalls) is most of its stall. Its verdict is then `unknown` with that
+    evidence (analyses.evidence), which is what happened, not a false alarm."""
+    if "uncounted_ns" not in stalls or stalls.empty:
+        return np.zeros(len(stalls), dtype=bool)
+    uncounted = pd.to_numeric(stalls["uncounted_ns"], errors="coerce").fillna(0).to_numpy(np.float64)
+    stall = pd.to_numeric(stalls["stall_ns"], errors="coerce").fillna(0).to_numpy(np.float64)
+    return (uncounted > 0) & (uncounted >= 0.5 * stall)
+
+
+def _around(cap: forensics.Capture, tid: int, start_ns: int, end_ns: int, margin_ns: int = 12_000_000) -> str:
+    """The thread's samples and the lab's callbacks around an episode, for the failure message: what a
+    reader needs to judge whether the verdict or the truth is wrong (forensics dump shows the same)."""
+    samples = cap.samples
+    near = samples[(samples["tid"] == tid) & samples["t_ns"].between(start_ns - margin_ns, end_ns + margin_ns)]
+    columns = [c for c in ("tick", "t_ns", "run_ns", "wait_ns", "slices", "state", "minflt") if c in near]
+    cycles = cap.cycles
+    calls = cycles[cycles["end_ns"].between(start_ns - margin_ns, end_ns + margin_ns)]
+    return f"samples:\n{near[columns].to_string(index=False)}\ncallbacks:\n{calls.to_string(index=False)}"
+
+
 def assert_verdicts_only_on_late_callbacks(cap: forensics.Capture) -> None:
     """A lab run without episodes: every verdict on lab-audio sits on a callback the lab logged as late
-    (analyses.truth.late_cycles: a real stall of the machine, which must be reported), and there are no
-    more verdicts than such callbacks (at least one allowed)."""
+    (analyses.truth.late_cycles: a real stall of the machine, which must be reported), on hypervisor
+    steal, or says itself that the time was the machine's (_the_machines); and there are no more
+    verdicts than such callbacks (at least one allowed). A verdict on a callback logged on time fails
+    with the thread's samples around it."""
     from analyses.rules import LAB_INTERVAL_NS
     from analyses.stalls import find_stalls
     from analyses.truth import late_cycles, steal_around, within_log
@@ -102,8 +148,10 @@ def assert_verdicts_only_on_late_callbacks(cap: forensics.Capture) -> None:
     stalls = stalls[stalls["tid"] == audio]
     stalls = stalls[within_log(stalls, cap.cycles)]  # not lab-audio's start-up or its exit after the last callback
     late = late_cycles(cap.cycles, interval_ns=cap.interval_ns or LAB_INTERVAL_NS)
-    stolen = steal_around(cap.system, stalls)  # the host took a vCPU meanwhile: the machine's stall
-    for episode, machine in zip(stalls.itertuples(index=False), stolen, strict=True):
+    machine = steal_around(cap.system, stalls) | _the_machines(stalls)  # the host took a vCPU meanwhile
+    print(f"verdicts on lab-audio: {len(stalls)}; callbacks logged late: {len(late)}; the machine's: {machine.sum()}")
+    for episode, machines in zip(stalls.itertuples(index=False), machine, strict=True):
         near = (late["start_ns"] < episode.end_ns + 6_000_000) & (late["end_ns"] > episode.start_ns - 2_000_000)
-        assert near.any() or machine, f"verdict {episode.verdict} at {episode.start_ns} on a callback logged on time"
-    assert len(stalls) - int(stolen.sum()) <= max(1, len(late))
+        what = f"verdict {episode.verdict} at {episode.start_ns} ({episode.evidence}) on a callback logged on time"
+        assert near.any() or machines, f"{what}\n{_around(cap, int(audio), episode.start_ns, episode.end_ns)}"
+    assert len(stalls) - int(machine.sum()) <= max(1, len(late))
