@@ -521,12 +521,15 @@ def _judge(
     first_late = _engine_first_late(cap, start, end, chain, rules) if source == "engine" else None
     late = first_late[0] if first_late is not None else None
     for i, row in group.iterrows():
-        if not in_chain or row["verdict"] not in WAIT_VERDICTS:
-            continue
-        if first_late is not None and _overlaps(row, first_late):
+        if not in_chain or row["verdict"] not in WAIT_VERDICTS or _machine_held(row):
             continue
         waker = row.get("waker_tid")
         waker = None if waker is None or pd.isna(waker) else int(waker)
+        woken_by_link = source in ("ebpf", "engine") and waker in chain_tids
+        # The engine stamps a link's signal before its upstream makes the wake-up call: when the switch
+        # record names that upstream link as the waker, the link waited for it, however late it woke.
+        if first_late is not None and _overlaps(row, first_late) and not woken_by_link:
+            continue
         if source in ("ebpf", "engine") and waker is not None:
             if waker in chain_tids:  # woken by a link of its own chain: it waited for its upstream
                 waits[i] = waker
@@ -586,6 +589,20 @@ def _judge(
         "evidence": evidence,
         "roles": roles,
     }
+
+
+# analyses.evidence's headline of an exact episode the switch record shows on CPU while the thread's own
+# clock did not count it (its uncounted time is not among the episode columns; the headline says it).
+MACHINE_HELD = "by the switch record that its own clock did not count"
+
+
+def _machine_held(row: pd.Series) -> bool:
+    """An episode the machine held on CPU (hypervisor steal or interrupts, analyses.evidence): the link
+    was not waiting for its upstream, it was itself held up."""
+    evidence = row.get("evidence")
+    return isinstance(evidence, str) and evidence.split("; ")[0].endswith(
+        MACHINE_HELD + ": the machine's (hypervisor steal or interrupts)"
+    )
 
 
 def _comm_of(cap: Capture, tid: int | None) -> str:
@@ -702,9 +719,56 @@ def _head_verdict(
             "late wake-up",
             "; ".join(p for p in (f"{_comm_of(cap, head)} ({head}): {said}", machine, waited) if p),
         )
+    signalled = _engine_slow_wakeup(cap, start, end, chain, interval_ns) if timing is None else None
+    if signalled is not None:
+        # No switch record, but the engine's own stamps: it signalled this link on time and the link ran
+        # only later, past the tolerance a periodic thread has; everything downstream waited for it.
+        # Runnable after its wake-up, as the eBPF rule above calls a lateness spent after the wake-up.
+        tid, name, woke_ns = signalled
+        said = f"the engine signalled {name} and it ran {_ms(woke_ns)} later (the engine's own stamps)"
+        return tid, "runqueue", "; ".join(p for p in (f"{_comm_of(cap, tid)} ({tid}): {said}", machine, waited) if p)
     if _strong(machine):
         return head, "late wake-up", f"{text}; {machine}"
     return head, "unknown", "; ".join(p for p in (text, machine) if p)
+
+
+def _engine_slow_wakeup(
+    cap: Capture, start: int, end: int, chain: pd.DataFrame, interval_ns: int
+) -> tuple[int, str, float] | None:
+    """The first link (signal order) the engine's records show woken late over [start - period, end]:
+    awake - signal beyond a periodic thread's tolerance (rules.wake_limit_ns less the period, the bar of
+    a missed wake-up), as (its thread, its client name, awake - signal); None without engine nodes or
+    such a link. Below the engine's own late share (IncidentRules.engine_late_share) the cycle can still
+    end in time, yet the links after it were woken that much late: what their episodes show."""
+    if "engine_nodes" not in cap.table_names or "engine_clients" not in cap.table_names or chain.empty:
+        return None
+    cycles = cap.table("engine_cycles", columns=["period_ns"]) if "engine_cycles" in cap.table_names else None
+    if cycles is None or cycles.empty:
+        return None
+    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
+    if not np.isfinite(period):
+        return None
+    nodes = cap.table("engine_nodes", columns=["t_ns", "name", "signal_ns", "awake_ns"])
+    nodes = nodes[((nodes["t_ns"] >= start - period) & (nodes["t_ns"] <= end)).to_numpy(dtype=bool)]
+    woke = (nodes["awake_ns"].astype("Float64") - nodes["signal_ns"].astype("Float64")).astype(np.float64)
+    tolerance = float(rules.wake_limit_ns(np.array([period]), interval_ns)[0]) - period
+    late = nodes[(woke > tolerance).fillna(False).to_numpy(dtype=bool)]
+    for _, node in late.sort_values(["t_ns", "signal_ns"]).iterrows():
+        tid = _link_of_client(cap, str(node["name"]), chain)
+        if tid is not None:
+            return tid, str(node["name"]), float(node["awake_ns"] - node["signal_ns"])
+    return None
+
+
+def _link_of_client(cap: Capture, name: str, chain: pd.DataFrame) -> int | None:
+    """The chain link (process thread) of an engine client, by its pid (engine_clients); None if none."""
+    clients = cap.table("engine_clients")
+    pid = clients.loc[clients["name"].astype(str) == name, "pid"].dropna()
+    if pid.empty:
+        return None
+    threads = cap.threads
+    tids = set(threads.loc[threads["pid"] == int(pid.iloc[-1]), "tid"].astype(int)) & set(chain["tid"].astype(int))
+    return min(tids) if tids else None
 
 
 def _cycle_start_gap(cap: Capture, start: int, end: int) -> tuple[float, float] | None:
@@ -888,13 +952,8 @@ def _engine_first_late(
         return None
     first = late.sort_values(["t_ns", "signal_ns"]).iloc[0]
     span_end = max(int(finish.loc[first.name]), end) if pd.isna(first["finish_ns"]) else int(first["finish_ns"])
-    clients = cap.table("engine_clients")
-    pid = clients.loc[clients["name"].astype(str) == str(first["name"]), "pid"].dropna()
-    if pid.empty:
-        return None
-    threads = cap.threads
-    tids = set(threads.loc[threads["pid"] == int(pid.iloc[-1]), "tid"].astype(int)) & set(chain["tid"].astype(int))
-    return (min(tids), int(first["t_ns"]), span_end) if tids else None
+    tid = _link_of_client(cap, str(first["name"]), chain)
+    return (tid, int(first["t_ns"]), span_end) if tid is not None else None
 
 
 def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:

@@ -105,13 +105,10 @@ def test_ebpf_chain_upstream_named_by_the_waker():
     assert clients.loc[602, "upstream_tid"] == 601
 
 
-@pytest.mark.parametrize("driver_pid", ["client", "server"])
-def test_engine_tables_give_the_chain_and_the_late_node(driver_pid):
-    """`server`: as JACK records it, the driver is a client of no process (jackd's `system`): its thread
-    is the server's, from the source's jackd_pid."""
-    links = _starved()
-    names = ["driverd", "client0", "client1", "client2"]
-    pids = [500 if driver_pid == "client" else None, 600, 601, 602]
+def _engine_tables(names, pids, late_node=0, woke_late_ns=12 * MS, end_late_ns=13 * MS, xrun=True):
+    """JACK-like engine tables of the _graph: each client signalled 60 us after the one above it; in
+    STARVED_CYCLE node `late_node` woke `woke_late_ns` after its signal, the cycle ended `end_late_ns`
+    after its start (past the period: a missed deadline) and, with `xrun`, the engine reported one."""
     clients = pd.DataFrame(
         {"t_ns": T0, "engine": "jack", "event": "present", "name": names, "pid": pids, "node_id": None}
     )
@@ -123,15 +120,15 @@ def test_engine_tables_give_the_chain_and_the_late_node(driver_pid):
     t = T0 + k * PERIOD
     end = t + 300 * US
     late = k == STARVED_CYCLE
-    end[late] = t[late] + 13 * MS
+    end[late] = t[late] + end_late_ns
     cycles = pd.DataFrame(
         {"t_ns": t, "engine": "jack", "driver": "driverd", "cycle": k, "quantum_frames": 256, "rate_hz": 48000,
-         "period_ns": PERIOD, "delay_ns": 0, "end_ns": end, "xruns_total": late.cumsum()}
+         "period_ns": PERIOD, "delay_ns": 0, "end_ns": end, "xruns_total": (late & xrun).cumsum()}
     )  # fmt: skip
     node_rows = []
     for j, name in enumerate(names):
         signal = t + j * 60 * US
-        awake = signal + 10 * US + np.where(late & (j == 0), 12 * MS, 0)
+        awake = signal + 10 * US + np.where(late & (j == late_node), woke_late_ns, 0)
         node_rows.append(
             pd.DataFrame(
                 {
@@ -143,18 +140,29 @@ def test_engine_tables_give_the_chain_and_the_late_node(driver_pid):
                     "awake_ns": awake,
                     "finish_ns": awake + 50 * US,
                     "status": 0,
-                    "xrun": late,
+                    "xrun": late & xrun,
                 }
             )
         )
     xruns = pd.DataFrame(
-        {"t_ns": [int(t[late][0] + 13 * MS)], "engine": "jack", "delay_us": [12000.0], "client": [None],
-         "source": "callback", "text": [None]}
+        {"t_ns": [int(t[late][0] + end_late_ns)] if xrun else [], "engine": "jack",
+         "delay_us": [12000.0] if xrun else [], "client": [None] if xrun else [], "source": "callback",
+         "text": [None] if xrun else []}
     )  # fmt: skip
-    cap = _capture(
-        links, engine_clients=clients, engine_graph=graph, engine_cycles=cycles,
-        engine_nodes=pd.concat(node_rows, ignore_index=True), xruns=xruns,
-    )  # fmt: skip
+    return {
+        "engine_clients": clients, "engine_graph": graph, "engine_cycles": cycles,
+        "engine_nodes": pd.concat(node_rows, ignore_index=True), "xruns": xruns,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("driver_pid", ["client", "server"])
+def test_engine_tables_give_the_chain_and_the_late_node(driver_pid):
+    """`server`: as JACK records it, the driver is a client of no process (jackd's `system`): its thread
+    is the server's, from the source's jackd_pid."""
+    links = _starved()
+    names = ["driverd", "client0", "client1", "client2"]
+    pids = [500 if driver_pid == "client" else None, 600, 601, 602]
+    cap = _capture(links, **_engine_tables(names, pids))
     if driver_pid == "server":
         cap = cap.without([], meta={"sources": {**cap.sources, "engine": {"kind": "jack", "jackd_pid": 500}}})
     chain = chain_links(cap, select_threads(thread_profiles(cap))).set_index("tid")
@@ -168,6 +176,25 @@ def test_engine_tables_give_the_chain_and_the_late_node(driver_pid):
     assert (members.loc[members["tid"] != 500, "incident_verdict"] == "upstream").all()
     x = xrun_rows(cap, incidents)
     assert set(x["kind"]) == {"xrun", "missed deadline"} and (x["incident"] == row.incident).all()
+
+
+def test_client_the_engine_woke_late_is_the_root_from_proc_alone():
+    """From /proc alone (no switch record), client0 signalled on time by the engine but running 2.5 ms
+    later: under the engine's own late share (half the period), past a periodic thread's tolerance. The
+    clients after it only waited (their /proc episodes: 8 ms asleep, long enough to be listed). The root
+    is client0, runnable after its wake-up, from the engine's stamps (the quiet real graph showed it: a
+    jalv woken 0.95 ms late at 2.67 ms read `unknown`)."""
+    woke = 2500 * US
+    links = _graph(client_episodes={j: [Episode("lock", STARVED_CYCLE, 8.0)] for j in (1, 2)})
+    names = ["driverd", "client0", "client1", "client2"]
+    tables = _engine_tables(names, [500, 600, 601, 602], late_node=1, woke_late_ns=woke, end_late_ns=woke, xrun=False)
+    assert woke < rules.IncidentRules().engine_late_share * PERIOD  # not the engine's own late cycle
+    _, incidents, members = _analyse(_capture(links, **tables))
+    assert len(incidents) == 1
+    row = incidents.iloc[0]
+    assert (row.root_tid, row.root_verdict, row.chain_source) == (600, "runqueue", "engine"), row.evidence
+    assert "engine's own stamps" in row.evidence and "2.5 ms" in row.evidence
+    assert (members["incident_verdict"] == "upstream").all()
 
 
 # ---------------------------------------------------------------------------------------------------
