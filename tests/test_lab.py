@@ -29,8 +29,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from analyses.truth import as_injected
 from forensics.lab.linux import fifo_permitted, machine_steal_ns
 from forensics.lab.truth import Truth, read_truth
 from tests.helpers import REPO, child_env, children, process_stat, running, wait_for_quiet_machine
@@ -111,6 +113,11 @@ def _watch(proc: subprocess.Popen[bytes], watch: Watch, cpus: list[int] | None =
     pid = proc.pid
     if cpus:
         os.sched_setaffinity(0, cpus)  # this thread only (0 = the calling thread)
+    if FIFO_PERMITTED:
+        # SCHED_FIFO 1, as the recorder's sampler takes (samplers/recorder.py): above every SCHED_OTHER task
+        # (lab-holder's busy loop and other load kept a nice-0 watcher off the CPU through whole 30 ms lock
+        # episodes), below the lab's own real-time threads (70, 71), which it must not delay.
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
     deadline = time.monotonic() + 30
     while not watch.audio_tid:
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -209,12 +216,48 @@ def run_lab(
 # --------------------------------------------------------------------------------------------------
 
 
+EPISODE_CAUSES = ("fault", "io", "lock", "run", "runqueue")
+# At most this share of the episodes may go unscored (tests/recording.py: steal on this VM comes in bursts
+# of a minute or two, and can take several episodes of a short run).
+MAX_UNSCORED_SHARE = 0.5
+
+
+def _watcher_gap_ns(watch: Watch, start_ns: int, end_ns: int) -> int:
+    """How much of [start_ns, end_ns] the longest gap in the watcher's own samples covers: the watcher was
+    kept off the CPU then, so its window around the episode holds that much time it could not place."""
+    times = [s.t_ns for s in watch.samples]
+    lo = max(bisect.bisect_right(times, start_ns) - 1, 0)
+    hi = min(bisect.bisect_left(times, end_ns), len(times) - 1)
+    covered = [min(b, end_ns) - max(a, start_ns) for a, b in zip(times[lo:hi], times[lo + 1 : hi + 1], strict=True)]
+    return max(covered, default=end_ns - start_ns)
+
+
+# The checks that count the watcher's own reads of the thread's state letter (D for io, S for lock) need
+# reads inside the episode; the others compare cumulative counters, which a longer window only widens.
+STATE_READ_CAUSES = ("io", "lock")
+
+
+def _unscored(watch: Watch, episodes) -> list[bool]:  # type: ignore[no-untyped-def]
+    """Per episode: not what its cause says by the lab's own record (analyses.truth.as_injected: the host
+    stole time during it, or an off-CPU cause kept the thread on its CPU for most of it), or, for a cause
+    judged by its state letters, the watcher was kept off the CPU through half of it (under load the
+    watcher paused 18-30 ms through each 30 ms major-fault episode): its counters cannot show it."""
+    made = as_injected(episodes)
+    return [
+        not bool(ok)
+        or (
+            row.cause in STATE_READ_CAUSES
+            and _watcher_gap_ns(watch, row.start_ns, row.end_ns) >= 0.5 * (row.end_ns - row.start_ns)
+        )
+        for ok, row in zip(made, episodes.itertuples(), strict=True)
+    ]
+
+
 @pytest.mark.slow
 def test_each_episode_is_what_its_cause_says(tmp_path: Path) -> None:
-    # Run again (up to 3 times) while the host stole time during more than 2 of the 10 episodes (the lab's
-    # own /proc/stat reads): 6 of 10 in one CI run, 10-20 ms each.
-    for attempt in range(1, 4):
-        wait_for_quiet_machine()  # a burst of steal lasts a minute or two (CI: all 10 episodes in 3 runs)
+    # Run once more, after waiting for a burst of steal to pass (up to 2 minutes: tests/recording.py), only
+    # when more than half of the 10 episodes could not be scored: 6 of 10 had steal in one CI run.
+    for attempt in (1, 2):
         watch, truth, _ = run_lab(
             tmp_path / f"attempt-{attempt}",
             "--episodes=run:2,runqueue:2,io:2,fault:2,lock:2",
@@ -222,8 +265,9 @@ def test_each_episode_is_what_its_cause_says(tmp_path: Path) -> None:
             "--spacing=300ms",
             "--fault-pages=2000",
         )
-        if (truth.episodes["steal_ns"] > 0).sum() <= 2:
+        if sum(_unscored(watch, truth.episodes)) <= MAX_UNSCORED_SHARE * len(truth.episodes):
             break
+        wait_for_quiet_machine(max_wait_s=120)
     episodes = truth.episodes
     assert sorted(Counter(episodes["cause"]).items()) == [
         ("fault", 2),
@@ -241,12 +285,12 @@ def test_each_episode_is_what_its_cause_says(tmp_path: Path) -> None:
     else:  # three SCHED_OTHER competitors leave lab-audio about a quarter of the CPU it wants
         assert truth.lab["audio"]["policy"] == "OTHER" and truth.lab["competitor_policy"] == "OTHER"
 
-    stolen = episodes["steal_ns"] > 0
-    # The host took a vCPU during these (the lab's own /proc/stat reads): the thread's counters cannot
-    # show what the lab did. At most 2 of the 10.
-    print(f"episodes with hypervisor steal: {episodes[stolen]['cause'].tolist()}")
-    assert stolen.sum() <= 2, episodes[stolen][["cause", "start_ns", "steal_ns"]]
-    for row in episodes[~stolen].itertuples():
+    unscored = pd.Series(_unscored(watch, episodes), index=episodes.index)
+    # Counted and printed, not scored; at most half of them, and each cause scored at least once.
+    print(f"episodes not scored (not as injected, or not watched): {episodes[unscored]['cause'].tolist()}")
+    assert unscored.sum() <= MAX_UNSCORED_SHARE * len(episodes), episodes[unscored][["cause", "start_ns", "steal_ns"]]
+    assert set(episodes[~unscored]["cause"]) == set(EPISODE_CAUSES), episodes[unscored][["cause", "steal_ns"]]
+    for row in episodes[~unscored].itertuples():
         d = row.end_ns - row.start_ns
         before, after = watch.window(row.start_ns, row.end_ns)
         run, wait = after.run_ns - before.run_ns, after.wait_ns - before.wait_ns
@@ -288,11 +332,19 @@ def test_each_episode_is_what_its_cause_says(tmp_path: Path) -> None:
 def test_other_io_modes_and_major_faults_wait_for_the_disk(tmp_path: Path, option: str) -> None:
     cause = "fault" if "fault" in option else "io"
     watch, truth, _ = run_lab(
-        tmp_path, f"--episodes={cause}:2", "--episode-ms=30", "--spacing=200ms", "--fault-pages=100", option
+        tmp_path, f"--episodes={cause}:3", "--episode-ms=30", "--spacing=200ms", "--fault-pages=100", option
     )
-    assert len(truth.episodes) == 2
+    episodes = truth.episodes
+    assert len(episodes) == 3
+    # Scored: the episodes the lab's own record says were what their cause says (analyses.truth.as_injected:
+    # under load one write episode kept the thread on its CPU for 25.8 ms of 30, the host serving the
+    # write with the guest's vCPU held; and no steal). At least one. The checks below compare cumulative
+    # counters over the window around an episode, which a pause of the watcher only widens.
+    scored = as_injected(episodes)
+    print(f"{option}: scored {int(scored.sum())} of {len(episodes)} (cpu_ns {episodes['cpu_ns'].tolist()})")
+    assert scored.any(), f"{option}: no episode was as injected: {episodes.to_dict('records')}"
     d_reads = 0
-    for row in truth.episodes.itertuples():
+    for row in episodes[scored].itertuples():
         d = row.end_ns - row.start_ns
         before, after = watch.window(row.start_ns, row.end_ns)
         run, majflt = after.run_ns - before.run_ns, after.majflt - before.majflt
@@ -305,7 +357,7 @@ def test_other_io_modes_and_major_faults_wait_for_the_disk(tmp_path: Path, optio
         if cause == "fault":
             assert majflt >= 100, what
             assert row.fault_kind == "major" and row.pages >= 100
-    # Read in D in at least one of the two: on this VM the thread's wait for the disk sometimes reads R at
+    # Read in D in at least one of them: on this VM the thread's wait for the disk sometimes reads R at
     # every read (40 reads of a 30 ms fsync episode in one CI run, off CPU 77 % of it).
     assert d_reads > 0, f"{option}: never read in D"
 
@@ -388,7 +440,9 @@ def test_clean_ten_seconds_have_no_deadline_misses(tmp_path: Path) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     lab_cpu, watcher_cpus = cpus[-1], cpus[:-1]
     pin = [f"--cpu={lab_cpu}"] if watcher_cpus else []
-    wait_for_quiet_machine()
+    # Short steals (3 ms) move /proc/stat only now and then (one allowed below); a burst of them would read
+    # as the lab's own misses: wait one out, up to 2 minutes (tests/recording.py).
+    wait_for_quiet_machine(max_wait_s=120)
     watch, truth, _ = run_lab(tmp_path, "--episodes=none", "--duration=10s", *pin, watcher_cpus=watcher_cpus)
     cycles = truth.cycles
     period_ns = truth.lab["period_ns"]
