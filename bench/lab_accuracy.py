@@ -7,7 +7,8 @@ see a lock wait shorter than about a period plus two sampling intervals), 300 ms
 without episodes. For each it prints the confusion matrix and per cause: episodes scored, not as injected
 and unobservable (analyses.truth: the lab's own record, and sampler gaps over half an episode: counted,
 not scored), recall and precision; for the clean run, the verdicts on lab-audio and the callbacks the
-lab logged as late. With --repeat N, each recording N times and the worst recall and precision per
+lab logged as late; for the 6 ms run episodes, how many found at 2 ms are lost resampled to 20 ms (the
+sampling-rate lesson). With --repeat N, each recording N times and the worst recall and precision per
 cause over them. Run it on an otherwise idle machine for the README's figures; beside a load
 (`nice -n 10 stress-ng --cpu 1 --cpu-load 70`) to see what the load costs.
 """
@@ -27,9 +28,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import forensics  # noqa: E402
+from analyses.resample import resample  # noqa: E402
 from analyses.rules import LAB_INTERVAL_NS  # noqa: E402
 from analyses.stalls import find_stalls  # noqa: E402
-from analyses.truth import confusion, late_cycles, thread_reads, within_log  # noqa: E402
+from analyses.truth import confusion, late_cycles, match_truth, thread_reads, within_log  # noqa: E402
 
 RUNS = {
     "12 ms": "--episodes run:10,runqueue:10,io:10,fault:10,lock:10 --episode-ms 12 --spacing 300ms",
@@ -50,6 +52,20 @@ def scores_of(cap: forensics.Capture) -> pd.DataFrame:
     print(matrix.to_string(index=False))
     print(scores.to_string(index=False))
     return scores
+
+
+def lesson_figures(cap: forensics.Capture) -> None:
+    """The sampling-rate lesson on the 6 ms run episodes: found at 2 ms, lost when resampled to 20 ms."""
+    reads = thread_reads(cap, cap.truth["tid"].unique())
+    matched = match_truth(find_stalls(cap), cap.truth, reads=reads)
+    scored = matched[(matched["cause"] == "run") & matched["as_injected"] & matched["observable"]]
+    found = scored[scored["verdict"] == "run"]
+    at_20ms = find_stalls(resample(cap, 20_000_000))
+    lost = 0
+    for row in found.itertuples(index=False):
+        same = at_20ms[at_20ms["tid"] == row.tid]
+        lost += not bool(((same["start_ns"] < row.end_ns) & (same["end_ns"] > row.start_ns)).any())
+    print(f"lesson: 6 ms run episodes scored {len(scored)}, found at 2 ms {len(found)}, of those lost at 20 ms {lost}")
 
 
 def clean_figures(cap: forensics.Capture) -> None:
@@ -97,6 +113,8 @@ def main() -> None:
                     clean_figures(cap)
                 else:
                     worst.setdefault(name, []).append(scores_of(cap))
+                if name == "6 ms":
+                    lesson_figures(cap)
     for name, all_scores in worst.items():
         table = pd.concat(all_scores).groupby("cause")
         summary = table.agg(
