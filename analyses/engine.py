@@ -2,8 +2,8 @@
 
 Per cycle of an engine (JACK, PipeWire):
     end_rel = end - start    the cycle's end is the last node's finish (engine_cycles.end_ns where the
-                             engine source filled it, else the latest finish_ns of the cycle's nodes);
-                             start is the driver's cycle start (t_ns)
+                             engine source filled it, else the latest finish_ns of the cycle's nodes
+                             when every one of them has one); start is the driver's cycle start (t_ns)
     missed  = end_rel > period_ns; where the end is unknown, whether the engine counted a node of the
               cycle as late (engine_nodes.xrun); unknown (NA) when neither says.
 The engine's clock is already the capture's (the sources convert it), so these are plain differences.
@@ -57,7 +57,12 @@ def engine_cycle_ends(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame
     out["end_ns"] = pd.to_numeric(out["end_ns"]).astype("Int64")
     if not nodes.empty:
         per_cycle = nodes.assign(engine=nodes["engine"].astype(str)).groupby(["engine", "t_ns"])
-        last = per_cycle["finish_ns"].max().rename("last_finish_ns")
+        # The last finish ends the cycle only when every node of it finished: a node never seen finishing
+        # (a client signaled and never woken, observed: jalv starved or stuck through a whole recording)
+        # leaves the end unknown, not the other nodes' last finish (early: an on-time cycle the engine
+        # reported as an xrun). Its lateness then comes from the nodes' flags.
+        complete = per_cycle["finish_ns"].count() == per_cycle.size()
+        last = per_cycle["finish_ns"].max().where(complete).rename("last_finish_ns")
         late = per_cycle["xrun"].apply(_any_known).astype("boolean").rename("node_late")
         out = out.join(last, on=["engine", "t_ns"]).join(late, on=["engine", "t_ns"])
         out["end_ns"] = out["end_ns"].fillna(pd.to_numeric(out["last_finish_ns"]).astype("Int64"))
@@ -70,9 +75,12 @@ def engine_cycle_ends(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame
 
 
 def _any_known(flags: pd.Series) -> object:
-    """True if any node was counted late, False if all were counted on time, NA if none was counted."""
+    """True if any node was counted late, False if all were counted on time, else NA (a node whose
+    lateness is unknown may have been the late one)."""
     known = flags.dropna()
-    return pd.NA if known.empty else bool(known.astype(bool).any())
+    if known.astype(bool).any():
+        return True
+    return False if len(known) == len(flags) and len(flags) else pd.NA
 
 
 def engine_cycle_summary(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:

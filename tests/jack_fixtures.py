@@ -94,11 +94,15 @@ class JackServer:
         self.wait_ports(f"{name}:in", f"{name}:out")
         return CueClient(name, process, control, truth)
 
-    def jalv(self, name: str, uri: str) -> subprocess.Popen[bytes]:
-        # jalv exits at EOF on stdin: a fifo held open by a writer keeps it running.
+    def _held_stdin(self, name: str) -> int:
+        """A fifo held open by a writer: a client reading it never sees EOF (jalv and fluidsynth's shell
+        exit at EOF on stdin). The caller closes the returned fd once the child has it."""
         fifo = self.tmp / f"{name}.stdin"
         os.mkfifo(fifo)
-        holder = os.open(fifo, os.O_RDWR)
+        return os.open(fifo, os.O_RDWR)
+
+    def jalv(self, name: str, uri: str) -> subprocess.Popen[bytes]:
+        holder = self._held_stdin(name)
         process = self.start(
             "jalv", "-n", name, uri, stdin=holder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -106,13 +110,20 @@ class JackServer:
         return process
 
     def fluidsynth(self) -> subprocess.Popen[bytes]:
-        """A real softsynth client (ports fluidsynth:left/right); its soundfont load takes seconds."""
-        return self.start(
-            *("fluidsynth", "-a", "jack", "-n", "-r", "48000", "-i", "-s", "/usr/share/sounds/sf2/TimGM6mb.sf2"),
-            stdin=subprocess.DEVNULL,
+        """A real softsynth client (ports fluidsynth:left/right); its soundfont load takes seconds.
+        Kept alive by its shell on a held stdin, not by `-i -s`: `-s` listens on TCP 9800, and a second
+        fluidsynth on the machine (another test's, another session's) fails to bind it, goes on without a
+        server and, with no shell (-i), exits at once after registering its ports (observed: the ports
+        were listed, then `jack_connect fluidsynth:left ...` said 'not a valid port')."""
+        holder = self._held_stdin("fluidsynth")
+        process = self.start(
+            *("fluidsynth", "-a", "jack", "-n", "-r", "48000", "/usr/share/sounds/sf2/TimGM6mb.sf2"),
+            stdin=holder,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
+        os.close(holder)
+        return process
 
     def stop(self) -> None:
         # Clients first, with SIGTERM (they close their JACK client: the server then removes its
@@ -149,6 +160,17 @@ class CueClient:
         if self._fd < 0:
             self._fd = os.open(self.control, os.O_WRONLY)
         os.write(self._fd, (line + "\n").encode())
+
+    def wait_done(self, count: int, timeout_s: float = 30.0) -> None:
+        """Until the truth file holds `count` carried-out cues (the client writes a line once its callback
+        has run the cue): the handshake before the next cue, whatever the machine's load."""
+        end = time.monotonic() + timeout_s
+        while time.monotonic() < end:
+            lines = self.truth.read_text().splitlines() if self.truth.exists() else []
+            if lines and sum('"ready"' not in line for line in lines) >= count:  # "ready" comes first
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"the cue client carried out fewer than {count} cues in {timeout_s} s")
 
     def quit(self) -> list[dict[str, object]]:
         self.cue("quit")
@@ -190,6 +212,29 @@ def catch_load(server: JackServer, out: Path, *args: str) -> subprocess.Popen[st
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+def stop_recording(rec: subprocess.Popen[str], timeout_s: float = 60) -> tuple[str, str]:
+    """End a recording as a user does (Ctrl-C: catch-load writes its trailer and exits 0)."""
+    rec.send_signal(signal.SIGINT)
+    out, err = rec.communicate(timeout=timeout_s)
+    assert rec.returncode == 0, err
+    return out, err
+
+
+def wait_recording(out: Path, rec: subprocess.Popen[str], timeout_s: float = 60) -> None:
+    """Until the JACK source has started (wait_engine_started) and the capture has grown since: the
+    recorder writes what it records, the targets it was given included."""
+    wait_engine_started(out, timeout_s)
+    size = out.stat().st_size
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if rec.poll() is not None:
+            raise AssertionError(f"catch-load exited early: {rec.stderr.read() if rec.stderr else ''}")
+        if out.stat().st_size > size:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the capture did not grow after the JACK source started")
 
 
 def wait_engine_started(out: Path, timeout: float = 20) -> None:

@@ -70,3 +70,21 @@ def test_engines_are_summarised_apart() -> None:
     assert summary.loc["jack", "deadline_misses"] == 1 and summary.loc["pipewire", "deadline_misses"] == 0
     assert summary.loc["jack", "end_max_ns"] == 7_000_000
     assert engine_cycle_summary(_cycles([]), _nodes([])).empty
+
+
+def test_a_node_never_seen_finishing_leaves_the_end_unknown() -> None:
+    """One client finished, the next was signaled and never woke: the cycle's end is not the first one's
+    finish (that made an on-time cycle of a cycle the engine reported as an xrun)."""
+    cycles = _cycles([(0, "jack", None), (P, "jack", None)])
+    nodes = _nodes(
+        [
+            (0, "jack", 300_000, False),
+            (0, "jack", None, True),  # signaled by the first, never finished: the engine's xrun
+            (P, "jack", P + 300_000, False),
+            (P, "jack", None, None),  # never finished, lateness unknown
+        ]
+    )
+    ends = engine_cycle_ends(cycles, nodes)
+    assert ends["end_rel_ns"].isna().all()
+    assert ends["missed"].iloc[0] == True  # noqa: E712 - nullable
+    assert pd.isna(ends["missed"].iloc[1])
