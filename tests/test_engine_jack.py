@@ -210,6 +210,11 @@ def test_each_graph_records_its_clients_cycles(graphs: dict[str, Path]) -> None:
         # them all, jack2 JackGraphManager::Activate): it has rows however late the machine runs it.
         assert clients <= set(capture.engine_nodes["name"].astype(str)), name
         assert len(capture.engine_cycles) > 0, name
+        nodes = capture.engine_nodes
+        woken = nodes[nodes["awake_ns"].notna()]["name"].astype(str).value_counts().to_dict()
+        # A client signaled in every cycle and never woken was seen on this machine (a jalv whose RT thread
+        # slept in futex_wait throughout): the graph's state, recorded as such; printed for the CI log.
+        print(f"{name}: {len(capture.engine_cycles)} cycles, client-cycles woken per client {woken}")
 
 
 def test_compare_series_against_chain_prints_engine_cycle_ends(graphs: dict[str, Path], run_module) -> None:  # type: ignore[no-untyped-def]
@@ -300,9 +305,15 @@ def test_every_xrun_the_capture_holds_is_one_the_engine_reported(graphs: dict[st
     nominal = np.r_[np.diff(starts) >= 1.5 * period_ns, True]  # its next start was missed: a nominal check
     first = (state.to_numpy() == True) & np.r_[False, state.to_numpy()[:-1] == False] & follows  # noqa: E712
     checked = [int(t) for t in starts[first & ~nominal]]
+    blamed = logged.dropna(subset=["client"])
     for t in checked:  # the graph finished the cycle before, not this one: jack2 notified at the next start
         reported = ((callbacks >= t) & (callbacks <= t + 200_000_000)).any()
         assert reported, f"late cycle at {t} (after an on-time one) the engine never reported"
+        # ... and named each client it found not finished (the log line comes at once, read within 50 ms).
+        near = blamed[(blamed["t_ns"] >= t) & (blamed["t_ns"] <= t + 200_000_000)]
+        flagged = set(nodes[(nodes["t_ns"] == t) & (nodes["xrun"] == True)]["name"].astype(str))  # noqa: E712
+        named = set(near["client"].astype(str))
+        assert flagged <= named, f"late at {t}: {flagged}, the engine named {named}"
     late = int((nodes["xrun"] == True).sum())  # noqa: E712 - nullable column
     print(
         f"series 8 s: {len(callbacks)} xrun callbacks, {len(logged)} server-log lines, {late} late client-cycles, "
