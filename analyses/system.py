@@ -228,7 +228,11 @@ def _engine_figures(
     cycles = engine_cycles(cap, t_range)
     if len(cycles):
         csource = f"{xruns['engine']} engine cycles ({len(cycles)})"
-        add("Cycle maximum (engine)", float(cycles["end_rel_ns"].dropna().max()) / 1e3, "us", csource)
+        ends = cycles["end_rel_ns"].dropna()
+        if len(ends):
+            add("Cycle maximum (engine)", float(ends.max()) / 1e3, "us", csource)
+        else:  # only late flags known: a client never seen finishing in any cycle
+            add("Cycle maximum (engine)", np.nan, "us", "unknown: no cycle seen fully finished")
         add("Deadline misses (engine)", float(cycles["missed"].sum()), "", csource)
     else:
         add("Cycle maximum (engine)", np.nan, "us", "unknown: the capture has no engine cycle ends")

@@ -88,3 +88,28 @@ def test_a_node_never_seen_finishing_leaves_the_end_unknown() -> None:
     assert ends["end_rel_ns"].isna().all()
     assert ends["missed"].iloc[0] == True  # noqa: E712 - nullable
     assert pd.isna(ends["missed"].iloc[1])
+
+
+def test_system_figures_of_cycles_known_only_late_say_the_maximum_is_unknown() -> None:
+    """Every cycle had a client never seen finishing (its end unknown) and the engine's late flag: the
+    misses are counted, the cycle maximum is unknown (it raised a TypeError on NA)."""
+    from analyses.system import system_figures
+    from capture.format import Capture
+
+    starts = [10_000_000_000 + i * P for i in range(5)]
+    cap = Capture.from_frames(
+        meta={"sources": {"engine": {"kind": "jack"}}},
+        engine_cycles=pd.DataFrame(
+            {"t_ns": starts, "engine": "jack", "driver": "system", "quantum_frames": 256, "rate_hz": 48000,
+             "period_ns": P, "end_ns": pd.array([None] * 5, dtype="Int64")}
+        ),
+        engine_nodes=pd.DataFrame(
+            {"t_ns": starts * 2, "engine": "jack", "node_id": [2] * 5 + [3] * 5, "name": ["a"] * 5 + ["b"] * 5,
+             "finish_ns": pd.array([s + 300_000 for s in starts] + [None] * 5, dtype="Int64"),
+             "xrun": pd.array([False] * 5 + [True] * 5, dtype="boolean")}
+        ),
+    )  # fmt: skip
+    figures = system_figures(cap).set_index("figure")
+    assert pd.isna(figures.loc["Cycle maximum (engine)", "value"])
+    assert figures.loc["Cycle maximum (engine)", "source"].startswith("unknown")
+    assert figures.loc["Deadline misses (engine)", "value"] == 5
