@@ -319,7 +319,9 @@ def test_without_privileges_one_line_and_no_probe_left() -> None:
 
 
 def test_processes_added_and_removed_while_recording() -> None:
-    ticking = "import time\nfor _ in range(400):\n    time.sleep(0.002)\n"
+    # Ticking until killed: a fixed count (400 x 2 ms) ran out before the third poll on a loaded machine,
+    # where BCC's compile in start() alone takes seconds, and the third poll then held no switch at all.
+    ticking = "import time\nwhile True:\n    time.sleep(0.002)\n"
     a = subprocess.Popen([sys.executable, "-c", ticking])
     b = subprocess.Popen([sys.executable, "-c", ticking])
     collector = EbpfCollector([a.pid], EbpfOptions(faults=False, block=False))
