@@ -75,16 +75,27 @@ def test_spins_are_xruns_and_late_cycles_naming_the_client(tmp_path: Path) -> No
     nodes = capture.engine_nodes
     late = nodes[(nodes["name"] == "cue") & (nodes["xrun"] == True)]  # noqa: E712 - nullable column
     log_blames = xruns[(xruns["source"] == "server-log") & (xruns["client"] == "cue")]["t_ns"].to_numpy()
-    seen_xrun = seen_late = seen_log = 0
+    cue_rows = nodes[nodes["name"] == "cue"]
+    seen_xrun = seen_late = seen_log = unpolled = 0
     for spin in truth:
         start, end = int(spin["start_ns"]), int(spin["end_ns"])  # type: ignore[call-overload]
         seen_xrun += bool(((callbacks >= start) & (callbacks <= end + 50_000_000)).any())
-        # The cycle whose callback ran the spin: it started at most one period before the spin began.
-        seen_late += bool(((late["t_ns"] >= start - 6_000_000) & (late["t_ns"] <= end)).any())
         seen_log += bool(((log_blames >= start) & (log_blames <= end + 200_000_000)).any())
-    print(f"of 10 spins: {seen_xrun} xrun callbacks, {seen_late} late cycles naming cue, {seen_log} log lines")
+        # The cycle whose callback ran the spin: it started at most one period before the spin began.
+        in_spin = (cue_rows["t_ns"] >= start - 6_000_000) & (cue_rows["t_ns"] <= end)
+        if not (in_spin & cue_rows["finish_ns"].notna()).any():
+            # The source's poller never read that cycle's finish (it was kept off the CPU meanwhile): the
+            # capture cannot tell that cycle's lateness; counted, not scored.
+            unpolled += 1
+            continue
+        seen_late += bool(((late["t_ns"] >= start - 6_000_000) & (late["t_ns"] <= end)).any())
+    print(
+        f"of 10 spins: {seen_xrun} xrun callbacks, {seen_late} late cycles naming cue, {seen_log} log lines; "
+        f"{unpolled} cycles the poller did not read to their finish"
+    )
     assert seen_xrun >= 9, f"xrun callbacks for {seen_xrun} of 10 spins"
-    assert seen_late >= 9, f"late cycles naming the client for {seen_late} of 10 spins"
+    assert unpolled <= 3, f"the source's poller missed the cycles of {unpolled} of 10 spins"
+    assert seen_late >= 10 - unpolled - 1, f"late cycles naming the client for {seen_late} of {10 - unpolled} spins"
     assert seen_log >= 9, f"server-log lines naming the client for {seen_log} of 10 spins"
     # The client became a recording target although it is not jackd's child.
     cue_pid = capture.engine_clients.query("name == 'cue'")["pid"].dropna().iloc[0]
