@@ -2,14 +2,14 @@
 # written to bench/out/ and quoted in the README (side by side, as ratios).
 PYTHON ?= python3
 
-.PHONY: man test lint bench bench-sampler bench-churn bench-analyses bench-exact bench-lab bench-pipewire bench-startup bench-flight
+.PHONY: man test lint bench bench-sampler bench-churn bench-analyses bench-exact bench-lab bench-pipewire bench-startup bench-flight bench-accuracy bench-stop
 test:
 	$(PYTHON) -m pytest
 
 lint:  # what .ci/run checks before the tests: the layering contracts, types, style
 	lint-imports && mypy && ruff check . && ruff format --check .
 
-bench: bench-sampler bench-churn bench-analyses bench-exact bench-lab
+bench: bench-sampler bench-churn bench-analyses bench-exact bench-lab bench-accuracy bench-stop
 
 bench-sampler:
 	$(PYTHON) bench/sampler_bench.py
@@ -38,3 +38,9 @@ man:  # docs/man/*.1 from the commands' help (click-man); installed with the pac
 
 bench-flight:  # the flight recorder beside plain recording: RSS over 10 minutes, CPU
 	$(PYTHON) bench/flight_bench.py
+
+bench-accuracy:  # the verdicts' recall and precision on live lab recordings (the figures the tests no longer assert)
+	$(PYTHON) bench/lab_accuracy.py
+
+bench-stop:  # root: seconds from a stop signal to catch-load's exit
+	$(PYTHON) bench/stop_latency.py
