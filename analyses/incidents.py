@@ -409,6 +409,8 @@ def find_incidents(
         info["members"] += len(culprits)
         for i, role, up in info["roles"]:
             roles[i] = role
+            if role == "root":  # the root's verdict in the incident is the incident's (a driver's late wake-up)
+                verdicts[i] = info["root_verdict"]
             if role == "upstream":
                 verdicts[i] = "upstream"
                 upstream_tid[i] = np.nan if up is None else up
@@ -564,6 +566,13 @@ def _judge(
         drivers = set(chain.loc[chain["driver"].astype(bool), "tid"].astype(int)) if len(chain) else set()
         verdict, evidence = _root_verdict(cap, row, chain_tids, rules, interval_ns, int(row["tid"]) in drivers)
         root_tid, root_comm, root_episode = int(row["tid"]), str(row["comm"]), int(root)
+        if source == "engine" and verdict in WAIT_VERDICTS and root_tid == late and root_tid not in drivers:
+            # The engine stamped this link signalled and then awake much later: it was woken, not
+            # waiting on a lock (what /proc's asleep state and a suspect of the chain cannot tell).
+            signalled = _engine_slow_wakeup(cap, start, end, chain, interval_ns)
+            if signalled is not None and signalled[0] == root_tid:
+                said = f"the engine signalled {signalled[1]} and it ran {_ms(signalled[2])} later"
+                verdict, evidence = "runqueue", f"{said} (the engine's own stamps); {evidence}"
     else:
         # Every member only waited: the head of the chain is the first late link.
         roles = [(i, "upstream", waits.get(i)) for i in group.index]

@@ -8,6 +8,8 @@ captures/jack-machine-held.ssf  1.2 s cut (tests/real_captures.cut) of the live 
                                 tests/test_incidents_real.py (four jalv, catch-load --ebpf --jack): the machine
                                 held jalv p0 on CPU 1.3 ms its own clock did not count, and p1, signalled by it,
                                 woke 1.4 ms late by the engine's stamps
+captures/jack-signalled-late.ssf the same kind of cut of another run: the machine held fluidsynth, p0 woke
+                                1.45 ms after its signal; read from /proc alone with the engine's tables
 
 The first two made by `python -m tests.real_captures captures/` on the project's VM (2 CPUs, kernel 6.18);
 each says how it was made in its metadata (meta["made_by"]: the command, the graph, the hog and the span
@@ -33,6 +35,7 @@ GOLDEN = REPO / "tests" / "golden"
 EBPF = "captures/jack-starved-ebpf.ssf"
 PROC = "captures/jack-starved-proc.ssf"
 HELD = "captures/jack-machine-held.ssf"
+LATE = "captures/jack-signalled-late.ssf"
 SPIN_MS = 12
 
 CASES = [
@@ -42,6 +45,7 @@ CASES = [
     ("jack-starved-proc.stalls.txt", ["stalls", PROC]),
     ("jack-starved-proc.xruns.txt", ["xruns", PROC]),
     ("jack-machine-held.stalls.txt", ["stalls", HELD]),
+    ("jack-signalled-late.proc-only.stalls.txt", ["stalls", LATE, "--proc-only"]),
 ]
 
 
@@ -64,13 +68,13 @@ def test_golden_output(run_module, name, args):
     assert result.stdout == expected.read_text()
 
 
-@pytest.mark.parametrize("path", [EBPF, PROC, HELD])
+@pytest.mark.parametrize("path", [EBPF, PROC, HELD, LATE])
 def test_each_capture_says_how_it_was_made(path):
     cap = forensics.load(REPO / path)
     made_by = cap.meta["made_by"]
     assert "tests.real_captures" in made_by["command"] and "catch-load" in made_by["how"]
     assert cap.complete and {"engine_cycles", "engine_nodes", "xruns"} <= set(cap.table_names)
-    if path != HELD:
+    if path not in (HELD, LATE):
         assert "fifo_hog" in made_by["how"] and ("--ebpf" in made_by["how"]) == ("ebpf" in path)
         assert len(real_captures.starvations_of(cap)) == made_by["hog"]["count"] == 2
 
@@ -120,4 +124,21 @@ def test_a_link_the_machine_held_is_the_root_not_the_link_it_woke_late():
     mine = members[members["incident"] == row.incident]
     p1 = mine[mine["tid"].map(threads) == pids["p1"]]
     assert len(p1) == 1 and p1["incident_verdict"].iloc[0] == "upstream"
+    assert not (members["incident_verdict"] == "lock").any()
+
+
+def test_a_link_the_engine_signalled_and_woke_late_is_no_lock_from_proc_alone():
+    """From /proc alone (with the engine's tables) p0 slept through 3.8 ms, and a link of its own chain ran
+    meanwhile: /proc reads a lock wait. The engine stamped it signalled on time and awake 1.45 ms later:
+    the root is p0, runnable after its wake-up by the engine's stamps; its row among the members says the
+    same (was: `lock`, the incident's and the row's)."""
+    cap = real_captures.view(forensics.load(REPO / LATE), "jack+proc")
+    incidents, members, _, _ = real_captures.incidents_of(cap)
+    pids = cap.meta["made_by"]["pids"]
+    threads = cap.threads.drop_duplicates("tid", keep="last").set_index("tid")["pid"]
+    p0 = incidents[incidents["root_tid"].map(threads) == pids["p0"]]
+    assert len(p0) == 1, incidents[["root_comm", "root_tid", "root_verdict"]]
+    assert p0["root_verdict"].iloc[0] == "runqueue" and "the engine's own stamps" in p0["evidence"].iloc[0]
+    roots = members[members["role"] == "root"].set_index("incident")["incident_verdict"]
+    assert (roots == incidents.set_index("incident")["root_verdict"].reindex(roots.index)).all()
     assert not (members["incident_verdict"] == "lock").any()
