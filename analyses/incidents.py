@@ -415,6 +415,10 @@ def find_incidents(
                 verdicts[i] = "upstream"
                 upstream_tid[i] = np.nan if up is None else up
         rows.append({"incident": int(number), **{k: v for k, v in info.items() if k != "roles"}, "_idx": idx})
+    # The driver sleeps on its clock (rule 3): its asleep wait, where it is no root, is a late wake-up too.
+    drivers = set(links.loc[links["driver"].astype(bool), "tid"].astype(int)) if len(links) else set()
+    driver_wait = members["tid"].isin(drivers).to_numpy() & np.isin(verdicts, WAIT_VERDICTS) & (roles == "member")
+    verdicts[driver_wait] = "late wake-up"
     members["role"] = roles
     members["incident_verdict"] = verdicts
     members["upstream_tid"] = pd.array([None if np.isnan(v) else int(v) for v in upstream_tid], dtype="Int64")
@@ -654,7 +658,10 @@ def _root_verdict(
     suspect = row.get("suspect")
     # What ran meanwhile, when named, counts only from outside the chain (a link ran its own cycle).
     outside_ran = blamed not in chain if blamed is not None else isinstance(suspect, str) and bool(suspect)
-    if verdict in WAIT_VERDICTS and not outside_ran:
+    # The driver sleeps on its clock: a thread outside the chain that /proc saw run meanwhile (jackd's own
+    # non-real-time thread, in a real /proc run) is no lock holder of it; only a waker the switch record
+    # names (above) would be.
+    if verdict in WAIT_VERDICTS and (not outside_ran or (driver and not known_waker)):
         machine, gap = _machine_reading(cap, int(row["start_ns"]), int(row["end_ns"]), rules, interval_ns)
         if _strong(machine) and _machine_covers(cap, row, gap):
             return "late wake-up", f"{evidence}; {machine}"

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 import forensics
-from analyses.incidents import find_incidents
+from analyses.incidents import chain_links, find_incidents
 from analyses.source import capture_interval_ns, iter_samples, proc_only
 from analyses.stalls import find_stalls
 from analyses.threads import select_threads, thread_profiles
@@ -159,7 +159,7 @@ def starvations_of(cap: Capture) -> list[tuple[int, int, int | None]]:
 
 def unobservable(cap: Capture, spans: list[tuple[int, int, int | None]], spin_ms: int) -> list[str | None]:
     """Per starvation, why the capture cannot show it (None: it can). The machine's, not the graph's:
-    the hypervisor stole time over it (the hog's own /proc/stat reads, else the capture's), or the
+    the hypervisor stole time over it (the hog's own /proc/stat reads, or the capture's), or the
     sampler itself was kept off every CPU well past the hog's spin (no tick within 10 intervals of
     either end: a hole in the recording, nothing to analyse)."""
     ticks = np.sort(pd.concat([b.groupby("tick")["t_ns"].min() for b in iter_samples(cap, ["tid"])]).to_numpy(np.int64))
@@ -170,8 +170,10 @@ def unobservable(cap: Capture, spans: list[tuple[int, int, int | None]], spin_ms
     for (start, _end, steal_ns), around in zip(spans, stolen_around, strict=True):
         k = int(np.searchsorted(ticks, start))
         gap_ns = int(ticks[k] - ticks[k - 1]) if 0 < k < len(ticks) else None
-        if steal_ns if steal_ns is not None else around:
-            out.append(f"hypervisor steal over it ({(steal_ns or 0) / 1e6:.0f} ms by the hog's reads)")
+        if steal_ns:
+            out.append(f"hypervisor steal over it ({steal_ns / 1e6:.0f} ms by the hog's reads)")
+        elif around:  # the hog reads in 10 ms jiffies around a 12 ms spin: the capture's reads see more
+            out.append("hypervisor steal between the capture's /proc/stat reads around it")
         elif gap_ns is None:
             out.append("outside the recorded ticks")
         elif gap_ns > spin_ms * 1_000_000 + 10 * interval:
@@ -192,6 +194,8 @@ class StarvedScore:
     members: pd.DataFrame
     jackd_tids: set[int]
     profiles: pd.DataFrame  # every thread's profile (analyses.threads.thread_profiles)
+    links: set[int]  # the graph's link threads (analyses.incidents.chain_links) and jackd's
+    chain: set[int]  # the link threads alone
 
     def report(self, label: str) -> str:
         return (
@@ -228,7 +232,11 @@ def score_starved(cap: Capture, spans: list[tuple[int, int, int | None]], jackd_
             wrong.append(f"starvation at {start}: {len(hit)} incidents {found}")
     unseen = [f"starvation at {s}: {why}" for (s, _, _), why in zip(spans, why_not, strict=True) if why is not None]
     extra = incidents[~incidents["incident"].isin(hit_rows)]
-    return StarvedScore(len(spans) - len(unseen), right, wrong, unseen, extra, incidents, members, jackd_tids, profiles)
+    chain = set(chain_links(cap, select_threads(profiles))["tid"].astype(int))
+    return StarvedScore(
+        len(spans) - len(unseen), right, wrong, unseen, extra, incidents, members, jackd_tids, profiles,
+        chain | jackd_tids, chain,
+    )  # fmt: skip
 
 
 def cut(src: Path, dst: Path, from_ns: int, to_ns: int, made_by: dict[str, Any]) -> Path:

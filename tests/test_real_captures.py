@@ -10,6 +10,8 @@ captures/jack-machine-held.ssf  1.2 s cut (tests/real_captures.cut) of the live 
                                 woke 1.4 ms late by the engine's stamps
 captures/jack-signalled-late.ssf the same kind of cut of another run: the machine held fluidsynth, p0 woke
                                 1.45 ms after its signal; read from /proc alone with the engine's tables
+captures/jack-driver-suspect.ssf the same kind of cut of a run at a high load (hypervisor steal): jackd's driver
+                                missed a wake-up while jackd's own non-real-time thread ran
 
 The first two made by `python -m tests.real_captures captures/` on the project's VM (2 CPUs, kernel 6.18);
 each says how it was made in its metadata (meta["made_by"]: the command, the graph, the hog and the span
@@ -36,6 +38,7 @@ EBPF = "captures/jack-starved-ebpf.ssf"
 PROC = "captures/jack-starved-proc.ssf"
 HELD = "captures/jack-machine-held.ssf"
 LATE = "captures/jack-signalled-late.ssf"
+DRIVER = "captures/jack-driver-suspect.ssf"
 SPIN_MS = 12
 
 CASES = [
@@ -46,6 +49,7 @@ CASES = [
     ("jack-starved-proc.xruns.txt", ["xruns", PROC]),
     ("jack-machine-held.stalls.txt", ["stalls", HELD]),
     ("jack-signalled-late.proc-only.stalls.txt", ["stalls", LATE, "--proc-only"]),
+    ("jack-driver-suspect.proc-only.stalls.txt", ["stalls", DRIVER, "--proc-only"]),
 ]
 
 
@@ -68,13 +72,13 @@ def test_golden_output(run_module, name, args):
     assert result.stdout == expected.read_text()
 
 
-@pytest.mark.parametrize("path", [EBPF, PROC, HELD, LATE])
+@pytest.mark.parametrize("path", [EBPF, PROC, HELD, LATE, DRIVER])
 def test_each_capture_says_how_it_was_made(path):
     cap = forensics.load(REPO / path)
     made_by = cap.meta["made_by"]
     assert "tests.real_captures" in made_by["command"] and "catch-load" in made_by["how"]
     assert cap.complete and {"engine_cycles", "engine_nodes", "xruns"} <= set(cap.table_names)
-    if path not in (HELD, LATE):
+    if path not in (HELD, LATE, DRIVER):
         assert "fifo_hog" in made_by["how"] and ("--ebpf" in made_by["how"]) == ("ebpf" in path)
         assert len(real_captures.starvations_of(cap)) == made_by["hog"]["count"] == 2
 
@@ -142,3 +146,19 @@ def test_a_link_the_engine_signalled_and_woke_late_is_no_lock_from_proc_alone():
     roots = members[members["role"] == "root"].set_index("incident")["incident_verdict"]
     assert (roots == incidents.set_index("incident")["root_verdict"].reindex(roots.index)).all()
     assert not (members["incident_verdict"] == "lock").any()
+
+
+def test_the_driver_is_no_lock_for_a_thread_proc_saw_run_meanwhile():
+    """From /proc alone (with the engine's tables) jackd's driver slept 4.0 ms through its 2.7 ms period while
+    jackd's own non-real-time thread ran 0.2 ms: the driver sleeps on its clock, so that thread is no lock
+    holder of it. Root jackd, a late wake-up (here with the machine's steal named), never `lock` (was: the
+    /proc-only `lock` root at jackd of the real-graph test)."""
+    cap = real_captures.view(forensics.load(REPO / DRIVER), "jack+proc")
+    incidents, members, _, _ = real_captures.incidents_of(cap)
+    jackd = incidents[incidents["start_ns"] == 5233286669992]
+    assert len(jackd) == 1 and jackd["root_comm"].iloc[0] == "jackd", incidents[["start_ns", "root_comm"]]
+    assert jackd["root_verdict"].iloc[0] == "late wake-up", jackd["evidence"].iloc[0]
+    assert "same process, OTHER" in jackd["evidence"].iloc[0]  # the thread /proc saw run meanwhile
+    assert not (incidents["root_verdict"] == "lock").any()
+    driver = members[members["tid"] == jackd["root_tid"].iloc[0]]  # its other rows too, root or not
+    assert len(driver) and not (driver["incident_verdict"] == "lock").any(), driver[["role", "incident_verdict"]]
