@@ -12,6 +12,9 @@ captures/jack-signalled-late.ssf the same kind of cut of another run: the machin
                                 1.45 ms after its signal; read from /proc alone with the engine's tables
 captures/jack-driver-suspect.ssf the same kind of cut of a run at a high load (hypervisor steal): jackd's driver
                                 missed a wake-up while jackd's own non-real-time thread ran
+captures/pipewire-late-client.ssf 1.3 s cut of tests/test_incident_causes_real.py's PipeWire recording
+                                (headless PipeWire, the cue client through pw-jack, catch-load --ebpf): a hog
+                                starvation, then the client's callback spinning 20 ms (a late client)
 
 The first two made by `python -m tests.real_captures captures/` on the project's VM (2 CPUs, kernel 6.18);
 each says how it was made in its metadata (meta["made_by"]: the command, the graph, the hog and the span
@@ -39,6 +42,7 @@ PROC = "captures/jack-starved-proc.ssf"
 HELD = "captures/jack-machine-held.ssf"
 LATE = "captures/jack-signalled-late.ssf"
 DRIVER = "captures/jack-driver-suspect.ssf"
+PIPEWIRE = "captures/pipewire-late-client.ssf"
 SPIN_MS = 12
 
 CASES = [
@@ -50,6 +54,8 @@ CASES = [
     ("jack-machine-held.stalls.txt", ["stalls", HELD]),
     ("jack-signalled-late.proc-only.stalls.txt", ["stalls", LATE, "--proc-only"]),
     ("jack-driver-suspect.proc-only.stalls.txt", ["stalls", DRIVER, "--proc-only"]),
+    ("pipewire-late-client.stalls.txt", ["stalls", PIPEWIRE]),
+    ("pipewire-late-client.xruns.txt", ["xruns", PIPEWIRE]),
 ]
 
 
@@ -72,13 +78,13 @@ def test_golden_output(run_module, name, args):
     assert result.stdout == expected.read_text()
 
 
-@pytest.mark.parametrize("path", [EBPF, PROC, HELD, LATE, DRIVER])
+@pytest.mark.parametrize("path", [EBPF, PROC, HELD, LATE, DRIVER, PIPEWIRE])
 def test_each_capture_says_how_it_was_made(path):
     cap = forensics.load(REPO / path)
     made_by = cap.meta["made_by"]
     assert "tests.real_captures" in made_by["command"] and "catch-load" in made_by["how"]
     assert cap.complete and {"engine_cycles", "engine_nodes", "xruns"} <= set(cap.table_names)
-    if path not in (HELD, LATE, DRIVER):
+    if path not in (HELD, LATE, DRIVER, PIPEWIRE):
         assert "fifo_hog" in made_by["how"] and ("--ebpf" in made_by["how"]) == ("ebpf" in path)
         assert len(real_captures.starvations_of(cap)) == made_by["hog"]["count"] == 2
 
@@ -162,3 +168,20 @@ def test_the_driver_is_no_lock_for_a_thread_proc_saw_run_meanwhile():
     assert not (incidents["root_verdict"] == "lock").any()
     driver = members[members["tid"] == jackd["root_tid"].iloc[0]]  # its other rows too, root or not
     assert len(driver) and not (driver["incident_verdict"] == "lock").any(), driver[["role", "incident_verdict"]]
+
+
+@pytest.mark.parametrize("name", ["jack+ebpf", "jack+proc"])
+def test_a_late_pipewire_client_is_one_incident_rooted_at_its_callback(name):
+    """The cue client's callback spun 20 ms (its own CLOCK_MONOTONIC stamps, made_by): one incident over it,
+    rooted at the callback's thread, `run`; the hog before it rooted at PipeWire's data loop, `runqueue`;
+    nothing else, and no `lock`. With eBPF and from /proc alone (the engine's tables are PipeWire's profiler)."""
+    stored = forensics.load(REPO / PIPEWIRE)
+    incidents, members, _, _ = real_captures.incidents_of(real_captures.view(stored, name))
+    (spin,) = stored.meta["made_by"]["injections"]
+    hit = incidents[(incidents["start_ns"] <= spin["end_ns"] + 3_000_000) & (incidents["end_ns"] >= spin["start_ns"])]
+    assert len(hit) == 1 and (hit["root_tid"].iloc[0], hit["root_verdict"].iloc[0]) == (spin["tid"], "run")
+    threads = stored.threads.drop_duplicates("tid", keep="last").set_index("tid")["pid"]
+    rest = incidents.drop(hit.index)
+    assert len(rest) == 1 and threads[rest["root_tid"].iloc[0]] == stored.meta["made_by"]["pids"]["pipewire"]
+    assert rest["root_verdict"].iloc[0] == "runqueue"
+    assert not (members["incident_verdict"] == "lock").any()
