@@ -86,7 +86,7 @@ def test_starved_jack_graph_is_one_incident_per_starvation(starved, name):
     if "ebpf" not in name:
         # /proc names no waker: a link's missed wake-up is read as a possible lock when a thread outside the
         # graph's links ran meanwhile (its suspect). On a loaded machine one always does: a limit of /proc
-        # (README, "What /proc cannot see"), printed, not failed. A suspect that is a link, or none, fails.
+        # (README, "What /proc cannot see on a graph"), printed, not failed. A suspect that is a link, or none, fails.
         blamed = locks["suspect"].astype(str).str.extract(SUSPECT_TID, expand=False).astype(float)
         outside = blamed.notna() & ~blamed.isin(score.chain)
         print(f"{int(outside.sum())} episodes read as lock from /proc, their suspect outside the graph's links")
