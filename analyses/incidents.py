@@ -570,9 +570,15 @@ def _judge(
         drivers = set(chain.loc[chain["driver"].astype(bool), "tid"].astype(int)) if len(chain) else set()
         verdict, evidence = _root_verdict(cap, row, chain_tids, rules, interval_ns, int(row["tid"]) in drivers)
         root_tid, root_comm, root_episode = int(row["tid"]), str(row["comm"]), int(root)
-        if source == "engine" and verdict in WAIT_VERDICTS and root_tid == late and root_tid not in drivers:
-            # The engine stamped this link signalled and then awake much later: it was woken, not
-            # waiting on a lock (what /proc's asleep state and a suspect of the chain cannot tell).
+        blamed = _blamed_tid(row)  # a holder the switch record or /proc names outside the chain keeps `lock`
+        named_holder = blamed is not None and blamed not in chain_tids
+        if (
+            source == "engine" and verdict in WAIT_VERDICTS and root_tid == late and root_tid not in drivers
+            and not named_holder
+        ):  # fmt: skip
+            # The engine stamped this link signalled and then awake much later, and nothing outside the
+            # chain held it: it was woken late, not waiting on a lock (a link still blocked in its previous
+            # callback on a lock another thread holds shows that thread as its waker, or /proc's suspect).
             signalled = _engine_slow_wakeup(cap, start, end, chain, interval_ns)
             if signalled is not None and signalled[0] == root_tid:
                 said = f"the engine signalled {signalled[1]} and it ran {_ms(signalled[2])} later"
@@ -764,12 +770,19 @@ def _engine_slow_wakeup(
     period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
     if not np.isfinite(period):
         return None
-    nodes = cap.table("engine_nodes", columns=["t_ns", "name", "signal_ns", "awake_ns"])
-    nodes = nodes[((nodes["t_ns"] >= start - period) & (nodes["t_ns"] <= end)).to_numpy(dtype=bool)]
+    every = cap.table("engine_nodes", columns=["t_ns", "name", "signal_ns", "awake_ns", "finish_ns"])
+    every = every[((every["t_ns"] >= start - 3 * period) & (every["t_ns"] <= end)).to_numpy(dtype=bool)]
+    every = every.sort_values("t_ns", kind="stable")
+    nodes = every[(every["t_ns"] >= start - period).to_numpy(dtype=bool)]
     woke = (nodes["awake_ns"].astype("Float64") - nodes["signal_ns"].astype("Float64")).astype(np.float64)
     tolerance = float(rules.wake_limit_ns(np.array([period]), interval_ns)[0]) - period
     late = nodes[(woke > tolerance).fillna(False).to_numpy(dtype=bool)]
     for _, node in late.sort_values(["t_ns", "signal_ns"]).iterrows():
+        before = every[
+            (every["name"].astype(str) == str(node["name"])).to_numpy() & (every["t_ns"] < node["t_ns"]).to_numpy()
+        ]
+        if before.empty or pd.isna(before["finish_ns"].iloc[-1]) or before["finish_ns"].iloc[-1] > node["signal_ns"]:
+            continue  # still inside its previous callback (blocked there, on a lock): not woken late
         tid = _link_of_client(cap, str(node["name"]), chain)
         if tid is not None:
             return tid, str(node["name"]), float(node["awake_ns"] - node["signal_ns"])
