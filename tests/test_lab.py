@@ -253,7 +253,16 @@ def _unscored(watch: Watch, episodes) -> list[bool]:  # type: ignore[no-untyped-
     ]
 
 
+def _skip_when_the_machine_made_nothing(episodes: pd.DataFrame, unscored: pd.Series) -> None:
+    stolen = int((pd.to_numeric(episodes["steal_ns"], errors="coerce").fillna(0) > 0).sum())
+    pytest.skip(
+        f"the machine kept the lab from making its episodes in two runs: {int(unscored.sum())} of "
+        f"{len(episodes)} not scored in the last ({stolen} with hypervisor steal); nothing to judge"
+    )
+
+
 @pytest.mark.slow
+@pytest.mark.may_skip  # only when the host stole through the episodes of two runs: see the end of its loop
 def test_each_episode_is_what_its_cause_says(tmp_path: Path) -> None:
     # Run once more, after waiting for a burst of steal to pass (up to 2 minutes: tests/recording.py), only
     # when more than half of the 10 episodes could not be scored: 6 of 10 had steal in one CI run.
@@ -265,9 +274,16 @@ def test_each_episode_is_what_its_cause_says(tmp_path: Path) -> None:
             "--spacing=300ms",
             "--fault-pages=2000",
         )
-        if sum(_unscored(watch, truth.episodes)) <= MAX_UNSCORED_SHARE * len(truth.episodes):
+        unscored_now = pd.Series(_unscored(watch, truth.episodes), index=truth.episodes.index)
+        scored_causes = set(truth.episodes[~unscored_now]["cause"])
+        if unscored_now.sum() <= MAX_UNSCORED_SHARE * len(truth.episodes) and scored_causes == set(EPISODE_CAUSES):
             break
-        wait_for_quiet_machine(max_wait_s=120)
+        if attempt == 1:
+            wait_for_quiet_machine(max_wait_s=120)
+    else:
+        # Twice the host (steal) or the load kept the lab from making its episodes: nothing here can be
+        # judged. A machine state, not a defect (the lab's episodes, when made, are checked below).
+        _skip_when_the_machine_made_nothing(truth.episodes, unscored_now)
     episodes = truth.episodes
     assert sorted(Counter(episodes["cause"]).items()) == [
         ("fault", 2),
@@ -328,21 +344,34 @@ def test_each_episode_is_what_its_cause_says(tmp_path: Path) -> None:
             assert row.released_ns <= row.end_ns, "the wait ends after the holder let go"
 
 
+@pytest.mark.may_skip  # only when no episode of two runs was as injected (hypervisor steal in each)
 @pytest.mark.parametrize("option", ["--io-mode=write", "--io-mode=fsync", "--fault-kind=major"])
 def test_other_io_modes_and_major_faults_wait_for_the_disk(tmp_path: Path, option: str) -> None:
     cause = "fault" if "fault" in option else "io"
-    watch, truth, _ = run_lab(
-        tmp_path, f"--episodes={cause}:3", "--episode-ms=30", "--spacing=200ms", "--fault-pages=100", option
-    )
-    episodes = truth.episodes
-    assert len(episodes) == 3
     # Scored: the episodes the lab's own record says were what their cause says (analyses.truth.as_injected:
     # under load one write episode kept the thread on its CPU for 25.8 ms of 30, the host serving the
-    # write with the guest's vCPU held; and no steal). At least one. The checks below compare cumulative
-    # counters over the window around an episode, which a pause of the watcher only widens.
-    scored = as_injected(episodes)
-    print(f"{option}: scored {int(scored.sum())} of {len(episodes)} (cpu_ns {episodes['cpu_ns'].tolist()})")
-    assert scored.any(), f"{option}: no episode was as injected: {episodes.to_dict('records')}"
+    # write with the guest's vCPU held; and no steal). At least one, or the run is made again once after a
+    # burst of steal (a CI run had steal in all three). The checks below compare cumulative counters over
+    # the window around an episode, which a pause of the watcher only widens.
+    for attempt in (1, 2):
+        watch, truth, _ = run_lab(
+            tmp_path / f"attempt-{attempt}",
+            f"--episodes={cause}:3",
+            "--episode-ms=30",
+            "--spacing=200ms",
+            "--fault-pages=100",
+            option,
+        )
+        episodes = truth.episodes
+        assert len(episodes) == 3
+        scored = as_injected(episodes)
+        print(f"{option}: scored {int(scored.sum())} of {len(episodes)} (cpu_ns {episodes['cpu_ns'].tolist()})")
+        if scored.any():
+            break
+        if attempt == 1:
+            wait_for_quiet_machine(max_wait_s=120)
+    else:
+        _skip_when_the_machine_made_nothing(episodes, pd.Series(~scored, index=episodes.index))
     d_reads = 0
     for row in episodes[scored].itertuples():
         d = row.end_ns - row.start_ns
