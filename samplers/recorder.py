@@ -241,16 +241,20 @@ class Recorder:
             self._backlog_bytes -= len(data)
             self._backlog_offset = 0
 
-    def _drain(self, deadline_ns: int) -> bool:
-        """Hand over everything before `deadline_ns`; then drop the chunks not started (their ticks are
-        lost). A chunk the writer took part of is kept (dropping its rest would cut a frame): what is
-        sent later follows it. True when nothing is left waiting."""
+    def _hand_over_until(self, deadline_ns: int) -> bool:
+        """Hand over what waits, as the writer takes it, until `deadline_ns`; True when nothing is left."""
         self._hand_over()
         while self._backlog and self.clock() < deadline_ns:
             with contextlib.suppress(InterruptedError):
                 select.select([], [self._pipe], [], max(0.0, (deadline_ns - self.clock()) * 1e-9))
             self._hand_over()
-        if not self._backlog:
+        return not self._backlog
+
+    def _drain(self, deadline_ns: int) -> bool:
+        """Hand over everything before `deadline_ns`; then drop the chunks not started (their ticks are
+        lost). A chunk the writer took part of is kept (dropping its rest would cut a frame): what is
+        sent later follows it. True when nothing is left waiting."""
+        if self._hand_over_until(deadline_ns):
             return True
         started = self._backlog_offset > 0
         kept = [self._backlog.popleft()] if started else []
@@ -912,13 +916,7 @@ class Recorder:
         (the trailer's lost_ticks were settled before). False only when not even that could start: the
         capture then ends without a trailer, and says so."""
         self._send(frames.encode_json(frames.TRAILER, trailer))
-        deadline_ns = self.clock() + budget_ns
-        self._hand_over()
-        while self._backlog and self.clock() < deadline_ns:
-            with contextlib.suppress(InterruptedError):
-                select.select([], [self._pipe], [], max(0.0, (deadline_ns - self.clock()) * 1e-9))
-            self._hand_over()
-        return not self._backlog or self._hand_over_from_child()
+        return self._hand_over_until(self.clock() + budget_ns) or self._hand_over_from_child()
 
     def _hand_over_from_child(self) -> bool:
         """Fork a child that writes what the backlog holds (the rest of a started chunk, then the
