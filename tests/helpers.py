@@ -13,6 +13,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
+GOLDEN = Path(__file__).resolve().parent / "golden"
 
 # /proc/<pid>/task/<tid>/sched as kernels print it (tests/data/): 6.18 without CONFIG_SCHEDSTATS, and 5.10
 # with schedstats on (the "se.statistics." prefix, float-ms fields).
@@ -153,3 +154,11 @@ def wait_for_quiet_machine(max_wait_s: float = 330.0, probe_s: float = 2.0) -> f
         print(f"hypervisor steal {share:.1%} of the machine: waiting for it to pass", flush=True)
         share = steal_share(probe_s)
     return share
+
+
+def assert_matches_golden(output: str, name: str) -> None:
+    """`output` equals tests/golden/NAME; FORENSICS_REGOLD=1 writes it there first (to regenerate)."""
+    expected = GOLDEN / name
+    if os.environ.get("FORENSICS_REGOLD"):
+        expected.write_text(output)
+    assert output == expected.read_text()

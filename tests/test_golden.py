@@ -14,16 +14,13 @@ analysis that changes what users read shows here as a diff; when the change is m
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import forensics
 from analyses.stalls import find_stalls
 from analyses.truth import confusion
-from tests.helpers import REPO
+from tests.helpers import REPO, assert_matches_golden
 
-GOLDEN = REPO / "tests" / "golden"
 EPISODES = "captures/lab-episodes.ssf"
 CLEAN = "captures/lab-clean.ssf"
 EBPF = "captures/lab-ebpf.ssf"
@@ -48,10 +45,7 @@ CASES = [
 def test_golden_output(run_module, name, args):
     result = run_module("forensics", *args)
     assert result.returncode == 0, result.stderr
-    expected = GOLDEN / name
-    if os.environ.get("FORENSICS_REGOLD"):
-        expected.write_text(result.stdout)
-    assert result.stdout == expected.read_text()
+    assert_matches_golden(result.stdout, name)
 
 
 def test_episodes_capture_verdicts_match_its_ground_truth():

@@ -27,16 +27,14 @@ when a change to an analysis is meant to change them, regenerate with
 from __future__ import annotations
 
 import functools
-import os
 
 import pytest
 
 import forensics
 from analyses.incidents import xrun_rows
 from tests import real_captures
-from tests.helpers import REPO
+from tests.helpers import REPO, assert_matches_golden
 
-GOLDEN = REPO / "tests" / "golden"
 EBPF = "captures/jack-starved-ebpf.ssf"
 PROC = "captures/jack-starved-proc.ssf"
 HELD = "captures/jack-machine-held.ssf"
@@ -72,10 +70,7 @@ def _scored(path: str, name: str) -> tuple[forensics.Capture, forensics.Capture,
 def test_golden_output(run_module, name, args):
     result = run_module("forensics", *args)
     assert result.returncode == 0, result.stderr
-    expected = GOLDEN / name
-    if os.environ.get("FORENSICS_REGOLD"):
-        expected.write_text(result.stdout)
-    assert result.stdout == expected.read_text()
+    assert_matches_golden(result.stdout, name)
 
 
 @pytest.mark.parametrize("path", [EBPF, PROC, HELD, LATE, DRIVER, PIPEWIRE])
