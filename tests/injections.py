@@ -49,7 +49,7 @@ from tests import real_graph
 from tests.helpers import REPO, reap
 from tests.jack_fixtures import CUE_CLIENT, LV2_PLUGINS, CueClient, jackd
 from tests.pipewire_lab import QUANTUM, pipewire_daemon
-from tests.recording import catch_load_argv
+from tests.recording import catch_load_argv, wait_capture_growing
 
 CAUSES = {"hog": "runqueue", "spin": "run", "lock": "lock", "read": "io", "touch": "fault"}
 HOG_PRIORITY = 95  # above jackd -R (10) and its clients (5), and PipeWire's data loops (88 as root)
@@ -75,24 +75,6 @@ class Recording:
     client_pid: int
     log: str = ""
     extra: dict[str, object] = field(default_factory=dict)
-
-
-def _wait_growing(path: Path, recorder: subprocess.Popen[str], timeout_s: float = 90.0) -> None:
-    """Until the capture grows twice (catch-load past its start-up: eBPF compiled and attached)."""
-    deadline = time.monotonic() + timeout_s
-    last, growths = 0, 0
-    while time.monotonic() < deadline:
-        if recorder.poll() is not None:
-            raise AssertionError(f"catch-load exited early: {recorder.stderr.read() if recorder.stderr else ''}")
-        size = path.stat().st_size if path.exists() else 0
-        # Two growths after the first bytes, not necessarily in consecutive polls: the writer flushes about
-        # once a second, so three strictly growing sizes 0.5 s apart may never come (a CI run waited 90 s).
-        growths += last > 0 and size > last
-        last = size
-        if growths >= 2:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"catch-load did not start recording in {timeout_s:g} s (capture {last} bytes)")
 
 
 def _inject(
@@ -170,7 +152,7 @@ def record_jack(
             env=server.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
-            _wait_growing(out, recorder)
+            wait_capture_growing(out, recorder, timeout_s=90.0, growths=2, poll_s=0.5)
             time.sleep(1.0)
             hog_spans = _inject(cue, hog, scratch, per_cause, ms, gap_s)
             time.sleep(1.0)
@@ -220,7 +202,7 @@ def record_pipewire(
         )  # fmt: skip
         try:
             daemon.wait_for_client("catch-load", timeout_s=90)
-            _wait_growing(out, recorder)
+            wait_capture_growing(out, recorder, timeout_s=90.0, growths=2, poll_s=0.5)
             time.sleep(1.0)
             hog_spans = _inject(cue, hog, scratch, per_cause, ms, gap_s)
             time.sleep(2.5)  # the profiler module sends its records once a second

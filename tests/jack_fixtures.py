@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, child_env, stop_process
-from tests.recording import catch_load_argv
+from tests.recording import catch_load_argv, wait_capture_growing
 
 CUE_CLIENT = REPO / "tests" / "workloads" / "jack_cue_client.py"
 LV2_PLUGINS = [  # four plugins with one audio in and out, from lsp-plugins-lv2 and x42-plugins
@@ -226,15 +226,7 @@ def wait_recording(out: Path, rec: subprocess.Popen[str], timeout_s: float = 60)
     """Until the JACK source has started (wait_engine_started) and the capture has grown since: the
     recorder writes what it records, the targets it was given included."""
     wait_engine_started(out, timeout_s)
-    size = out.stat().st_size
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if rec.poll() is not None:
-            raise AssertionError(f"catch-load exited early: {rec.stderr.read() if rec.stderr else ''}")
-        if out.stat().st_size > size:
-            return
-        time.sleep(0.1)
-    raise AssertionError("the capture did not grow after the JACK source started")
+    wait_capture_growing(out, rec, timeout_s, poll_s=0.1)
 
 
 def wait_engine_started(out: Path, timeout: float = 20) -> None:

@@ -31,7 +31,7 @@ from analyses.truth import steal_around
 from capture.format import ENGINE_SCHEMAS, Capture, CaptureWriter
 from tests import real_graph
 from tests.helpers import REPO, child_env
-from tests.recording import catch_load_argv
+from tests.recording import catch_load_argv, wait_capture_growing
 
 HOG_PRIORITY = 80  # above jackd -R's default 10 and its clients' 5
 
@@ -42,22 +42,6 @@ class Starved:
     spans: list[tuple[int, int, int | None]]  # (start_ns, end_ns, steal_ns) of each starvation
     pids: dict[str, int]
     made_by: dict[str, Any]
-
-
-def wait_recording(path: Path, recorder: subprocess.Popen[str], timeout_s: float = 120.0) -> None:
-    """Until the capture file grew past its first record: the recorder is past its start-up (eBPF compiled
-    and attached) and writes ticks. A handshake on what the recorder did, not a guess of how long it takes."""
-    deadline = time.monotonic() + timeout_s
-    sizes: list[int] = []
-    while time.monotonic() < deadline:
-        if recorder.poll() is not None:
-            err = recorder.stderr.read() if recorder.stderr else ""
-            raise AssertionError(f"catch-load exited early (code {recorder.returncode}): {err}")
-        sizes.append(path.stat().st_size if path.exists() else 0)
-        if len(sizes) >= 2 and sizes[-2] > 0 and sizes[-1] > sizes[-2]:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"catch-load did not start recording within {timeout_s:g} s")
 
 
 def record_starved(
@@ -89,7 +73,7 @@ def record_starved(
             args, cwd=REPO, env=child_env(base=graph.env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
         )
         try:
-            wait_recording(out, recorder)
+            wait_capture_growing(out, recorder, timeout_s=120.0)
             time.sleep(quiet_before_s)
             spans = real_graph.run_hog(hog, priority=HOG_PRIORITY, spin_ms=spin_ms, count=starvations, gap_ms=gap_ms)
             time.sleep(quiet_after_s)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,28 @@ WORKLOAD = str(REPO / "tests" / "workloads" / "known_work.py")
 
 def catch_load_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "forensics.cli.catch_load", *args]
+
+
+def wait_capture_growing(
+    path: Path, recorder: subprocess.Popen[str], timeout_s: float, growths: int = 1, poll_s: float = 0.2
+) -> None:
+    """Until the capture has grown `growths` times after its first bytes (not necessarily in consecutive
+    polls: the writer flushes about once a second): the recorder is past its start-up (eBPF compiled and
+    attached) and writes what it records. A handshake on what the recorder did, not a guess of how long
+    it takes; fails at once if catch-load exits, and after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    last, grown = 0, 0
+    while time.monotonic() < deadline:
+        if recorder.poll() is not None:
+            err = recorder.stderr.read() if recorder.stderr else ""
+            raise AssertionError(f"catch-load exited early (code {recorder.returncode}): {err}")
+        size = path.stat().st_size if path.exists() else 0
+        grown += last > 0 and size > last
+        last = size
+        if grown >= growths:
+            return
+        time.sleep(poll_s)
+    raise AssertionError(f"catch-load did not start recording in {timeout_s:g} s (capture {last} bytes)")
 
 
 def start_catch_load(*args: str, **popen: Any) -> subprocess.Popen[str]:
