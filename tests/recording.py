@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pytest
 
 import forensics
 from tests.helpers import REPO, child_env, wait_for_quiet_machine
@@ -73,50 +74,92 @@ def record_workload(
     return forensics.load(out), json.loads(report.read_text()), result
 
 
-# At most this share of a cause's episodes may go unscored in a lab recording: not as injected (the lab's own
-# record: hypervisor steal over it, an io episode that stayed on the CPU) or unobservable (a sampler gap
-# over it): analyses.truth. Generous on purpose: steal on this VM comes in bursts of 5-22 % of both vCPUs
-# for a minute or two (tests/helpers.py), which can take several episodes of a 15 s recording.
-MAX_UNSCORED_SHARE = 0.5
-# Before the one re-recording, wait this long at most for a burst of steal to pass: the bursts last a
+# What a lab recording can judge: its episodes the capture shows happened (analyses.truth). One the lab's
+# own record says was not what its cause says (`not as injected`: hypervisor steal over it, an io episode
+# that stayed on the CPU) is the machine's doing and is counted, printed and left out; so is one the
+# recorder was kept off the CPU through (`unobservable`: a sampler gap over half of it), which is the
+# recorder's, so at most MAX_UNOBSERVABLE_SHARE of the episodes the lab made may be. A cause is judged
+# when at least MIN_SCORED of its episodes are scorable: fewer and one odd episode would decide. Steal on
+# the VMs this runs on comes in bursts of 5-22 % of both vCPUs for a minute or two (tests/helpers.py), and
+# one CI host stole during 70-90 % of a recording's 12 ms episodes (each scored one right): the lab is
+# recorded again, up to MAX_RECORDINGS times, while a judged cause has too few, and the recording with the
+# most is kept. A cause still short after that is printed as not judged; a recording with no cause to
+# judge skips its check, saying what the machine let the lab make.
+MIN_SCORED = 3
+MAX_RECORDINGS = 3
+MAX_UNOBSERVABLE_SHARE = 0.5
+# Before each re-recording, wait this long at most for a burst of steal to pass: the bursts last a
 # minute or two, mostly (tests/helpers.py, QUIET_STEAL_SHARE).
-QUIET_WAIT_S = 120.0
+QUIET_WAIT_S = 60.0
 
 
-def unscored_share(cap: forensics.Capture) -> pd.Series:
-    """Per cause: the share of the capture's truth episodes not scorable (not as injected, or
-    unobservable): analyses.truth.as_injected and analyses.truth.unobservable."""
+def scorable(cap: forensics.Capture, *, timing: bool = False) -> pd.DataFrame:
+    """Per cause of the capture's truth: made (as injected), unobservable (of those made) and scored (made
+    and observable): analyses.truth.as_injected (`timing`: for checks of edges and delay shares) and
+    analyses.truth.unobservable."""
     from analyses.truth import as_injected, thread_reads, unobservable
 
     truth = cap.truth
     if truth.empty:
-        return pd.Series(dtype=float)
+        return pd.DataFrame(columns=["made", "unobservable", "scored"], dtype=int)
     reads = thread_reads(cap, truth["tid"].unique())
-    unscored = ~as_injected(truth) | unobservable(truth, reads)
-    return pd.Series(unscored).groupby(truth["cause"].to_numpy()).mean()
+    made = as_injected(truth, timing=timing)
+    hidden = unobservable(truth, reads) & made
+    flags = pd.DataFrame({"made": made, "unobservable": hidden, "scored": made & ~hidden})
+    return flags.groupby(truth["cause"].to_numpy()).sum().astype(int)
+
+
+def judged_causes(counts: pd.DataFrame | pd.Series, causes: tuple[str, ...] | list[str], what: str = "") -> list[str]:
+    """Of `causes`, those with at least MIN_SCORED scored episodes (`counts`: scorable()'s frame, or a
+    Series of scored counts per cause); prints the others. Skips the calling test when none is left:
+    the machine kept the lab from making anything it could check."""
+    scored = counts["scored"] if isinstance(counts, pd.DataFrame) else counts
+    scored = scored.reindex(list(causes)).fillna(0).astype(int)
+    judged = [c for c in causes if scored[c] >= MIN_SCORED]
+    short = {c: int(scored[c]) for c in causes if c not in judged}
+    if short:
+        print(f"{what}not judged (fewer than {MIN_SCORED} episodes as injected and observable): {short}")
+    if not judged:
+        pytest.skip(
+            f"{what}the machine let the lab make fewer than {MIN_SCORED} scorable episodes of every cause: {short}"
+        )
+    return judged
+
+
+def assert_recorder_saw_them(counts: pd.DataFrame, causes: tuple[str, ...] | list[str]) -> None:
+    """The recorder's share: of the episodes the lab made, at most MAX_UNOBSERVABLE_SHARE per cause fell
+    in a sampler gap."""
+    counts = counts.reindex(list(causes)).fillna(0)
+    hidden = counts["unobservable"] > MAX_UNOBSERVABLE_SHARE * counts["made"]
+    assert not hidden.any(), f"the recorder was kept off the CPU through too many episodes:\n{counts}"
 
 
 def record_lab_capture(
-    out: Path, *args: str, judged: tuple[str, ...] | None = None, timeout: float = 300
+    out: Path, *args: str, judged: tuple[str, ...] | None = None, timing: bool = False, timeout: float = 300
 ) -> forensics.Capture:
-    """record_capture of a lab run; once more, after waiting up to QUIET_WAIT_S for a burst of steal to
-    pass, when the machine kept more than MAX_UNSCORED_SHARE of some cause's episodes from happening or
-    from being seen (unscored_share); `judged`: the causes the caller checks (None: all; a cause it only
-    prints may be mostly unscorable). The checks score only the episodes the capture shows happened, and
-    print how many they left out; a second recording only saves a run whose first one had nothing left
-    to judge."""
-    cap = record_capture(out, *args, timeout=timeout)
-    share = unscored_share(cap)
-    print(f"{out.name}: share of episodes not scorable per cause {share.round(2).to_dict()}")
-    if judged is not None:
-        share = share.reindex(list(judged)).dropna()
-    if share.empty or share.max() <= MAX_UNSCORED_SHARE:
-        return cap
-    wait_for_quiet_machine(max_wait_s=QUIET_WAIT_S)
-    again = out.with_name(f"{out.stem}-2{out.suffix}")
-    cap = record_capture(again, *args, timeout=timeout)
-    print(f"{again.name}: share of episodes not scorable per cause {unscored_share(cap).round(2).to_dict()}")
-    return cap
+    """record_capture of a lab run; again (after waiting up to QUIET_WAIT_S for a burst of steal to pass),
+    up to MAX_RECORDINGS in all, while a judged cause (`judged`: the causes the caller checks, None: all)
+    has fewer than MIN_SCORED scorable episodes; the recording with the most scorable episodes of its
+    least scorable judged cause is returned (`timing`: scorable for checks of edges and delay shares,
+    scorable()). Each recording's counts are printed."""
+    best: tuple[int, forensics.Capture] | None = None
+    for attempt in range(MAX_RECORDINGS):
+        if attempt:
+            wait_for_quiet_machine(max_wait_s=QUIET_WAIT_S)
+        path = out if attempt == 0 else out.with_name(f"{out.stem}-{attempt + 1}{out.suffix}")
+        cap = record_capture(path, *args, timeout=timeout)
+        counts = scorable(cap, timing=timing)
+        print(f"{path.name}: episodes made / unobservable / scored per cause {counts.to_dict(orient='index')}")
+        if counts.empty:
+            return cap
+        causes = list(judged) if judged is not None else list(counts.index)
+        least = int(counts["scored"].reindex(causes).fillna(0).min())
+        if best is None or least > best[0]:
+            best = (least, cap)
+        if least >= MIN_SCORED:
+            break
+    assert best is not None
+    return best[1]
 
 
 def record_capture(out: Path, *args: str, timeout: float = 300) -> forensics.Capture:

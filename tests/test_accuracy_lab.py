@@ -15,7 +15,8 @@ recordings, 0.9-1.0 on a quiet machine) are `python bench/lab_accuracy.py`'s, qu
 Scored are only the episodes the capture shows happened (analyses.truth): one the lab's own record says
 was not what its cause says (`not as injected`: hypervisor steal over it, an io episode that stayed on
 the CPU) and one the recorder was kept off the CPU through (`unobservable`: a sampler gap over half of
-it) are counted and printed, not scored; at most half of a cause's episodes may be so. On the scored
+it) are counted and printed, not scored (tests/recording.py: at most half of those made may be
+unobservable; a cause with fewer than three scorable episodes is printed, not judged). On the scored
 ones each cause's verdict must be the one given most (recall and precision above one half): a broken
 rule sends its cause's episodes to another verdict (tested: without the fault-storm predicate, fault
 recall is 0). A verdict on a callback the lab logged as on time, with the recorder running and no steal,
@@ -33,7 +34,13 @@ import forensics
 from analyses.resample import resample
 from analyses.stalls import find_stalls
 from analyses.truth import confusion, match_truth, thread_reads
-from tests.recording import MAX_UNSCORED_SHARE, assert_verdicts_only_on_late_callbacks, record_lab_capture
+from tests.recording import (
+    assert_recorder_saw_them,
+    assert_verdicts_only_on_late_callbacks,
+    judged_causes,
+    record_lab_capture,
+    scorable,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -84,17 +91,20 @@ def _assert_majority(cap: forensics.Capture, causes: tuple[str, ...]) -> None:
     scores = scores_of(cap).reindex(list(causes))
     unscored = scores["not_as_injected"] + scores["unobservable"]
     assert (scores["episodes"] + unscored == PER_CAUSE).all(), scores
-    # The machine kept most of some cause's episodes from happening, or from being seen: nothing to judge.
-    assert (unscored <= MAX_UNSCORED_SHARE * PER_CAUSE).all(), f"not scorable per cause: {unscored.to_dict()}"
+    assert_recorder_saw_them(scorable(cap), causes)
+    # A cause the machine kept from happening (too few episodes as injected) is printed, not judged.
+    scores = scores.loc[judged_causes(scores["episodes"], causes)]
     # Recall first: a broken rule shows as its own cause not found, then as another verdict said wrongly.
     assert (scores["recall"] > MAJORITY).all(), f"found right of scored: {scores['recall'].to_dict()}"
     assert (scores["precision"] > MAJORITY).all(), f"right of said: {scores['precision'].to_dict()}"
 
 
+@pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
 def test_twelve_ms_episodes_get_their_own_verdict(twelve: forensics.Capture) -> None:
     _assert_majority(twelve, ALL_CAUSES)
 
 
+@pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
 def test_six_ms_episodes_get_their_own_verdict(six: forensics.Capture) -> None:
     _assert_majority(six, SHORT_CAUSES)
 
@@ -110,12 +120,14 @@ def _overlapping(stalls: pd.DataFrame, episode) -> bool:  # type: ignore[no-unty
     return bool(((same["start_ns"] < episode.end_ns) & (same["end_ns"] > episode.start_ns)).any())
 
 
+@pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
 def test_sampling_rate_lesson(six: forensics.Capture) -> None:
     # The 6 ms run episodes: a 20 ms window holds ~3.75 callbacks and averages a 6 ms burst away (6 of
     # 20 ms busy, under the hot bar of half the window), where 2 ms windows see it.
     reads = thread_reads(six, six.truth["tid"].unique())
     matched = match_truth(find_stalls(six), six.truth, reads=reads)
     scored = matched[(matched["cause"] == "run") & matched["as_injected"] & matched["observable"]]
+    judged_causes(pd.Series({"run": len(scored)}), ("run",), "6 ms run episodes: ")
     at_20ms = find_stalls(resample(six, 20_000_000))
     found = [e for e in scored.itertuples(index=False) if e.verdict == "run"]
     lost = [e for e in found if not _overlapping(at_20ms, e)]

@@ -17,7 +17,9 @@ task clock leaves out interrupt and hypervisor-steal time): the thread had enter
 machine took the CPU before the switch. Neither the lab nor the switch record can place that time; the
 capture shows it (_uncounted_tail_ns). So is an episode the lab's own record says was not what its cause
 says (analyses.truth.as_injected: an io episode whose thread stayed on the CPU). Each left out is counted
-and printed; at most half of those the lab made may be (tests/recording.MAX_UNSCORED_SHARE). Scores are
+and printed; at most half of those the lab made may be left out for the capture's reasons (holes,
+time not the thread's own), and a cause with fewer than three scorable episodes is printed, not judged
+(tests/recording.py). Scores are
 checked as invariants (each cause's verdict is the one given most); the figures (recall and precision
 0.9-1.0, edges within 0.5 ms) are `python bench/exact_verdicts.py`'s, in the README.
 
@@ -44,7 +46,14 @@ from analyses.exact_stalls import ExactData, load_exact
 from analyses.source import proc_only
 from analyses.stalls import find_stalls
 from analyses.truth import as_injected, confusion, edge_errors, thread_reads
-from tests.recording import MAX_UNSCORED_SHARE, assert_verdicts_only_on_late_callbacks, record_lab_capture
+from tests.recording import (
+    MAX_UNOBSERVABLE_SHARE,
+    assert_recorder_saw_them,
+    assert_verdicts_only_on_late_callbacks,
+    judged_causes,
+    record_lab_capture,
+    scorable,
+)
 
 HALF_MS = 500_000
 CAUSES = ("run", "runqueue", "io", "fault", "lock")
@@ -54,9 +63,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_root, pytest.mark.needs_bcc]
 
 
 def record(
-    tmp_path_factory: pytest.TempPathFactory, name: str, *args: str, judged: tuple[str, ...] | None = None
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    *args: str,
+    judged: tuple[str, ...] | None = None,
+    timing: bool = False,
 ) -> forensics.Capture:
-    return record_lab_capture(tmp_path_factory.mktemp(name) / f"{name}.ssf", *args, judged=judged)
+    return record_lab_capture(tmp_path_factory.mktemp(name) / f"{name}.ssf", *args, judged=judged, timing=timing)
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +93,8 @@ def twelve(tmp_path_factory: pytest.TempPathFactory) -> forensics.Capture:
 @pytest.fixture(scope="module")
 def io_heavy(tmp_path_factory: pytest.TempPathFactory) -> forensics.Capture:
     args = ["--episodes", "io:10,lock:10", "--episode-ms", "12", "--spacing", "300ms", "--io-kib", "4096"]
-    return record(tmp_path_factory, "exactio", "--ebpf", "--delayacct", "--lab", *args)
+    # Its check is of delay shares: scorable by the episodes' timing (analyses.truth.as_injected).
+    return record(tmp_path_factory, "exactio", "--ebpf", "--delayacct", "--lab", *args, timing=True)
 
 
 def _near_gap(data: ExactData | None, truth: pd.DataFrame, margin_ns: int = 1_000_000) -> np.ndarray:
@@ -146,6 +160,7 @@ def checked(twelve: forensics.Capture) -> tuple[pd.DataFrame, pd.DataFrame]:
     errors["near_gap"] = _near_gap(data, twelve.truth)
     errors["uncounted_ns"] = _uncounted_tail_ns(twelve, data, errors)
     errors["as_injected"] = as_injected(twelve.truth)
+    errors["timed_as_injected"] = as_injected(twelve.truth, timing=True)  # for edges and delay shares
     errors["own_tail_ns"] = _own_tail_ns(data, errors)
     shown = errors.assign(
         start_us=errors["start_error_ns"].astype("Float64") / 1e3, end_us=errors["end_error_ns"].astype("Float64") / 1e3
@@ -167,6 +182,7 @@ def test_sources_were_live_and_no_scheduler_event_was_lost(twelve: forensics.Cap
     assert sum(v for k, v in lost.items() if k.startswith("sched_")) == 0, lost
 
 
+@pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
 def test_every_episode_edge_is_within_half_a_millisecond(checked) -> None:
     _, errors = checked
     # Late only by time that was not the thread's own (see the module docstring): left out, and said.
@@ -174,7 +190,7 @@ def test_every_episode_edge_is_within_half_a_millisecond(checked) -> None:
     stolen &= errors["end_error_ns"].astype("Float64").abs().fillna(0) > HALF_MS
     for row in errors[stolen].itertuples(index=False):
         print(f"{row.cause} at {row.start_ns}: end {row.end_error_ns} ns late, {row.uncounted_ns} ns of it not run")
-    not_made = ~errors["as_injected"]  # the lab's own record: not what its cause says (analyses.truth)
+    not_made = ~errors["timed_as_injected"]  # the lab's own record: not what its cause says (analyses.truth)
     for row in errors[not_made].itertuples(index=False):
         print(f"{row.cause} at {row.start_ns}: not as injected (on CPU {row.cpu_ns} ns), verdict {row.verdict}")
     usable = errors[~errors["near_gap"] & ~stolen & ~not_made]
@@ -183,7 +199,8 @@ def test_every_episode_edge_is_within_half_a_millisecond(checked) -> None:
     # Each left out for a reason the capture shows (a hole in the switch record, time not the thread's
     # own); at most half of those the lab made (tests/recording.py; those it did not make are the machine's).
     print(left_out)
-    assert len(usable) >= (1 - MAX_UNSCORED_SHARE) * int((~not_made).sum()), left_out
+    assert len(usable) >= (1 - MAX_UNOBSERVABLE_SHARE) * int((~not_made).sum()), left_out
+    judged_causes(usable.groupby("cause").size(), CAUSES, "edges: ")  # nothing to check: skipped, said
     wide = []
     for row in usable.itertuples(index=False):
         what = f"{row.cause} at {row.start_ns}: verdict {row.verdict} ({row.basis})"
@@ -206,10 +223,11 @@ def test_every_episode_edge_is_within_half_a_millisecond(checked) -> None:
         print(f"{cause}: {len(group)} episodes, worst edge error {worst / 1e3:.0f} us")
 
 
+@pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
 def test_the_lock_holder_is_named_as_the_waker_of_every_lock_episode(checked) -> None:
     stalls, errors = checked
-    locks = errors[(errors["cause"] == "lock") & ~errors["near_gap"]]
-    assert len(locks) >= (1 - MAX_UNSCORED_SHARE) * 10  # those next to a hole in the switch record: left out
+    locks = errors[(errors["cause"] == "lock") & ~errors["near_gap"] & errors["as_injected"]]
+    judged_causes(pd.Series({"lock": len(locks)}), ("lock",))  # those next to a hole in the switch record: left out
     assert (locks["waker_tid"].astype("Int64") == locks["holder_tid"].astype("Int64")).all(), locks
     holder = stalls[stalls["waker_tid"].astype("Int64").isin(locks["holder_tid"].astype("Int64"))]
     assert holder["waker"].str.startswith("lab-holder (").all()
@@ -224,39 +242,45 @@ def _blkio_of(stalls: pd.DataFrame, errors: pd.DataFrame) -> pd.DataFrame:
     return episodes.assign(cause=found["cause"].to_numpy(), ratio=episodes["ts_blkio_ns"] / episodes["duration_ns"])
 
 
+@pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
 def test_lock_episodes_carry_no_blkio_delay(checked) -> None:
     stalls, errors = checked
-    found = _blkio_of(stalls, errors)
+    found = _blkio_of(stalls, errors[errors["timed_as_injected"]])
     locks = found[found["cause"] == "lock"]
-    assert len(locks) >= (1 - MAX_UNSCORED_SHARE) * 10  # found as io or lock, not next to a hole
+    judged_causes(pd.Series({"lock": len(locks)}), ("lock",))  # found as io or lock, not next to a hole
     assert locks["ts_blkio_ns"].notna().all(), "delay accounting was on: blkio must be known, not null"
     assert (locks["ts_blkio_ns"] == 0).all()
     io = found[found["cause"] == "io"]  # the lab's default 256 KiB reads: reported, not judged
     print(f"io episodes at 256 KiB: blkio / length min {io['ratio'].min():.3f}, median {io['ratio'].median():.3f}")
 
 
+@pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
 def test_with_delay_accounting_io_carries_blkio_and_lock_none(io_heavy: forensics.Capture) -> None:
     stalls = find_stalls(io_heavy)
     errors = edge_errors(stalls, io_heavy.truth, io_heavy.cycles)
     errors["near_gap"] = _near_gap(load_exact(io_heavy), io_heavy.truth)
-    made = as_injected(io_heavy.truth)  # the host stole time during the others (the lab's own record)
+    made = as_injected(io_heavy.truth, timing=True)  # the host stole time during the others (the lab's own record)
     errors = errors[made].reset_index(drop=True)
     found = _blkio_of(stalls, errors)
     assert found["ts_blkio_ns"].notna().all(), "delay accounting was on: blkio must be known, not null"
     io, locks = found[found["cause"] == "io"], found[found["cause"] == "lock"]
     print(f"io episodes at 4 MiB: blkio / length min {io['ratio'].min():.3f}, median {io['ratio'].median():.3f}")
     made_io, made_locks = int((errors["cause"] == "io").sum()), int((errors["cause"] == "lock").sum())
-    made = f"the lab made {made_io} io and {made_locks} lock episodes of 10"
-    assert min(made_io, made_locks) >= (1 - MAX_UNSCORED_SHARE) * 10, made
-    assert len(io) >= made_io - 1 and len(locks) >= made_locks - 1
-    # Blkio covers most of every io episode and ~0.9 of the typical one: 0.87-0.93 here; in CI runs with a
-    # slower CPU, 0.79 (0.6 ms of CPU per 4 MiB request, not 0.35) and 0.74 (2.3 ms on CPU of 14 ms).
-    assert (io["verdict"] == "io").all() and (io["ratio"] >= 0.5).all(), io[["ratio", "duration_ns"]]
-    assert io["ratio"].median() >= 0.8, io[["ratio", "duration_ns"]]
-    assert all(sources[0] == "taskstats:blkio" for sources in io["sources"])
-    assert (locks["ts_blkio_ns"] == 0).all()
+    print(f"the lab made {made_io} io and {made_locks} lock episodes of 10")
+    judged = judged_causes(pd.Series({"io": made_io, "lock": made_locks}), ("io", "lock"))
+    if "io" in judged:
+        assert len(io) >= made_io - 1
+        # Blkio covers most of every io episode and ~0.9 of the typical one: 0.87-0.93 here; in CI runs with a
+        # slower CPU, 0.79 (0.6 ms of CPU per 4 MiB request, not 0.35) and 0.74 (2.3 ms on CPU of 14 ms).
+        assert (io["verdict"] == "io").all() and (io["ratio"] >= 0.5).all(), io[["ratio", "duration_ns"]]
+        assert io["ratio"].median() >= 0.8, io[["ratio", "duration_ns"]]
+        assert all(sources[0] == "taskstats:blkio" for sources in io["sources"])
+    if "lock" in judged:
+        assert len(locks) >= made_locks - 1
+        assert (locks["ts_blkio_ns"] == 0).all()
 
 
+@pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
 def test_confusion_matrix_with_the_exact_sources_and_with_proc_alone(twelve: forensics.Capture, checked) -> None:
     stalls, _ = checked
     # Episodes the recorder was kept off the CPU through (a sampler gap over half of one) are counted
@@ -268,15 +292,15 @@ def test_confusion_matrix_with_the_exact_sources_and_with_proc_alone(twelve: for
         print(f"{name}\n{matrix.to_string(index=False)}\n{scores.to_string(index=False)}")
         if name == "exact":
             scores = scores.set_index("cause")
+            assert_recorder_saw_them(scorable(twelve), CAUSES)
             # The figures (0.9-1.0 here) are bench/exact_verdicts.py's; the check is that each cause's
             # verdict is the one its scored episodes get most and is right more often than not.
-            for cause in CAUSES:
+            for cause in judged_causes(scores["episodes"], CAUSES):
                 row = scores.loc[cause]
-                unscored = int(row["not_as_injected"] + row["unobservable"])
-                assert unscored <= MAX_UNSCORED_SHARE * 10, f"{cause}: {unscored} of 10 not scorable"
                 assert row["recall"] > 0.5 and row["precision"] > 0.5, cause
 
 
+@pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
 def test_short_lock_waits_are_found_with_ebpf_and_missed_by_proc(tmp_path_factory: pytest.TempPathFactory) -> None:
     # 4 ms episodes: shorter than the 5.333 ms period. /proc cannot tell a 4 ms futex wait from the
     # sleep between callbacks; the waker in the switch record can.
@@ -296,7 +320,8 @@ def test_short_lock_waits_are_found_with_ebpf_and_missed_by_proc(tmp_path_factor
     # host's disk (1.8 and 2.3 ms of IO pressure in two of one CI run's, rightly no stall). The figures
     # (eBPF 10 of 10, /proc 0: README) are bench/exact_verdicts.py's; the check is the contrast.
     lock = exact_scores.loc["lock"]
-    assert lock["not_as_injected"] + lock["unobservable"] <= MAX_UNSCORED_SHARE * 10
+    assert_recorder_saw_them(scorable(cap), ("lock",))
+    judged_causes(exact_scores["episodes"], ("lock",))
     assert lock["recall"] > 0.5 and lock["precision"] > 0.5
     # /proc misses most (a wait the host lengthened past a period can show as a missed wake-up: 2 of 9 in
     # one CI run).

@@ -52,7 +52,9 @@ def test_ten_lab_episodes_give_ten_windows_with_the_full_capture_verdicts(tmp_pa
     saved = windows[windows["status"] == "saved"]
     report = []
     full_stalls = find_stalls(full)  # once: the full run's analysis is the slow part of this test
-    made = as_injected(truth)  # the lab's own record (analyses.truth): an io episode may have stayed on CPU
+    made = as_injected(
+        truth, timing=True
+    )  # the lab's own record (analyses.truth): an io episode may have stayed on CPU
     for episode, as_made in zip(truth.itertuples(index=False), made, strict=True):
         holding = saved[(saved["start_ns"] <= episode.start_ns) & (saved["end_ns"] >= episode.end_ns)]
         assert len(holding) == 1, f"{episode.cause} at {episode.start_ns}: {len(holding)} windows hold it"

@@ -242,7 +242,7 @@ def _unscored(watch: Watch, episodes) -> list[bool]:  # type: ignore[no-untyped-
     stole time during it, or an off-CPU cause kept the thread on its CPU for most of it), or, for a cause
     judged by its state letters, the watcher was kept off the CPU through half of it (under load the
     watcher paused 18-30 ms through each 30 ms major-fault episode): its counters cannot show it."""
-    made = as_injected(episodes)
+    made = as_injected(episodes, timing=True)
     return [
         not bool(ok)
         or (
@@ -364,7 +364,7 @@ def test_other_io_modes_and_major_faults_wait_for_the_disk(tmp_path: Path, optio
         )
         episodes = truth.episodes
         assert len(episodes) == 3
-        scored = as_injected(episodes)
+        scored = as_injected(episodes, timing=True)
         print(f"{option}: scored {int(scored.sum())} of {len(episodes)} (cpu_ns {episodes['cpu_ns'].tolist()})")
         if scored.any():
             break

@@ -349,7 +349,20 @@ def test_episodes_the_lab_did_not_make_are_left_out_of_recall_and_precision() ->
     assert as_injected(truth).tolist() == [True, False, True, False, True, True]
     assert as_injected(truth.drop(columns=["cpu_ns"])).all()  # a truth file from before cpu_ns
     stolen = truth.assign(steal_ns=[0, 0, 0, 0, 10 * ms, 0])  # the host took a vCPU during the lock episode
-    assert as_injected(stolen).tolist() == [True, False, True, False, False, True]
+    # The lock waiter was off its CPU: its verdict stays scorable, its edges do not.
+    assert as_injected(stolen).tolist() == [True, False, True, False, True, True]
+    assert as_injected(stolen, timing=True).tolist() == [True, False, True, False, False, True]
+    # A storm on the CPU with steal over it: the host took time from the faulting thread itself.
+    storm_stolen = truth.assign(
+        steal_ns=[0, 0, 10 * ms, 0, 0, 0], cpu_ns=[2 * ms, 9 * ms, 8 * ms, 10 * ms, ms, 10 * ms]
+    )
+    assert as_injected(storm_stolen).tolist()[2] is False
+    # Machine steal over the run episode: its thread's clock counted all 10 ms, so none was its own;
+    # with 7 ms counted the host may have taken the rest from it.
+    ran_through = truth.assign(steal_ns=[0, 0, 0, 0, 0, 10 * ms])
+    assert as_injected(ran_through).tolist() == [True, False, True, False, True, True]
+    short_of_it = ran_through.assign(cpu_ns=[*truth["cpu_ns"][:5], 7 * ms])
+    assert as_injected(short_of_it).tolist() == [True, False, True, False, True, False]
     # The first io episode: off CPU 8 ms, but the kernel counted 1.3 ms of IO wait on the whole machine.
     pressure = truth.assign(io_pressure_ns=[1.3 * ms, None, None, None, None, None])
     assert as_injected(pressure).tolist() == [False, False, True, False, True, True]
