@@ -134,6 +134,12 @@ def one_error_line(stderr: str, *words: str) -> str:
 # (0.5-1.5 % between them, /proc/stat read every 20 s during CI runs); a recording judged against what it
 # injected waits them out.
 QUIET_STEAL_SHARE = 0.02
+# At most this much waiting for a quiet machine in one test session, all callers together. On a host that
+# steals 25-45 % for an hour (vmstat, 2026-12-03: not a burst) every wait ran to its end, 5.5 minutes per
+# call, and a suite that took 25 minutes took over 45. Past the budget a wait returns at once: the tests
+# after it leave out what the steal disturbed and judge the rest (tests/recording.py).
+QUIET_BUDGET_S = 300.0
+_quiet_spent_s = 0.0
 
 
 def steal_share(probe_s: float) -> float:
@@ -146,13 +152,19 @@ def steal_share(probe_s: float) -> float:
 
 
 def wait_for_quiet_machine(max_wait_s: float = 330.0, probe_s: float = 2.0) -> float:
-    """Wait, up to `max_wait_s`, until the host steals less than QUIET_STEAL_SHARE over a probe; returns
-    the last probe's share. Never fails: the test that follows measures the steal over what it judges."""
-    deadline = time.monotonic() + max_wait_s
+    """Wait, up to `max_wait_s` and what is left of the session's QUIET_BUDGET_S, until the host steals less
+    than QUIET_STEAL_SHARE over a probe; returns the last probe's share. Never fails: the test that follows
+    measures the steal over what it judges."""
+    global _quiet_spent_s
+    started = time.monotonic()
+    deadline = started + max(0.0, min(max_wait_s, QUIET_BUDGET_S - _quiet_spent_s))
     share = steal_share(probe_s)
     while share >= QUIET_STEAL_SHARE and time.monotonic() < deadline:
         print(f"hypervisor steal {share:.1%} of the machine: waiting for it to pass", flush=True)
         share = steal_share(probe_s)
+    _quiet_spent_s += time.monotonic() - started
+    if share >= QUIET_STEAL_SHARE:
+        print(f"hypervisor steal {share:.1%}: going on ({_quiet_spent_s:.0f} s of waiting spent this session)")
     return share
 
 

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from samplers.ebpf.btf import Btf, BtfError
@@ -154,6 +155,7 @@ def test_catch_load_sampler_ebpf_records_rows_the_analyses_read(tmp_path: Path) 
     samples = load_samples(cap, ["pid", "run_ns", "wait_ns", "slices", "minflt", "state"])
     assert len(cap.samples) < len(samples)  # only changes stored; the analyses read every tick's row
     workers = samples[samples["tid"] != samples["pid"]]
+    recorded = np.unique(samples["tick"].to_numpy())  # the ticks the recorder made
     assert workers["tid"].nunique() == 3
     for _tid, rows in workers.sort_values("tick").groupby("tid"):
         # Cumulative and live: never decreasing, and the work is there (the three share one CPU).
@@ -162,8 +164,11 @@ def test_catch_load_sampler_ebpf_records_rows_the_analyses_read(tmp_path: Path) 
         assert rows["run_ns"].iloc[-1] - rows["run_ns"].iloc[0] > 5_000_000
         assert rows["slices"].iloc[-1] - rows["slices"].iloc[0] > 20
         assert set(rows["state"]) <= {STATE_R, STATE_S, STATE_D}
-        # One row a tick, as /proc's sampler writes: the analyses' windows are the ticks'.
-        assert rows["tick"].diff().dropna().eq(1).mean() > 0.95
+        # One row a tick the recorder made while the thread lived, as /proc's sampler writes: the analyses'
+        # windows are the ticks'. (A tick the recorder missed under load is in no thread's rows: counted
+        # apart in the trailer, never filled in.)
+        lived = recorded[(recorded >= rows["tick"].min()) & (recorded <= rows["tick"].max())]
+        assert np.array_equal(np.sort(rows["tick"].to_numpy()), lived)
     stalls = find_stalls(cap)
     assert stalls is not None
     assert summarize(cap).views  # the views fill from these rows as from /proc's

@@ -437,6 +437,98 @@ def test_catch_load_starting_jackd_keeps_its_log_lines_and_follows_its_clients(t
     assert len(ended) == 1
 
 
+def test_the_recorder_started_before_jackd_records_the_engine(tmp_path: Path) -> None:
+    """The README's "wait for jackd" use: `catch-load --match '^jackd$'` first, then the server and a
+    client. The source waits for the server's socket and attaches once it appears (the attach time is
+    printed; its bound is the source's SERVER_POLL_S, not a test timer); jackd is recorded as a target,
+    the client is followed, and the engine's cycles are in the capture."""
+    import subprocess
+    import sys
+    import uuid
+
+    from tests.jack_fixtures import CUE_CLIENT, REPO, CueClient, env_with, need_jack
+
+    need_jack()
+    name = f"t{uuid.uuid4().hex[:10]}"
+    out = tmp_path / "first.ssf"
+    rec = subprocess.Popen(
+        [*catch_load_argv(), "-q", "-o", str(out), "-d", "120s", "--match", "^jackd$"],
+        env=env_with(name), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    cue: CueClient | None = None
+    try:
+        from tests.recording import wait_capture_growing
+
+        # The capture's first bytes: catch-load chose its sources (samplers/engine/choose.py) and started
+        # its writer; with no target yet it has nothing to sample, so the file does not grow until jackd.
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.stat().st_size > 0) and rec.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert out.exists() and rec.poll() is None, rec.stderr.read() if rec.poll() is not None else "no capture"
+        socket = Path("/dev/shm") / f"jack_{name}_{os.getuid()}_0"
+        assert not socket.exists()
+        with jackd(tmp_path, name=name) as server:
+            # When the server's socket appeared, on the capture's clock (CLOCK_MONOTONIC): its ctime is
+            # wall-clock time.
+            seen_ns = socket.stat().st_ctime_ns - (time.time_ns() - time.monotonic_ns())
+            wait_engine_started(out)
+            control, truth = tmp_path / "ctl", tmp_path / "truth"
+            os.mkfifo(control)
+            process = subprocess.Popen(
+                [sys.executable, str(CUE_CLIENT), "--name", "cue", "--server", name, "--control", str(control),
+                 "--truth", str(truth)], env=server.env,
+            )  # fmt: skip
+            cue = CueClient("cue", process, control, truth)
+            cue.wait_done(0)  # its "ready" line: active in the graph
+            cue.cue("spin 20")
+            cue.wait_done(1)
+            wait_capture_growing(out, rec, 30, growths=2)  # the cycles since are written
+            cue.quit()
+            _, err = stop_recording(rec)
+    finally:
+        if cue is not None and cue.process.poll() is None:
+            cue.process.kill()
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+    capture = load(out)
+    assert capture.complete, err
+    events = capture.events
+    started = events[events["kind"] == "engine_source_started"]
+    assert len(started) == 1 and (events["kind"] == "engine_source_unavailable").sum() == 0, events
+    print(
+        f"the source attached {(int(started['t_ns'].iloc[0]) - seen_ns) / 1e6:.0f} ms after the socket appeared"
+    )
+    assert len(capture.engine_cycles) > 100
+    jackd_pid = int(server.process.pid)
+    assert jackd_pid in set(capture.threads["pid"]), "jackd, started after the recorder, is a target"
+    cue_pids = set(capture.engine_clients.query("name == 'cue'")["pid"].dropna().astype(int))
+    assert cue_pids and cue_pids <= set(capture.threads["pid"]), "its client is followed"
+
+
+def test_a_match_recording_without_jack_says_so_only_in_the_capture(tmp_path: Path) -> None:
+    """A --match recording of a program that has nothing to do with JACK: the waiting source costs no
+    line on the terminal, and the capture says no server started."""
+    import subprocess
+
+    out = tmp_path / "nojack.ssf"
+    env = child_env(JACK_DEFAULT_SERVER=f"absent-{os.getpid()}")
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        result = subprocess.run(
+            [*catch_load_argv(), "-q", "-o", str(out), "-d", "2s", "--match", "^sleep 30$"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert result.returncode == 0, result.stderr
+    assert "JACK" not in result.stderr, result.stderr
+    capture = load(out)
+    unavailable = capture.meta["sources"]["engine"]["unavailable"]
+    assert "started during the recording" in unavailable, unavailable
+
+
 def test_a_killed_recorder_leaves_no_jack_client_behind(tmp_path: Path) -> None:
     import signal
     import subprocess

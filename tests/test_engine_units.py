@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -74,6 +76,19 @@ def test_choose_jack() -> None:
     assert choose_jack(None, True, ("jackd",)) is None
     explicit = choose_jack("", False, ())
     assert explicit is not None and explicit.explicit and explicit.server is None
+
+
+def test_a_match_recording_waits_for_a_server_that_is_not_there_yet(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`catch-load --match jackd` started before jackd: the source runs and waits for the server through
+    the recording; a command's recording (the lab, a script) with no server does not run it."""
+    from samplers.engine.choose import UNTIL_THE_END
+
+    monkeypatch.setenv("JACK_DEFAULT_SERVER", f"absent-{os.getpid()}")
+    waiting = choose_jack(None, False, (), later=True, by_name=True)
+    assert waiting is not None and waiting.wait_s == UNTIL_THE_END
+    assert not (waiting.explicit or waiting.follow or waiting.launches_server)  # quiet, follows once joined
+    assert choose_jack(None, False, ("python3", "-m", "forensics.lab"), later=True) is None
+    assert choose_jack(None, True, (), later=True, by_name=True) is None  # --no-jack
 
 
 def test_server_log_lines() -> None:

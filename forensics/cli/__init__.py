@@ -18,6 +18,7 @@ import click
 
 from capture.errors import CaptureWarning, ForensicsError
 from forensics import __version__
+from forensics.text import printable
 
 # name -> "module:function". The one place commands are registered; imported only when run, so that
 # `forensics --help` stays fast and one command's heavy imports do not slow the others.
@@ -62,11 +63,16 @@ def cli() -> None:
     """
 
 
-def _show_warning(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+def _show_warning(
+    message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None
+) -> None:
+    """warnings.showwarning's signature (six arguments; formatwarning takes five, without `file`): a
+    library's warning (matplotlib's missing glyph for a thread named 音频, numpy's overflow) is printed
+    as Python would, never a TypeError."""
     if issubclass(category, CaptureWarning):
-        click.echo(f"forensics: warning: {message}", err=True)
+        click.echo(f"forensics: warning: {printable(str(message))}", err=True)
     else:
-        sys.stderr.write(warnings.formatwarning(message, category, *args, **kwargs))
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 class _ReaderGone(Exception):
@@ -94,7 +100,7 @@ def run_cli(command: click.Command, prog: str, args: list[str] | None = None) ->
         if isinstance(code, int) and code:  # a click Exit(code) raised by the command (--fail-on)
             sys.exit(code)
     except ForensicsError as err:
-        click.echo(f"{prog}: error: {err}", err=True)
+        click.echo(f"{prog}: error: {printable(str(err))}", err=True)
         sys.exit(err.exit_code)
     except click.exceptions.Abort:
         click.echo(f"{prog}: interrupted", err=True)
@@ -102,10 +108,10 @@ def run_cli(command: click.Command, prog: str, args: list[str] | None = None) ->
     except click.UsageError as err:
         # One line, like every other error: what was wrong, and where the help is.
         where = err.ctx.command_path if err.ctx is not None else prog
-        click.echo(f"{where}: error: {err.format_message()} (see `{where} --help`)", err=True)
+        click.echo(f"{where}: error: {printable(err.format_message())} (see `{where} --help`)", err=True)
         sys.exit(err.exit_code)
     except click.ClickException as err:
-        click.echo(f"{prog}: error: {err.format_message()}", err=True)
+        click.echo(f"{prog}: error: {printable(err.format_message())}", err=True)
         sys.exit(err.exit_code)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)

@@ -329,11 +329,14 @@ def catch_load(
             "60-120 us of CPU here (two /proc reads per thread and a wake-up), so it would keep a core busy "
             "and miss most ticks (counted in the capture); 2ms is the default"
         )
+    if cpu is not None and cpu not in os.sched_getaffinity(0):
+        allowed = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+        raise ForensicsError(f"--cpu {cpu} is not a CPU this recorder may run on (CPUs {allowed})")
     flight_setup = flight_config(output, force, flight)  # --ring: -o is a directory of windows
-    if flight_setup is None:
-        _prepare_output(out, force)
-    else:
+    if flight_setup is not None:
         out = flight_setup[0]
+    else:
+        check_new_output(out, force)  # refused now (exists without --force); removed once all is checked
 
     truth_path: Path | None = None
     stdin_markers = sys.stdin.isatty()
@@ -345,7 +348,7 @@ def catch_load(
         command = (sys.executable, "-m", "forensics.lab", *lab_argv, "--truth", str(truth_path))
     if no_jack and (jack is not None or jack_log):
         raise ForensicsError("--no-jack contradicts --jack/--jack-log: give one")
-    jack_choice = choose_jack(jack, no_jack, command, pids, later=bool(match or command))
+    jack_choice = choose_jack(jack, no_jack, command, pids, later=bool(match or command), by_name=bool(match))
     spec = TargetSpec(pids=list(pids), match=regex, children=children)
     if sampler == "ebpf":  # the per-thread /proc reads the eBPF sampler replaces: only when asked for
         sched_mode, taskstats_mode = (
@@ -354,6 +357,8 @@ def catch_load(
         )
         if sched_mode != "none":  # its tick stores the kernel's counters, no per-thread /proc text
             raise ForensicsError("--sched reads /proc at the /proc sampler's tick: with --sampler ebpf leave it out")
+    if flight_setup is None:  # every option checked: only now may --force remove the old capture
+        _prepare_output(out, force)
     options = RecorderOptions(
         output=str(out),
         interval_ns=interval,

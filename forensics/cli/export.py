@@ -10,7 +10,7 @@ import click
 from capture.errors import ForensicsError
 from capture.format import load
 from forensics.cli.artefacts import check_output, force_option, forced, suffix_of, write_bytes, wrote
-from forensics.cli.options import capture_argument, tid_option
+from forensics.cli.options import REGEX, capture_argument, tid_option
 from forensics.cli.report_options import span_option
 from forensics.export.perfetto import perfetto_trace
 from forensics.export.schemas import TABLES
@@ -26,7 +26,7 @@ TRACE_SUFFIXES = {".json": "json", ".json.gz": "json.gz"}
 @click.option("--format", "fmt", metavar="|".join(FORMATS), required=True, help="What to write (see below).")
 @click.option("-o", "--output", required=True, type=click.Path(path_type=str),
               help="perfetto: FILE.json (or FILE.json.gz); csv, parquet: a directory (made if missing).")  # fmt: skip
-@click.option("--thread", "pattern", metavar="REGEX", help="Only these threads (name or process name matches).")
+@click.option("--thread", "pattern", type=REGEX, help="Only these threads (name or process name matches).")
 @tid_option("Only this thread (repeatable), as --thread does; with --thread: the threads of both.")
 @span_option
 @force_option

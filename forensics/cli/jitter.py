@@ -5,14 +5,14 @@ from __future__ import annotations
 import click
 
 from capture.format import load
-from forensics.cli.options import capture_argument, tid_option
+from forensics.cli.options import REGEX, capture_argument, tid_option
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.views.jitter import jitter_report
 
 
 @click.command()
 @capture_argument
-@click.option("--thread", "pattern", metavar="REGEX", help="These threads instead of the periodic ones.")
+@click.option("--thread", "pattern", type=REGEX, help="These threads instead of the periodic ones.")
 @tid_option("This thread instead of the periodic ones (repeatable; with --thread: those threads too).")
 @span_option
 @output_options

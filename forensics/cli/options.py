@@ -1,7 +1,9 @@
-"""Option types shared by the commands: durations, capture paths, --tid."""
+"""Option types shared by the commands: durations, regular expressions, finite numbers, capture paths, --tid."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -40,6 +42,35 @@ def _plain(ns: int) -> str:
 
 DURATION = Duration(max_ns=366 * 86_400_000_000_000)  # a recording's length: a year is plenty
 INTERVAL = Duration(max_ns=60_000_000_000)  # a sampling interval: beyond a minute nothing is sampled
+
+
+class Regex(click.ParamType):
+    """A Python regular expression, checked where it is given (`--thread '('` is a one-line error, not
+    re.error from deep in a view). The value stays the text: each command compiles it as it needs."""
+
+    name = "REGEX"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            re.compile(str(value))
+        except re.error as err:
+            self.fail(f"{value!r} is not a regular expression: {err}", param, ctx)
+        return str(value)
+
+
+class FiniteRange(click.FloatRange):
+    """click's FloatRange without nan and the infinities, which it lets through (every comparison with
+    nan is false, and inf is above any minimum): `--fault-rate inf` or `--episode-ms nan` is a one-line
+    error, not a numpy warning or a ValueError deep inside."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+REGEX = Regex()
 
 capture_argument = click.argument("capture", type=click.Path(dir_okay=False, path_type=str), metavar="CAPTURE")
 

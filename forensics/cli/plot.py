@@ -7,7 +7,7 @@ import click
 from capture.errors import ForensicsError
 from capture.format import load
 from forensics.cli.artefacts import check_output, force_option, suffix_of, write_bytes
-from forensics.cli.options import tid_option
+from forensics.cli.options import REGEX, tid_option
 from forensics.cli.report_options import span_option
 from forensics.progress import Progress
 
@@ -23,7 +23,7 @@ KINDS = ("timeline", "jitter", "compare")
 @force_option
 @click.option("--kind", metavar="|".join(KINDS), default=None,
               help="What to draw (default: timeline for one capture, compare for two).")  # fmt: skip
-@click.option("--thread", "pattern", metavar="REGEX",
+@click.option("--thread", "pattern", type=REGEX,
               help="Draw these threads (name or process name matches), not the watched and busiest ones.")  # fmt: skip
 @tid_option("Draw this thread (repeatable), as --thread does; with --thread: the threads of both.")
 @click.option("--top", type=click.IntRange(1, 12), default=4, show_default=True, help="Threads in the timeline.")

@@ -6,14 +6,14 @@ import click
 
 from analyses.rules import SPIKE_FACTOR
 from capture.format import load
-from forensics.cli.options import DURATION, capture_argument, tid_option
+from forensics.cli.options import DURATION, REGEX, FiniteRange, capture_argument, tid_option
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.views.spikes import spikes_report
 
 
 @click.command()
 @capture_argument
-@click.option("--thread", "pattern", metavar="REGEX", help="Only spikes of threads whose name matches.")
+@click.option("--thread", "pattern", type=REGEX, help="Only spikes of threads whose name matches.")
 @tid_option("Only spikes of this thread (repeatable; with --thread: those threads too).")
 @click.option(
     "--deadline",
@@ -23,7 +23,7 @@ from forensics.views.spikes import spikes_report
 )
 @click.option(
     "--factor",
-    type=click.FloatRange(1.0),
+    type=FiniteRange(1.0),
     default=SPIKE_FACTOR,
     show_default=True,
     help="Times the thread's typical CPU.",

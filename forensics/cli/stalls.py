@@ -6,7 +6,7 @@ import click
 
 from analyses.rules import CAUSES, DEFAULT_RULES
 from capture.format import load
-from forensics.cli.options import DURATION, capture_argument, tid_option
+from forensics.cli.options import DURATION, REGEX, FiniteRange, capture_argument, tid_option
 from forensics.cli.report_options import emit, output_options, span_option
 from forensics.render import choose_format
 from forensics.views.stalls import stalls_report
@@ -23,7 +23,7 @@ Examples:
 
 @click.command(short_help="When the watched threads stalled, and why.", epilog=EXAMPLES)
 @capture_argument
-@click.option("--thread", "pattern", metavar="REGEX", help="Watch threads whose name (or process name) matches.")
+@click.option("--thread", "pattern", type=REGEX, help="Watch threads whose name (or process name) matches.")
 @tid_option("Watch this thread (repeatable; with --thread: those threads too).")
 @click.option("--all", "everything", is_flag=True, help="Watch every thread, not only real-time and periodic ones.")
 @span_option
@@ -43,7 +43,7 @@ Examples:
 )
 @click.option(
     "--fault-rate",
-    type=click.FloatRange(1.0),
+    type=FiniteRange(1.0),
     default=DEFAULT_RULES.fault_rate_per_ms,
     show_default=True,
     help="Faults per ms on CPU from which a window's CPU time counts as a fault storm.",

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from capture.errors import ForensicsError
-from forensics.cli.options import DURATION
+from forensics.cli.options import DURATION, FiniteRange
 from forensics.lab.settings import DEFAULT_EPISODES, LabSettings, make_settings
 
 
@@ -58,7 +58,14 @@ def _exec_clean(argv: list[str]) -> None:
     help=f"Episodes to inject: causes run, runqueue, io, fault, lock with a count each, or 'none' for a clean "
     f"run. [default: {DEFAULT_EPISODES}]",
 )
-@click.option("--episode-ms", type=float, metavar="MS", default=20.0, show_default=True, help="Length of each episode.")
+@click.option(
+    "--episode-ms",
+    type=FiniteRange(),
+    metavar="MS",
+    default=20.0,
+    show_default=True,
+    help="Length of each episode.",
+)
 @click.option(
     "--spacing",
     type=DURATION,

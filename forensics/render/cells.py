@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from forensics.describe import fmt_ns
+from forensics.text import printable
 
 TIME_COLUMNS = frozenset({"start_ns", "end_ns", "t_ns", "bin_start_ns", "first_ns", "last_ns"})
 
@@ -70,8 +71,12 @@ def _in_unit(ns: float, unit: tuple[float, str, int], sep: str = " ") -> str:
 
 
 def fmt_cell(column: str, value: Any, origin_ns: int | None, unit: tuple[float, str, int] | None = None) -> str:
-    """Text for one cell: durations (in `unit`, the column's, when given), offsets, percentages, dicts;
-    `unknown` where the value is missing."""
+    """Text for one cell, printable (printable()): durations (in `unit`, the column's, when given), offsets,
+    percentages, dicts; `unknown` where the value is missing."""
+    return printable(_fmt_cell(column, value, origin_ns, unit))
+
+
+def _fmt_cell(column: str, value: Any, origin_ns: int | None, unit: tuple[float, str, int] | None) -> str:
     if isinstance(value, Mapping):
         shown = {k: v for k, v in value.items() if not is_missing(v) and not (isinstance(v, int | float) and v == 0)}
         if column == "components" or column.endswith("_ns"):

@@ -12,6 +12,7 @@ import pandas as pd
 
 from forensics.render import Report, Section
 from forensics.render.cells import column_units, fmt_cell
+from forensics.text import printable
 
 MIN_TEXT = 10
 BOLD, RESET = "\x1b[1m", "\x1b[0m"
@@ -46,22 +47,22 @@ def _clip(text: str, size: int) -> str:
 
 
 def render_section(section: Section, *, width: int, color: bool, origin_ns: int | None) -> list[str]:
-    title = f"{BOLD}{section.title}{RESET}" if color else section.title
+    title = f"{BOLD}{printable(section.title)}{RESET}" if color else printable(section.title)
     lines = [title]
     if section.text:
-        lines.extend(textwrap.wrap(section.text, width, initial_indent="  ", subsequent_indent="  "))
+        lines.extend(textwrap.wrap(printable(section.text), width, initial_indent="  ", subsequent_indent="  "))
     if section.image is not None:
         lines.append("  (a picture: see the html or markdown rendering, or `forensics plot`)")
     frame = section.frame
     if frame is None or frame.empty:
         if section.empty:
-            lines.append(f"  {section.empty}")
+            lines.append(f"  {printable(section.empty)}")
         if section.note:
-            lines.extend(textwrap.wrap(section.note, width, initial_indent="  ", subsequent_indent="  "))
+            lines.extend(textwrap.wrap(printable(section.note), width, initial_indent="  ", subsequent_indent="  "))
         return lines
     columns = section.columns or {c: c for c in frame.columns if c != section.detail}
     names = [c for c in columns if c in frame.columns]
-    headers = [columns[c] for c in names]
+    headers = [printable(columns[c]) for c in names]
     rows = frame[names].itertuples(index=False, name=None)
     units = column_units(frame, names)
     cells = [[fmt_cell(c, v, origin_ns, units.get(c)) for c, v in zip(names, row, strict=True)] for row in rows]
@@ -81,25 +82,26 @@ def render_section(section: Section, *, width: int, color: bool, origin_ns: int 
     for i, row in enumerate(cells):
         lines.append(line(row))
         if details is not None and isinstance(details[i], str) and details[i]:
-            lines.extend(textwrap.wrap(details[i], width, initial_indent="      ", subsequent_indent="      "))
+            detail = printable(details[i])
+            lines.extend(textwrap.wrap(detail, width, initial_indent="      ", subsequent_indent="      "))
     if shown < len(names):
         left_out = ", ".join(headers[shown:])
         lines.append(f"  ({len(names) - shown} columns left out to fit {width} columns: {left_out}; see --json)")
     if section.note:
-        lines.extend(textwrap.wrap(section.note, width, initial_indent="  ", subsequent_indent="  "))
+        lines.extend(textwrap.wrap(printable(section.note), width, initial_indent="  ", subsequent_indent="  "))
     return lines
 
 
 def render_table(report: Report, *, width: int = 100, color: bool = False) -> str:
     lines: list[str] = []
     if report.title:
-        lines.append(f"{BOLD}{report.title}{RESET}" if color else report.title)
+        lines.append(f"{BOLD}{printable(report.title)}{RESET}" if color else printable(report.title))
         lines.append("")
     for section in report.sections:
         lines.extend(render_section(section, width=width, color=color, origin_ns=report.origin_ns))
         lines.append("")
     for note in report.notes:
-        lines.extend(textwrap.wrap(note, width))
+        lines.extend(textwrap.wrap(printable(note), width))
     while lines and not lines[-1]:
         lines.pop()
     return "\n".join(lines) + "\n"

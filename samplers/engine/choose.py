@@ -4,7 +4,9 @@ On by default when the launched command is a JACK server (its clients are then f
 JACK server is reachable and a target given by pid is jackd or one of its clients, or targets will only
 appear later (--match, a command): then the clients are followed once a target turns out to be one.
 `--jack [SERVER]` asks for it (a missing server or libjack is then said in one line); `--no-jack` turns
-it off.
+it off. With --match and no server yet (the "wait for jackd" use: the recorder starts first), the source
+runs from the start and waits for a server through the whole recording (UNTIL_THE_END), attaching within
+SERVER_POLL_S of its socket appearing.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from pathlib import Path
 
 JACK_SERVERS = ("jackd", "jackdbus")
 JACK_TMP_DIR = "/dev/shm"  # jack2's JACK_TMP_DIR on Linux: its server socket jack_<name>_<uid>_0 lives there
+UNTIL_THE_END = float("inf")  # wait_s of a source that waits for its server as long as the recording runs
+# How often a waiting source looks for the server's socket (a stat; libjack is tried only once it exists):
+# the engine is attached within this of the server's start, well inside the recorder's 250 ms discovery scan.
+SERVER_POLL_S = 0.1
 
 
 @dataclass
@@ -61,10 +67,16 @@ def in_jack_graph(pid: int, server: str | None, proc: str = "/proc") -> bool:
 
 
 def choose_jack(
-    jack: str | None, no_jack: bool, command: tuple[str, ...], pids: tuple[int, ...] = (), later: bool = False
+    jack: str | None,
+    no_jack: bool,
+    command: tuple[str, ...],
+    pids: tuple[int, ...] = (),
+    later: bool = False,
+    by_name: bool = False,
 ) -> JackChoice | None:
     """`jack`: None when --jack was not given, "" for --jack without a name, else the server name.
-    `pids`: the targets given now; `later`: targets will appear later (--match, a command)."""
+    `pids`: the targets given now; `later`: targets will appear later (--match, a command); `by_name`:
+    they are found by name (--match), so a server may be one of them and start after the recorder."""
     if no_jack:
         return None
     launched = command_server(command)
@@ -74,7 +86,9 @@ def choose_jack(
     if launched is not False:
         return JackChoice(launched if isinstance(launched, str) else None, False, True, True, 10.0)
     if not server_reachable(None):
-        return None
+        # A command's own server is chosen above; one the user starts beside a --match recording is
+        # waited for (quietly: the recording may have nothing to do with JACK).
+        return JackChoice(None, False, False, False, UNTIL_THE_END) if by_name else None
     if any(in_jack_graph(pid, None) for pid in pids):
         return JackChoice(None, False, True, False, 0.0)
     if later:  # a target may join the graph: run it, follow the clients once one is a target

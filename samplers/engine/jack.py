@@ -39,6 +39,7 @@ import time
 from typing import Any
 
 from samplers import frames
+from samplers.engine.choose import SERVER_POLL_S, UNTIL_THE_END, server_reachable
 
 ENGINE = "jack"
 STATUS_NS = 50_000_000  # cpu_load() and buffer size at 20 Hz
@@ -137,6 +138,13 @@ class JackSource:
         jack.set_info_function(lambda _m: None)
         deadline = time.monotonic() + wait_s
         while True:
+            # Waiting for a server that is not there yet: a stat of its socket, not a libjack attempt.
+            if wait_s == UNTIL_THE_END and not server_reachable(self.server):
+                if self.stop_reason is not None:
+                    server = self.server or os.environ.get("JACK_DEFAULT_SERVER", "default")
+                    return f"no JACK data recorded: no JACK server {server!r} started during the recording"
+                time.sleep(SERVER_POLL_S)
+                continue
             try:
                 self.client = jack.Client(
                     f"forensics-{os.getpid()}", no_start_server=True, servername=self.server or None
@@ -146,7 +154,7 @@ class JackSource:
                 if time.monotonic() >= deadline or self.stop_reason is not None:
                     server = self.server or os.environ.get("JACK_DEFAULT_SERVER", "default")
                     return f"no JACK data recorded: no JACK server {server!r} is running"
-                time.sleep(0.1)
+                time.sleep(SERVER_POLL_S)
         self.meta["version"] = _libjack_version(jack)
         self._open_clock()
         c = self.client

@@ -1,0 +1,84 @@
+"""Bad option values are one-line errors with a non-zero exit, caught before anything is touched.
+
+Each value here was a traceback or a lost file (issue 23): a regular expression that does not compile,
+a number that is not finite, a CPU the recorder may not use, and `catch-load --force` removing the old
+capture before it had checked the rest of its command line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+CAPTURE = "captures/lab-episodes.ssf"
+
+
+def _one_line_error(result, words: str) -> None:  # type: ignore[no-untyped-def]
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert words in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    ("command", "extra"),
+    [("stalls", ()), ("spikes", ()), ("jitter", ()), ("plot", ("-o", "x.png")), ("export", ("-o", "x.json"))],
+)
+@pytest.mark.parametrize("pattern", ["(", "[", "*"])
+def test_a_thread_pattern_that_is_not_a_regex(run_module, tmp_path, command, extra, pattern) -> None:  # type: ignore[no-untyped-def]
+    args = [a if not a.startswith("x.") else str(tmp_path / a) for a in extra]
+    result = run_module("forensics", command, CAPTURE, "--thread", pattern, *args)
+    _one_line_error(result, "is not a regular expression")
+    assert not any(tmp_path.iterdir()), "nothing is written on a refused command line"
+
+
+@pytest.mark.parametrize(
+    ("module", "args"),
+    [
+        ("forensics", ("stalls", CAPTURE, "--fault-rate", "inf")),
+        ("forensics", ("stalls", CAPTURE, "--fault-rate", "nan")),
+        ("forensics", ("spikes", CAPTURE, "--factor", "1e400")),
+        ("forensics", ("spikes", CAPTURE, "--factor", "nan")),
+        ("forensics", ("lab", "--episode-ms", "nan")),
+        ("forensics", ("lab", "--episode-ms", "inf")),
+    ],
+)
+def test_a_number_that_is_not_finite(run_module, module, args) -> None:  # type: ignore[no-untyped-def]
+    _one_line_error(run_module(module, *args), "not a finite number")
+
+
+@pytest.mark.parametrize("cpu", ["-1", "4096"])
+def test_a_cpu_the_recorder_may_not_use(run_module, tmp_path, cpu) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "x.ssf"
+    result = run_module("forensics.cli.catch_load", "-o", str(out), "--cpu", cpu, "--", "true")
+    _one_line_error(result, f"--cpu {cpu} is not a CPU this recorder may run on")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--lab", "--bogus"),
+        ("--cpu", "4096", "--", "true"),
+        ("--no-jack", "--jack", "--", "true"),
+        ("--lab", "--episode-ms", "nan"),
+    ],
+)
+def test_force_keeps_the_old_capture_when_the_rest_is_refused(run_module, tmp_path, args) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "old.ssf"
+    out.write_bytes(b"the capture of yesterday")
+    result = run_module("forensics.cli.catch_load", "-q", "-o", str(out), "--force", *args)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert out.read_bytes() == b"the capture of yesterday", "refused, yet the old capture is gone"
+    assert sorted(os.listdir(tmp_path)) == ["old.ssf"]
+
+
+def test_without_force_an_existing_capture_is_refused_first(run_module, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "old.ssf"
+    out.write_bytes(b"kept")
+    result = run_module("forensics.cli.catch_load", "-q", "-o", str(out), "--lab")
+    assert result.returncode != 0 and "--force" in result.stderr, result.stderr
+    assert out.read_bytes() == b"kept"
