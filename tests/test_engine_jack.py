@@ -496,9 +496,7 @@ def test_the_recorder_started_before_jackd_records_the_engine(tmp_path: Path) ->
     events = capture.events
     started = events[events["kind"] == "engine_source_started"]
     assert len(started) == 1 and (events["kind"] == "engine_source_unavailable").sum() == 0, events
-    print(
-        f"the source attached {(int(started['t_ns'].iloc[0]) - seen_ns) / 1e6:.0f} ms after the socket appeared"
-    )
+    print(f"the source attached {(int(started['t_ns'].iloc[0]) - seen_ns) / 1e6:.0f} ms after the socket appeared")
     assert len(capture.engine_cycles) > 100
     jackd_pid = int(server.process.pid)
     assert jackd_pid in set(capture.threads["pid"]), "jackd, started after the recorder, is a target"
