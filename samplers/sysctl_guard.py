@@ -229,7 +229,7 @@ def _read_states(state_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             with open(fd, "rb") as fh:
                 state = json.loads(fh.read(1 << 16))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # a crafted file (64 KiB of "[") is ignored too
             continue
         if isinstance(state, dict):
             states.append((path, state))

@@ -118,7 +118,7 @@ def judged_causes(counts: pd.DataFrame | pd.Series, causes: tuple[str, ...] | li
     judged = [c for c in causes if scored[c] >= MIN_SCORED]
     short = {c: int(scored[c]) for c in causes if c not in judged}
     if short:
-        print(f"{what}not judged (fewer than {MIN_SCORED} episodes as injected and observable): {short}")
+        print(f"{what}not judged (fewer than {MIN_SCORED} scorable: the rest the machine disturbed or hid): {short}")
     if not judged:
         pytest.skip(
             f"{what}the machine let the lab make fewer than {MIN_SCORED} scorable episodes of every cause: {short}"

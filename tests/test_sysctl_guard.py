@@ -129,6 +129,23 @@ def test_leftover_of_a_running_recorder_is_kept(tmp_path: Path) -> None:
     assert not list(state.glob("sysctl-*.json"))
 
 
+def test_a_deeply_nested_state_file_is_ignored_like_any_unreadable_one(tmp_path: Path) -> None:
+    """64 KiB of "[" is valid JSON's start and a RecursionError in json.loads: ignored, not a traceback
+    from `forensics restore`; the other state files are still restored."""
+    proc = canned_proc(tmp_path, delayacct="1")
+    state = tmp_path / "s"
+    state.mkdir()
+    (state / "sysctl-111111.json").write_text("[" * (1 << 16))
+    (state / "sysctl-999999.json").write_text(
+        json.dumps(
+            {"pid": 999999, "starttime": 1, "boot_id": None,
+             "settings": {"kernel.task_delayacct": {"old": "0", "new": "1"}}}
+        )
+    )  # fmt: skip
+    restore_leftovers(proc=str(proc), state_dir=state)
+    assert read_sysctl("kernel.task_delayacct", str(proc)) == "0"
+
+
 _CHILD = """
 import os, signal, sys, time
 from samplers.sysctl_guard import SysctlGuard
