@@ -57,6 +57,9 @@ def test_ten_lab_episodes_give_ten_windows_with_the_full_capture_verdicts(tmp_pa
     )  # the lab's own record (analyses.truth): an io episode may have stayed on CPU
     for episode, as_made in zip(truth.itertuples(index=False), made, strict=True):
         holding = saved[(saved["start_ns"] <= episode.start_ns) & (saved["end_ns"] >= episode.end_ns)]
+        if not as_made and holding.empty:  # the machine disturbed it: it may not have stalled as injected
+            report.append(f"{episode.cause}: not as injected, no window")
+            continue
         assert len(holding) == 1, f"{episode.cause} at {episode.start_ns}: {len(holding)} windows hold it"
         window = _whole(out / holding["file"].iloc[0])
         expected = _verdict_at(full_stalls, audio, episode.start_ns, episode.end_ns)

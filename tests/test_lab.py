@@ -518,7 +518,7 @@ def _wakeups_per_cycle(watch: Watch, cycles) -> tuple[float, int]:
 @pytest.mark.slow
 def test_series_wakes_n_threads_per_cycle_where_chain_wakes_one(tmp_path: Path) -> None:
     stages = 4
-    common = ["--episodes=none", "--duration=2.5s", f"--stages={stages}"]
+    common = ["--episodes=none", "--duration=4s", f"--stages={stages}"]
     chain_watch, chain, _ = run_lab(tmp_path / "chain", *common, "--topology=chain")
     series_watch, series, _ = run_lab(tmp_path / "series", *common, "--topology=series")
     chain_rate, chain_threads = _wakeups_per_cycle(chain_watch, chain.cycles)
@@ -527,9 +527,10 @@ def test_series_wakes_n_threads_per_cycle_where_chain_wakes_one(tmp_path: Path) 
     assert 0.9 <= chain_rate <= 1.2, chain_rate
     assert 0.85 * stages <= series_rate / chain_rate <= 1.15 * stages, (series_rate, chain_rate)
     # the same DSP work and output either way
-    a, b = chain.lab["output"], series.lab["output"]
-    common_checkpoints = set(map(tuple, a["checkpoints"])) & set(map(tuple, b["checkpoints"]))
-    assert len(common_checkpoints) >= 3, (a, b)
+    # (every checkpoint both runs reached is the same; under steal a run makes fewer cycles in its time)
+    a, b = dict(map(tuple, chain.lab["output"]["checkpoints"])), dict(map(tuple, series.lab["output"]["checkpoints"]))
+    shared = a.keys() & b.keys()
+    assert len(shared) >= 2 and all(a[k] == b[k] for k in shared), (a, b)
 
 
 def test_sigterm_ends_cleanly_writes_truth_and_reaps_helpers(tmp_path: Path) -> None:
