@@ -69,8 +69,8 @@ def as_injected(truth: pd.DataFrame, *, timing: bool = False) -> np.ndarray:
     """Per truth episode, whether the lab's own record says it was what its cause says: not when the
     hypervisor stole time from the machine during an episode of an on-CPU cause (`steal_ns`: a thread on a
     vCPU the host took away reads R, neither running nor waiting; CI runs here saw 14-45 % steal for
-    minutes), or of any cause with `timing` (for checks of its edges and delay shares: steal moves them,
-    ON_CPU_CAUSES), unless the thread's own clock shows it ran through all of it (ON_CPU_UNSTOLEN_SHARE); an
+    minutes) unless the thread's own clock shows it ran through all of it (ON_CPU_UNSTOLEN_SHARE), or of
+    any cause at all with `timing` (for checks of edges and delay shares: steal moves them); an
     off-CPU cause with the thread on CPU for more than OFF_CPU_MAX_SHARE of it was not; an io
     episode over which the machine's IO pressure grew by less than IO_PRESSURE_MIN_SHARE of the thread's
     off-CPU time, or by less than a sampling interval, was not a wait for IO by the kernel's own count; a
