@@ -78,25 +78,26 @@ def as_injected(truth: pd.DataFrame, *, timing: bool = False) -> np.ndarray:
     (analyses.rules) was not a storm. True where the record lacks the figures (a truth file from before
     the lab kept them)."""
     ok = np.ones(len(truth), dtype=bool)
-    if "steal_ns" in truth.columns and not truth.empty:
-        steal = pd.to_numeric(truth["steal_ns"], errors="coerce").fillna(0).to_numpy(dtype=np.float64)
-        length_ns = (truth["end_ns"] - truth["start_ns"]).to_numpy(dtype=np.float64)
-        cpu_ns = pd.to_numeric(truth.get("cpu_ns"), errors="coerce") if "cpu_ns" in truth.columns else None
-        unstolen = np.zeros(len(truth), dtype=bool)
-        if cpu_ns is not None:
-            unstolen = (cpu_ns.to_numpy(dtype=np.float64) >= ON_CPU_UNSTOLEN_SHARE * length_ns) & (length_ns > 0)
-        spared = np.zeros(len(truth), dtype=bool)
-        if not timing:
-            causes = truth["cause"].map(lambda c: CAUSE_ALIASES.get(str(c), str(c))).to_numpy()
-            spared = ~np.isin(causes, ON_CPU_CAUSES)
-        # With `timing`, any steal spoils: a stolen instant moves an edge even where the thread's clock
-        # counted nearly all of the episode (a CI run: a fault storm so admitted read `unknown` by eBPF).
-        ok &= (steal <= 0) | ((unstolen | spared) & (not timing))
-    if "cpu_ns" not in truth.columns or truth.empty:
+    if truth.empty:
         return ok
     cause = truth["cause"].map(lambda c: CAUSE_ALIASES.get(str(c), str(c))).to_numpy()
     length = (truth["end_ns"] - truth["start_ns"]).to_numpy(dtype=np.float64)
-    cpu = pd.to_numeric(truth["cpu_ns"], errors="coerce").to_numpy(dtype=np.float64)
+    has_cpu = "cpu_ns" in truth.columns
+    cpu = (
+        pd.to_numeric(truth["cpu_ns"], errors="coerce").to_numpy(dtype=np.float64)
+        if has_cpu
+        else np.full(len(truth), np.nan)
+    )
+    if "steal_ns" in truth.columns:
+        stolen = pd.to_numeric(truth["steal_ns"], errors="coerce").fillna(0).to_numpy(dtype=np.float64) > 0
+        # With `timing`, any steal spoils: a stolen instant moves an edge even where the thread's clock
+        # counted nearly all of the episode (a CI run: a fault storm so admitted read `unknown` by eBPF).
+        if not timing:
+            ran_through = (cpu >= ON_CPU_UNSTOLEN_SHARE * length) & (length > 0)
+            stolen &= np.isin(cause, ON_CPU_CAUSES) & ~ran_through
+        ok &= ~stolen
+    if not has_cpu:
+        return ok
     known = ~np.isnan(cpu) & (length > 0)
     off = np.isin(cause, OFF_CPU_CAUSES) & known
     ok[off] &= cpu[off] <= OFF_CPU_MAX_SHARE * length[off]

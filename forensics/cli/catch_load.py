@@ -329,8 +329,9 @@ def catch_load(
             "60-120 us of CPU here (two /proc reads per thread and a wake-up), so it would keep a core busy "
             "and miss most ticks (counted in the capture); 2ms is the default"
         )
-    if cpu is not None and cpu not in os.sched_getaffinity(0):
-        allowed = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+    allowed_cpus = os.sched_getaffinity(0)
+    if cpu is not None and cpu not in allowed_cpus:
+        allowed = ",".join(str(c) for c in sorted(allowed_cpus))
         raise ForensicsError(f"--cpu {cpu} is not a CPU this recorder may run on (CPUs {allowed})")
     flight_setup = flight_config(output, force, flight)  # --ring: -o is a directory of windows
     if flight_setup is not None:

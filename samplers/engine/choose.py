@@ -5,8 +5,8 @@ JACK server is reachable and a target given by pid is jackd or one of its client
 appear later (--match, a command): then the clients are followed once a target turns out to be one.
 `--jack [SERVER]` asks for it (a missing server or libjack is then said in one line); `--no-jack` turns
 it off. With --match and no server yet (the "wait for jackd" use: the recorder starts first), the source
-runs from the start and waits for a server through the whole recording (UNTIL_THE_END), attaching within
-SERVER_POLL_S of its socket appearing.
+runs from the start and waits for a server through the whole recording (UNTIL_THE_END), looking for its
+socket every SERVER_POLL_S and attaching once it takes clients.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 JACK_SERVERS = ("jackd", "jackdbus")
 JACK_TMP_DIR = "/dev/shm"  # jack2's JACK_TMP_DIR on Linux: its server socket jack_<name>_<uid>_0 lives there
 UNTIL_THE_END = float("inf")  # wait_s of a source that waits for its server as long as the recording runs
-# How often a waiting source looks for the server's socket (a stat; libjack is tried only once it exists):
-# the engine is attached within this of the server's start, well inside the recorder's 250 ms discovery scan.
+# How often a waiting source looks for the server's socket (a stat; libjack is tried only once it exists).
+# Measured: attached 0.36-0.40 s after the socket appeared, most of it jackd's own start-up.
 SERVER_POLL_S = 0.1
 
 

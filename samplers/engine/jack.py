@@ -137,11 +137,11 @@ class JackSource:
         jack.set_error_function(libjack_errors.append)  # libjack's own lines would clutter the terminal
         jack.set_info_function(lambda _m: None)
         deadline = time.monotonic() + wait_s
+        server = self.server or os.environ.get("JACK_DEFAULT_SERVER", "default")
         while True:
             # Waiting for a server that is not there yet: a stat of its socket, not a libjack attempt.
             if wait_s == UNTIL_THE_END and not server_reachable(self.server):
                 if self.stop_reason is not None:
-                    server = self.server or os.environ.get("JACK_DEFAULT_SERVER", "default")
                     return f"no JACK data recorded: no JACK server {server!r} started during the recording"
                 time.sleep(SERVER_POLL_S)
                 continue
@@ -152,7 +152,6 @@ class JackSource:
                 break
             except jack.JackOpenError:
                 if time.monotonic() >= deadline or self.stop_reason is not None:
-                    server = self.server or os.environ.get("JACK_DEFAULT_SERVER", "default")
                     return f"no JACK data recorded: no JACK server {server!r} is running"
                 time.sleep(SERVER_POLL_S)
         self.meta["version"] = _libjack_version(jack)
