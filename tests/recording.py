@@ -109,11 +109,10 @@ def scorable(cap: forensics.Capture, *, timing: bool = False) -> pd.DataFrame:
     return flags.groupby(truth["cause"].to_numpy()).sum().astype(int)
 
 
-def judged_causes(counts: pd.DataFrame | pd.Series, causes: tuple[str, ...] | list[str], what: str = "") -> list[str]:
-    """Of `causes`, those with at least MIN_SCORED scored episodes (`counts`: scorable()'s frame, or a
-    Series of scored counts per cause); prints the others. Skips the calling test when none is left:
-    the machine kept the lab from making anything it could check."""
-    scored = counts["scored"] if isinstance(counts, pd.DataFrame) else counts
+def judged_causes(scored: pd.Series, causes: tuple[str, ...] | list[str], what: str = "") -> list[str]:
+    """Of `causes`, those with at least MIN_SCORED scored episodes (`scored`: the count per cause); prints
+    the others. Skips the calling test when none is left: the machine kept the lab from making anything
+    it could check."""
     scored = scored.reindex(list(causes)).fillna(0).astype(int)
     judged = [c for c in causes if scored[c] >= MIN_SCORED]
     short = {c: int(scored[c]) for c in causes if c not in judged}
