@@ -45,9 +45,8 @@ from analyses.source import capture_interval_ns, proc_only
 from analyses.stalls import find_stalls
 from analyses.threads import select_threads, thread_profiles
 from analyses.truth import steal_around
-from tests import real_graph
 from tests.helpers import REPO, reap
-from tests.jack_fixtures import CUE_CLIENT, LV2_PLUGINS, CueClient, jackd
+from tests.jack_fixtures import CUE_CLIENT, LV2_PLUGINS, CueClient, build_hog, jackd, run_hog
 from tests.pipewire_lab import QUANTUM, pipewire_daemon
 from tests.recording import catch_load_argv, wait_capture_growing
 
@@ -87,7 +86,7 @@ def _inject(
         for cause in CAUSES:
             if cause == "hog":
                 # The hog measures the steal over its own spin: its children take 300 ms to get ready.
-                hog_spans += real_graph.run_hog(hog, priority=HOG_PRIORITY, spin_ms=ms, count=1, gap_ms=ms)
+                hog_spans += run_hog(hog, priority=HOG_PRIORITY, spin_ms=ms, count=1, gap_ms=ms)
             elif cause == "read":
                 cue.cue(f"read {scratch} {ms}")
             elif cause == "lock":
@@ -136,7 +135,7 @@ def record_jack(
     workdir: Path, *, per_cause: int = 10, ms: int = 20, gap_s: float = 0.5, ebpf: bool = True
 ) -> Recording:
     """jackd (dummy, 256 frames) -> cue -> jalv -> playback, recorded while the causes are injected."""
-    hog = real_graph.build_hog(workdir)
+    hog = build_hog(workdir)
     scratch = _scratch(workdir)
     out = workdir / "jack-injections.ssf"
     with jackd(workdir, period=256) as server:
@@ -190,7 +189,7 @@ def record_pipewire(
     workdir: Path, *, per_cause: int = 10, ms: int = 20, gap_s: float = 0.5, ebpf: bool = True
 ) -> Recording:
     """A headless PipeWire (Dummy-Driver, 256/48000) with the cue client through pw-jack, recorded."""
-    hog = real_graph.build_hog(workdir)
+    hog = build_hog(workdir)
     scratch = _scratch(workdir)
     out = workdir / "pw-injections.ssf"
     with pipewire_daemon() as daemon, _pw_cue(daemon.env, workdir) as cue:

@@ -1,4 +1,6 @@
-"""Real JACK graphs for the tests: jackd (dummy driver) under a unique name, real clients, always killed."""
+"""Real JACK graphs for the tests, the one harness: jackd (dummy driver) under a unique name, real clients
+(jalv plugins, fluidsynth, the cue client), always killed; the series graph of the incident tests
+(series_graph); and the SCHED_FIFO hog that starves a graph (build_hog, run_hog)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ from tests.helpers import REPO, child_env, stop_process
 from tests.recording import catch_load_argv, wait_capture_growing
 
 CUE_CLIENT = REPO / "tests" / "workloads" / "jack_cue_client.py"
+HOG_SOURCE = REPO / "tests" / "workloads" / "fifo_hog.c"
+SOUNDFONT = "/usr/share/sounds/sf2/TimGM6mb.sf2"
+BALANCE_PLUGIN = "http://gareus.org/oss/lv2/balance"  # x42-plugins: a stereo gain/balance, cheap and quiet
+GRAPH_TOOLS = ("jackd", "jack_lsp", "jack_connect", "jack_wait", "fluidsynth", "jalv", "gcc")
 LV2_PLUGINS = [  # four plugins with one audio in and out, from lsp-plugins-lv2 and x42-plugins
     "http://lsp-plug.in/plugins/lv2/comp_delay_mono",
     "http://lsp-plug.in/plugins/lv2/para_equalizer_x16_mono",
@@ -31,6 +37,11 @@ LV2_PLUGINS = [  # four plugins with one audio in and out, from lsp-plugins-lv2 
 
 def env_with(server: str) -> dict[str, str]:
     return child_env(JACK_DEFAULT_SERVER=server)
+
+
+def missing_graph_tools() -> list[str]:
+    """What series_graph and the hog need that this machine lacks (tests/install-deps.sh installs them)."""
+    return [tool for tool in GRAPH_TOOLS if not shutil.which(tool)]
 
 
 def need_jack() -> None:
@@ -75,6 +86,27 @@ class JackServer:
             time.sleep(0.2)
         raise AssertionError(f"ports {ports} did not appear: {sorted(listed)}")
 
+    def wait_client(self, client: str, timeout: float = 30) -> None:
+        """Until `client` has registered a port (a client whose port names the test does not know)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if any(port.startswith(client + ":") for port in self.run("jack_lsp").stdout.splitlines()):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"JACK client {client} did not appear within {timeout:g} s")
+
+    def audio_ports(self, client: str, direction: str) -> list[str]:
+        """`client`'s audio ports of `direction` ("input"/"output"), sorted: jack_lsp -p -t prints each
+        port's properties and type on the two lines after its name."""
+        lines = self.run("jack_lsp", "-p", "-t").stdout.splitlines()
+        ports = []
+        for i, line in enumerate(lines):
+            if line.startswith(client + ":"):
+                props = " ".join(lines[i + 1 : i + 3])
+                if direction in props and "audio" in props:
+                    ports.append(line.strip())
+        return sorted(ports)
+
     def cue_client(self, name: str = "cue") -> CueClient:
         control = self.tmp / f"{name}.ctl"
         truth = self.tmp / f"{name}.truth"
@@ -109,15 +141,17 @@ class JackServer:
         os.close(holder)
         return process
 
-    def fluidsynth(self) -> subprocess.Popen[bytes]:
+    def fluidsynth(self, commands: str = "") -> subprocess.Popen[bytes]:
         """A real softsynth client (ports fluidsynth:left/right); its soundfont load takes seconds.
         Kept alive by its shell on a held stdin, not by `-i -s`: `-s` listens on TCP 9800, and a second
         fluidsynth on the machine (another test's, another session's) fails to bind it, goes on without a
         server and, with no shell (-i), exits at once after registering its ports (observed: the ports
-        were listed, then `jack_connect fluidsynth:left ...` said 'not a valid port')."""
+        were listed, then `jack_connect fluidsynth:left ...` said 'not a valid port'). `commands` go to
+        its shell first (e.g. "noteon 0 60 100\\n": a held note keeps its synthesis busy)."""
         holder = self._held_stdin("fluidsynth")
+        os.write(holder, commands.encode())  # a fifo's buffer: the shell reads it once it runs
         process = self.start(
-            *("fluidsynth", "-a", "jack", "-n", "-r", "48000", "/usr/share/sounds/sf2/TimGM6mb.sf2"),
+            *("fluidsynth", "-a", "jack", "-n", "-r", "48000", SOUNDFONT),
             stdin=holder,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -201,6 +235,66 @@ def jackd(tmp: Path, period: int = 256, extra: tuple[str, ...] = (), name: str |
         yield server
     finally:
         server.stop()
+
+
+@dataclass
+class SeriesGraph:
+    """fluidsynth -> p0 -> ... -> pN-1, each pK a jalv hosting one LV2 plugin, on `server`."""
+
+    server: JackServer
+    processes: dict[str, subprocess.Popen[bytes]]  # jackd, fluidsynth, p0..: the processes to record
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {name: process.pid for name, process in self.processes.items()}
+
+    @property
+    def env(self) -> dict[str, str]:
+        return self.server.env
+
+
+@contextlib.contextmanager
+def series_graph(
+    tmp: Path, *, period: int = 128, clients: int = 4, plugin: str = BALANCE_PLUGIN
+) -> Iterator[SeriesGraph]:
+    """jackd (dummy, `period` frames), fluidsynth holding a note, and `clients` jalv clients of `plugin`
+    connected in series from fluidsynth's outputs; everything stopped on the way out. fluidsynth brings
+    the housekeeping threads of a real client (a nice-19 thread that wakes every 100 ms)."""
+    with jackd(tmp, period=period) as server:
+        processes = {"jackd": server.process, "fluidsynth": server.fluidsynth("noteon 0 60 100\n")}
+        server.wait_client("fluidsynth", timeout=60)
+        for k in range(clients):
+            processes[f"p{k}"] = server.jalv(f"p{k}", plugin)
+            server.wait_client(f"p{k}", timeout=60)
+        upstream = server.audio_ports("fluidsynth", "output")
+        for k in range(clients):
+            for src, dst in zip(upstream, server.audio_ports(f"p{k}", "input"), strict=False):
+                server.connect(src, dst)
+            upstream = server.audio_ports(f"p{k}", "output")
+        for name, process in processes.items():
+            if process.poll() is not None:
+                raise AssertionError(f"{name} exited early (code {process.returncode}); jackd's log: {server.log}")
+        yield SeriesGraph(server, processes)
+
+
+def build_hog(workdir: Path) -> Path:
+    out = workdir / "fifo_hog"
+    subprocess.run(["gcc", "-O2", "-Wall", "-o", str(out), str(HOG_SOURCE)], check=True, capture_output=True)
+    return out
+
+
+def run_hog(hog: Path, *, priority: int, spin_ms: int, count: int, gap_ms: int) -> list[tuple[int, int, int | None]]:
+    """Starve every CPU `count` times; returns (start_ns, end_ns, steal_ns) of each injection,
+    CLOCK_MONOTONIC, with the machine's hypervisor steal over it (None where /proc/stat has none)."""
+    out = subprocess.run(
+        [str(hog), str(priority), str(spin_ms), str(count), str(gap_ms)],
+        capture_output=True, text=True, check=True, timeout=count * gap_ms / 1000 + 30,
+    )  # fmt: skip
+    spans = []
+    for line in out.stdout.splitlines():
+        _, start, end, steal = line.split()
+        spans.append((int(start), int(end), int(steal) if int(steal) >= 0 else None))
+    return spans
 
 
 def catch_load(server: JackServer, out: Path, *args: str) -> subprocess.Popen[str]:

@@ -1,5 +1,6 @@
-"""Real captures of a starved JACK graph: made by the toolkit (catch-load) on a real graph (tests/real_graph.py),
-used live by tests/test_incidents_real.py and stored small as fixtures in captures/ (tests/test_real_captures.py).
+"""Real captures of a starved JACK graph: made by the toolkit (catch-load) on a real graph
+(tests/jack_fixtures.py series_graph), used live by tests/test_incidents_real.py and stored small as fixtures in
+captures/ (tests/test_real_captures.py).
 
     python -m tests.real_captures captures/
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,8 +31,8 @@ from analyses.stalls import find_stalls
 from analyses.threads import select_threads, thread_profiles
 from analyses.truth import steal_around
 from capture.format import ENGINE_SCHEMAS, Capture, CaptureWriter
-from tests import real_graph
 from tests.helpers import REPO, child_env
+from tests.jack_fixtures import BALANCE_PLUGIN, build_hog, run_hog, series_graph
 from tests.recording import catch_load_argv, wait_capture_growing
 
 HOG_PRIORITY = 80  # above jackd -R's default 10 and its clients' 5
@@ -61,13 +63,13 @@ def record_starved(
     """The graph (jackd dummy 128 frames, fluidsynth, `clients` jalv in series) recorded by catch-load while
     fifo_hog starves every CPU `starvations` times for spin_ms, gap_ms apart. The quiet seconds before and
     after let the analysis see the graph's own rhythm around them (not a wait for anything)."""
-    hog = real_graph.build_hog(workdir)
-    with real_graph.jack_graph(workdir, clients=clients) as graph:
+    hog = build_hog(workdir)
+    with series_graph(workdir, clients=clients) as graph:
         args = [*catch_load_argv(), "-q", "-o", str(out)]
         for pid in graph.pids.values():
             args += ["-p", str(pid)]
         args += ["--ebpf"] if ebpf else []
-        args += ["--jack", graph.server] if jack else ["--no-jack"]
+        args += ["--jack", graph.server.name] if jack else ["--no-jack"]
         args += extra
         recorder = subprocess.Popen(
             args, cwd=REPO, env=child_env(base=graph.env), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -75,7 +77,7 @@ def record_starved(
         try:
             wait_capture_growing(out, recorder, timeout_s=120.0)
             time.sleep(quiet_before_s)
-            spans = real_graph.run_hog(hog, priority=HOG_PRIORITY, spin_ms=spin_ms, count=starvations, gap_ms=gap_ms)
+            spans = run_hog(hog, priority=HOG_PRIORITY, spin_ms=spin_ms, count=starvations, gap_ms=gap_ms)
             time.sleep(quiet_after_s)
         finally:
             recorder.send_signal(signal.SIGINT)
@@ -86,7 +88,7 @@ def record_starved(
     made_by = {
         "how": (
             f"a real JACK graph (jackd -R dummy 48000 Hz 128 frames, fluidsynth, {clients} jalv "
-            f"{real_graph.PLUGIN} in series; tests/real_graph.py) recorded by catch-load "
+            f"{BALANCE_PLUGIN} in series; tests/jack_fixtures.py series_graph) recorded by catch-load "
             f"{'--ebpf ' if ebpf else ''}{'--jack' if jack else '--no-jack'} {' '.join(extra)} "
             "while tests/workloads/fifo_hog.c "
             f"(SCHED_FIFO {HOG_PRIORITY} on every CPU) starved it {starvations} times for {spin_ms} ms, "
@@ -247,7 +249,7 @@ FIXTURES = {
 
 def main(argv: list[str]) -> int:
     target = Path(argv[0]) if argv else REPO / "captures"
-    work = real_graph.tempdir()
+    work = Path(tempfile.mkdtemp(prefix="incidents-graph-"))
     for name, ebpf in FIXTURES.items():
         workdir = work / Path(name).stem  # the graph's fifos and logs, one directory per recording
         workdir.mkdir()

@@ -32,7 +32,8 @@ import forensics
 from analyses.incidents import SUSPECT_TID
 from analyses.rules import wake_limit_ns
 from analyses.source import capture_interval_ns
-from tests import real_captures, real_graph
+from tests import real_captures
+from tests.jack_fixtures import missing_graph_tools
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.needs_bcc]
 
@@ -56,7 +57,7 @@ MAX_ODD_FLOOR = 2
 def _require() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root: real-time priorities for jackd and the hog")
-    missing = real_graph.missing_tools()
+    missing = missing_graph_tools()
     if missing:
         pytest.skip(f"missing {', '.join(missing)} (tests/install-deps.sh installs them)")
 
