@@ -413,3 +413,13 @@ def test_a_false_alarm_over_hypervisor_steal_is_the_machines() -> None:
     assert false["start_ns"].tolist() == [T0 + 20 * ms] and real["start_ns"].tolist() == [T0 + 120 * ms]
     false, real = split_alarms(alarms, cycles)  # without the system table both are false alarms
     assert len(false) == 2 and real.empty
+    # Each /proc/stat line is truncated to ticks on its own: steal that moved one CPU's line but not the
+    # machine line's (its sum had already crossed the tick) is steal all the same.
+    per_cpu = pd.concat(
+        [
+            system.assign(steal=[8, 8, 8, 8, 8]),
+            system.assign(cpu=0, steal=[4, 4, 4, 4, 4]),
+            system.assign(cpu=1, steal=[3, 3, 3, 4, 4]),
+        ]
+    )
+    assert steal_around(per_cpu, alarms).tolist() == [False, True]
