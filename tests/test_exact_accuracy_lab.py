@@ -45,7 +45,7 @@ import forensics
 from analyses.exact_stalls import ExactData, load_exact
 from analyses.source import proc_only
 from analyses.stalls import find_stalls
-from analyses.truth import as_injected, confusion, edge_errors, thread_reads
+from analyses.truth import as_injected, confusion, edge_errors, match_truth, thread_reads
 from tests.recording import (
     MAX_UNOBSERVABLE_SHARE,
     assert_recorder_saw_them,
@@ -323,9 +323,17 @@ def test_short_lock_waits_are_found_with_ebpf_and_missed_by_proc(tmp_path_factor
     assert_recorder_saw_them(scorable(cap), ("lock",))
     judged_causes(exact_scores["episodes"], ("lock",))
     assert lock["recall"] > 0.5 and lock["precision"] > 0.5
-    # /proc misses most (a wait the host lengthened past a period can show as a missed wake-up: 2 of 9 in
-    # one CI run).
-    assert proc_scores.loc["lock", "recall"] < 0.5
+    # /proc misses most of the waits that were shorter than a period: only those. A SCHED_OTHER holder the
+    # host or a busy machine keeps off the CPU holds its lock longer, and a wait past a period is one /proc
+    # can see (in a CI run beside other work, 6 of 10 "4 ms" waits lasted 7.3-30 ms by the lab's own
+    # clock, and /proc rightly found exactly those).
+    proc = match_truth(find_stalls(proc_only(cap)), cap.truth, min_ns=3_000_000, reads=reads)
+    proc = proc[(proc["cause"] == "lock") & proc["as_injected"] & proc["observable"]]
+    period_ns = float(np.median(np.diff(np.sort(cap.cycles["deadline_ns"].to_numpy()))))
+    short = proc[(proc["end_ns"] - proc["start_ns"]) < period_ns]
+    print(f"lock waits shorter than a period: {len(short)}, found by /proc: {int((short['verdict'] == 'lock').sum())}")
+    judged_causes(pd.Series({"lock": len(short)}), ("lock",), "lock waits shorter than a period: ")
+    assert (short["verdict"] == "lock").mean() < 0.5
 
 
 def test_clean_run_has_no_exact_verdict(tmp_path_factory: pytest.TempPathFactory) -> None:
