@@ -206,10 +206,23 @@ class CueClient:
             time.sleep(0.05)
         raise AssertionError(f"the cue client carried out fewer than {count} cues in {timeout_s} s")
 
-    def quit(self) -> list[dict[str, object]]:
+    def quit(self, timeout_s: float = 10.0) -> list[dict[str, object]]:
+        """Ask the client to quit and return its truth. The truth is complete once the client has read
+        `quit` (it writes each cue's record as the cue is done); a client still running `timeout_s` later
+        is stuck leaving the engine (seen once under pw-jack in CI: not a defect of what was recorded,
+        which had ended): its Python stacks are dumped to its stderr (faulthandler, SIGUSR1) for the log,
+        then it is killed."""
         self.cue("quit")
         os.close(self._fd)
-        self.process.wait(timeout=10)
+        try:
+            self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            print(f"the cue client did not quit within {timeout_s:g} s: its stacks, then SIGKILL", file=sys.stderr)
+            with contextlib.suppress(ProcessLookupError):
+                self.process.send_signal(signal.SIGUSR1)
+                time.sleep(1.0)
+                self.process.kill()
+            self.process.wait()
         return [json.loads(line) for line in self.truth.read_text().splitlines()]
 
 

@@ -101,14 +101,6 @@ def test_jack_causes_are_one_incident_each_with_the_right_root(tmp_path_factory:
     _check("jack", tmp_path_factory)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "open: in a quiet clean-clone CI run (ci3, 2026-12-02) the pw-jack test client did not quit within "
-        "10 s at the end of the recording (tests/jack_fixtures.py CueClient.quit): the harness, not yet "
-        "understood; the /proc scores passed in the runs that finished"
-    ),
-)
 @pytest.mark.may_skip  # only when the host stole through the injections of every cause (judged_causes)
 def test_pipewire_causes_from_proc_are_one_incident_each_with_the_right_root(
     tmp_path_factory: pytest.TempPathFactory,

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import mmap
 import os
 import queue
+import signal
 import sys
 import threading
 import time
@@ -51,6 +53,7 @@ def main() -> None:
     parser.add_argument("--truth", required=True)
     parser.add_argument("--link-self", action="store_true")
     args = parser.parse_args()
+    faulthandler.register(signal.SIGUSR1)  # the harness asks where a client that will not quit is stuck
     sys.setswitchinterval(0.0005)  # the callback waits at most this for the GIL when another thread runs
 
     cues: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
