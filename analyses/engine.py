@@ -11,11 +11,14 @@ The engine's clock is already the capture's (the sources convert it), so these a
 engine_cycle_ends(cycles, nodes)  every cycle: t_ns engine period_ns end_rel_ns missed (both nullable)
 engine_cycle_summary(...)         per engine: cycles, ends known, end p50/p99/max, misses, unknown misses
 engine_cycles(cap)                the cycles of a capture whose end or lateness is known, with end_ns
+engine_xruns(cap)                 one row per xrun the engine reported: its reports merged (jack2 notifies
+                                  once for the driver's late wake-up and once per client not finished;
+                                  PipeWire once per unfinished cycle: rules.same_xrun), the clients it
+                                  blamed (jack2's "was not finished" log lines, PipeWire's unfinished
+                                  nodes), the largest delay it reported
 distinct_xrun_times(cap)          the time of each xrun (its first report)
-xrun_figures(cap)                 what the engine reported: reports (rows), xruns (reports less than one
-                                  period apart are one xrun: jack2 notifies once for the driver's late
-                                  wake-up and once per client not finished), their span and rate, the
-                                  largest delay it reported, the clients it named
+xrun_figures(cap)                 what the engine reported: reports (rows), xruns (engine_xruns), their
+                                  span and rate, the largest delay it reported, the clients it named
 engine_overview(cap)              the engine, its version and settings, its cycle ends and xruns: what
                                   the report's engine section shows
 
@@ -29,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyses.rules import SERVER_LOG_LAG_NS, XRUN_REPORT_GAP_PERIODS, same_xrun
 from analyses.span import in_span
 from capture.format import Capture
 
@@ -125,6 +129,86 @@ def cycle_observation(cap: Capture) -> tuple[int, int]:
     return len(cycles), int(cycles["end_ns"].notna().sum())
 
 
+XRUN_COLUMNS = ["t_ns", "end_ns", "engine", "reports", "client", "delay_us", "source"]
+
+
+def engine_xruns(cap: Capture, t_range: tuple[int | None, int | None] | None = None) -> pd.DataFrame:
+    """One row per xrun the engine reported (XRUN_COLUMNS): its first and last report (t_ns, end_ns), how
+    many reports were merged into it, the clients the engine blamed in them (None: it named none), the
+    largest delay it reported, and where the reports came from ("callback", "server-log", "profiler").
+
+    Reports of one engine a short gap apart are one xrun (rules.same_xrun). The server log's lines are
+    read late from a followed file: where the engine's own count (callbacks, the profiler) is recorded,
+    each log line joins the latest xrun whose reports began before it (within rules.SERVER_LOG_LAG_NS of
+    its last report) and only adds whom the engine blamed; a line that joins none is an xrun of its own."""
+    if "xruns" not in cap.table_names:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in XRUN_COLUMNS})
+    reports = cap.table("xruns")
+    reports = reports[in_span(reports["t_ns"].to_numpy(), t_range)]
+    rows: list[dict[str, Any]] = []
+    for engine, mine in reports.groupby(reports["engine"].astype(str), sort=True):
+        rows += _xruns_of(mine.sort_values("t_ns", kind="stable"), str(engine), _period_ns(cap, str(engine)))
+    out = pd.DataFrame(rows, columns=XRUN_COLUMNS).sort_values("t_ns", kind="stable").reset_index(drop=True)
+    # None where it named none (pandas 3 would infer a string column holding NaN).
+    out["client"] = pd.Series([c if isinstance(c, str) else None for c in out["client"]], dtype=object)
+    return out
+
+
+def _period_ns(cap: Capture, engine: str) -> float:
+    """The engine's period: its last status (quantum / rate), else the median of its cycles' periods."""
+    status = cap.table("engine_status", ["engine", "quantum_frames", "rate_hz"]).dropna()
+    status = status[status["engine"].astype(str) == engine]
+    if len(status) and status["rate_hz"].iloc[-1]:
+        return float(1e9 * status["quantum_frames"].iloc[-1] / status["rate_hz"].iloc[-1])
+    cycles = cap.table("engine_cycles", ["engine", "period_ns"])
+    period = pd.to_numeric(cycles.loc[cycles["engine"].astype(str) == engine, "period_ns"], errors="coerce").dropna()
+    return float(period.median()) if len(period) else float("nan")
+
+
+def _xruns_of(reports: pd.DataFrame, engine: str, period_ns: float) -> list[dict[str, Any]]:
+    """engine_xruns' rows of one engine's reports (sorted by time)."""
+    log = (reports["source"].astype(str) == "server-log").to_numpy()
+    counted = reports[~log] if (~log).any() else reports
+    late_lines = reports[log] if (~log).any() else reports.iloc[0:0]
+    t = counted["t_ns"].to_numpy(np.int64)
+    group = np.cumsum(np.r_[True, ~same_xrun(np.diff(t), period_ns)]) - 1 if len(t) else np.zeros(0, np.int64)
+    members: list[list[int]] = [[] for _ in range(int(group.max()) + 1 if len(group) else 0)]
+    for i, g in enumerate(group):
+        members[int(g)].append(i)
+    parts = [counted.iloc[m] for m in members]
+    # A log line joins the latest xrun that began before it (or within a report gap after it: a pipe is
+    # read at once, a callback arrives through libjack's notification thread) and ended at most
+    # SERVER_LOG_LAG_NS before it.
+    lead_ns = XRUN_REPORT_GAP_PERIODS * period_ns if np.isfinite(period_ns) else 0.0
+    for _, line in late_lines.iterrows():
+        at = int(line["t_ns"])
+        fits = [
+            k for k, p in enumerate(parts)
+            if int(p["t_ns"].iloc[0]) <= at + lead_ns and at <= int(p["t_ns"].iloc[-1]) + SERVER_LOG_LAG_NS
+        ]  # fmt: skip
+        if fits:
+            k = max(fits, key=lambda k: int(parts[k]["t_ns"].iloc[0]))
+            parts[k] = pd.concat([parts[k], line.to_frame().T])
+        else:
+            parts.append(line.to_frame().T)
+    rows = []
+    for part in parts:
+        blamed = [str(c) for c in part["client"].tolist() if c is not None and not pd.isna(c)]
+        delays = pd.to_numeric(part["delay_us"], errors="coerce").dropna()
+        rows.append(
+            {
+                "t_ns": int(part["t_ns"].min()),
+                "end_ns": int(part["t_ns"].max()),
+                "engine": engine,
+                "reports": len(part),
+                "client": ", ".join(dict.fromkeys(blamed)) or None,  # in the order blamed, each once
+                "delay_us": float(delays.max()) if len(delays) else float("nan"),
+                "source": ", ".join(sorted(set(part["source"].astype(str)))),
+            }
+        )
+    return rows
+
+
 def xrun_figures(cap: Capture, t_range: tuple[int | None, int | None] | None = None) -> dict[str, Any] | None:
     """None when the capture has no engine source; else the figures above (rates NaN when the span is 0)."""
     engine = cap.sources.get("engine")
@@ -135,11 +219,8 @@ def xrun_figures(cap: Capture, t_range: tuple[int | None, int | None] | None = N
     status = cap.table("engine_status", ["t_ns", "quantum_frames", "rate_hz"])
     status = status[in_span(status["t_ns"].to_numpy(), t_range)]
     span_ns = float(status["t_ns"].max() - status["t_ns"].min()) if len(status) > 1 else float("nan")
-    period_ns = (
-        float(1e9 * status["quantum_frames"].iloc[-1] / status["rate_hz"].iloc[-1]) if len(status) else float("nan")
-    )
     counted = _counted(xruns)
-    distinct = len(_distinct(counted, period_ns))
+    distinct = len(engine_xruns(cap, t_range))
     delays = xruns["delay_us"].dropna()
     blamed = xruns["client"].dropna()
     return {
@@ -159,19 +240,9 @@ def _counted(xruns: pd.DataFrame) -> pd.DataFrame:
     return xruns[xruns["source"] == "callback"] if (xruns["source"] == "callback").any() else xruns
 
 
-def _distinct(counted: pd.DataFrame, period_ns: float) -> np.ndarray:
-    times = np.sort(counted["t_ns"].to_numpy(dtype="int64"))
-    gap = period_ns if not np.isnan(period_ns) else 0.0
-    return times[np.r_[True, np.diff(times) > gap]] if len(times) else times
-
-
 def distinct_xrun_times(cap: Capture) -> np.ndarray:
-    """The first report of each xrun the engine reported (reports less than a period apart are one)."""
-    if "xruns" not in cap.table_names:
-        return np.zeros(0, dtype=np.int64)
-    status = cap.table("engine_status", ["quantum_frames", "rate_hz"]).dropna()
-    period_ns = float(1e9 * status["quantum_frames"].iloc[-1] / status["rate_hz"].iloc[-1]) if len(status) else np.nan
-    return _distinct(_counted(cap.table("xruns")), period_ns)
+    """The first report of each xrun the engine reported (engine_xruns)."""
+    return engine_xruns(cap)["t_ns"].to_numpy(dtype=np.int64)
 
 
 def engine_overview(cap: Capture, t_range: tuple[int | None, int | None] | None = None) -> dict[str, Any] | None:

@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import rules
+from analyses.engine import engine_xruns
 from analyses.machine import held_one_cpu_ns, machine_growth
 from analyses.rules import USUAL_WAKER_SHARE, XRUN_JOIN_NS, IncidentRules, period_limit_ns
 from capture.format import Capture
@@ -1021,16 +1022,17 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
 # Xruns: one row per engine-reported xrun or missed deadline, joined to its incident
 
 
-XRUN_COLUMNS = ["t_ns", "kind", "client", "delay_us", "source", "incident", "root_comm", "root_verdict"]
+XRUN_COLUMNS = ["t_ns", "kind", "client", "delay_us", "reports", "source", "incident", "root_comm", "root_verdict"]
 
 
 def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
-    """Engine-reported xruns (xruns table) and missed deadlines (engine_cycles ending past a period, or
-    the lab's callbacks past their deadline), each with the incident it falls in (null: none)."""
+    """Engine-reported xruns (one row per xrun, its reports merged: analyses.engine.engine_xruns) and
+    missed deadlines (engine_cycles ending past a period, or the lab's callbacks past their deadline),
+    each with the incident it falls in (null: none)."""
     names = set(cap.table_names)
     frames = []
     if "xruns" in names:
-        x = cap.table("xruns")
+        x = engine_xruns(cap)
         frames.append(
             pd.DataFrame(
                 {
@@ -1038,7 +1040,11 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
                     "kind": "xrun",
                     "client": x["client"].astype(object).to_numpy(),
                     "delay_us": pd.to_numeric(x["delay_us"], errors="coerce").to_numpy(),
+                    "reports": x["reports"].to_numpy(np.int64),
                     "source": x["source"].astype(str).to_numpy(),
+                    "_from": x["t_ns"].to_numpy(np.int64),
+                    "_to": x["end_ns"].to_numpy(np.int64),
+                    "_reported": True,
                 }
             )
         )
@@ -1053,7 +1059,11 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
                     "kind": "missed deadline",
                     "client": c["driver"].astype(object).to_numpy(),
                     "delay_us": ((c["end_ns"] - c["t_ns"] - c["period_ns"]) / 1000.0).to_numpy(),
+                    "reports": 1,
                     "source": "engine_cycles",
+                    "_from": c["t_ns"].to_numpy(np.int64),
+                    "_to": c["end_ns"].to_numpy(np.int64),
+                    "_reported": False,
                 }
             )
         )
@@ -1067,7 +1077,11 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
                     "kind": "missed deadline",
                     "client": [_comm_of(cap, int(t)) for t in late["tid"]],
                     "delay_us": ((late["end_ns"] - late["deadline_ns"]) / 1000.0).to_numpy(),
+                    "reports": 1,
                     "source": "cycles",
+                    "_from": late["start_ns"].to_numpy(np.int64),
+                    "_to": late["end_ns"].to_numpy(np.int64),
+                    "_reported": False,
                 }
             )
         )
@@ -1078,13 +1092,11 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
     if len(incidents):
         starts = incidents["start_ns"].to_numpy(np.int64)
         ends = incidents["end_ns"].to_numpy(np.int64)
-        # An xrun is reported after the late cycle (JACK: ~0.3 ms after the starved driver ran again), a
-        # missed deadline may fall before the episode's first window: the last incident within
-        # XRUN_JOIN_NS of it.
-        for i, t in enumerate(out["t_ns"].to_numpy(np.int64)):
-            k = np.flatnonzero((starts <= t + XRUN_JOIN_NS) & (ends + XRUN_JOIN_NS >= t))
-            if len(k):
-                incident[i] = int(incidents["incident"].iloc[k[-1]])
+        numbers = incidents["incident"].to_numpy(np.int64)
+        spans = zip(out["_from"].to_numpy(np.int64), out["_to"].to_numpy(np.int64), out["_reported"], strict=True)
+        for i, (lo, hi, reported) in enumerate(spans):
+            k = _covering_incident(int(lo), int(hi), starts, ends, after=bool(reported))
+            incident[i] = -1 if k is None else int(numbers[k])
     out["incident"] = pd.array([None if v < 0 else int(v) for v in incident], dtype="Int64")
     roots = incidents.set_index("incident") if len(incidents) else None
     out["root_comm"] = [
@@ -1094,3 +1106,20 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
         roots.at[int(i), "root_verdict"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
     ]
     return out[XRUN_COLUMNS]
+
+
+def _covering_incident(lo: int, hi: int, starts: np.ndarray, ends: np.ndarray, *, after: bool) -> int | None:
+    """The position of the incident an xrun or a missed deadline spanning [lo, hi] belongs to: the one
+    that overlaps it (the latest to begin, when several do), else the nearest within XRUN_JOIN_NS. An
+    engine reports an xrun after its late cycle (`after`: JACK ~0.3 ms after the starved driver ran
+    again), so an incident that ended before the report comes first; a missed deadline's cycle may
+    begin before the episode's first window, so one that begins after it comes first."""
+    overlap = np.flatnonzero((starts <= hi) & (ends >= lo))
+    if len(overlap):
+        return int(overlap[np.argmax(starts[overlap])])
+    before = np.flatnonzero((ends < lo) & (ends >= lo - XRUN_JOIN_NS))
+    later = np.flatnonzero((starts > hi) & (starts <= hi + XRUN_JOIN_NS))
+    nearest_before = int(before[np.argmax(ends[before])]) if len(before) else None
+    nearest_after = int(later[np.argmin(starts[later])]) if len(later) else None
+    first, second = (nearest_before, nearest_after) if after else (nearest_after, nearest_before)
+    return first if first is not None else second

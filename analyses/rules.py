@@ -190,3 +190,29 @@ class IncidentRules:
 # An engine's xrun report or a missed deadline this close to an incident belongs to it (JACK reported
 # xruns ~0.3 ms after a starved driver ran again; a lab callback's deadline precedes its episode's end).
 XRUN_JOIN_NS = 20_000_000
+
+
+# --------------------------------------------------------------------------------------------------
+# Engine xruns (analyses/engine.py): the reports of one xrun, one row
+
+# jack2 notifies each client's xrun callback once for the driver's late wake-up and once per client it
+# finds unfinished when the next cycle begins (JackEngine::CheckXRun): one xrun arrives as several
+# callbacks, 10-314 us apart on the stored captures at a 2.667 ms period (31 queued behind a stalled
+# notification thread came 11-15 us apart), a second check of a still unfinished graph 1.9 ms after the
+# first (jack-signalled-late). PipeWire reports each cycle it finds unfinished at the next one's start,
+# a period apart. A report within this many periods of the previous one is the same xrun: a run of late
+# cycles is one, as it is one incident (IncidentRules.join_periods); the quarter period above one covers
+# the jitter of callbacks stamped on arrival in libjack's non-real-time notification thread.
+XRUN_REPORT_GAP_PERIODS = 1.25
+# The server log is read at once from a pipe, within 50 ms from a followed file (samplers/engine/jack.py,
+# follow_log): a log line stamped up to this long after an xrun's last report belongs to that xrun.
+SERVER_LOG_LAG_NS = 100_000_000
+
+
+def same_xrun(gap_ns: np.ndarray, period_ns: float) -> np.ndarray:
+    """Per gap between consecutive reports of an engine: whether the later report is of the same xrun
+    (without a known period only reports stamped at the same instant are one)."""
+    gap = np.asarray(gap_ns, dtype=np.float64)
+    if not np.isfinite(period_ns) or period_ns <= 0:
+        return gap <= 0
+    return gap <= XRUN_REPORT_GAP_PERIODS * period_ns

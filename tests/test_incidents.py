@@ -349,3 +349,24 @@ def test_machine_time_that_covers_a_wait_is_one_cpus_certain_ticks() -> None:
 
     assert not covers(split, 16)  # a 16 ms lock wait stays a lock wait
     assert covers(one_cpu, 16) and not covers(one_cpu, 25)
+
+
+def test_stalls_and_xruns_number_incidents_alike_with_a_real_time_thread_outside_the_graph():
+    """A FIFO 50 thread of no engine client (a plugin's worker) ran long before the engine's starved
+    cycle: real-time, so an incident of its own (1) in `forensics stalls` as in `forensics xruns`, and
+    the xrun is incident 2 in both. Was: stalls handed the analysis policy labels ("FIFO 50"), read as not
+    real-time, hid the worker and numbered the starvation 1 while xruns numbered it 2."""
+    from forensics.views.stalls import stalls_report
+
+    links = _starved()
+    worker = Timeline(tid=700, comm="worker", pid=700, policy=1, rtprio=50, cpu=1)
+    synth.periodic(worker, t0=T0, duration_ns=DURATION, period_ns=10 * MS, episodes=[Episode("run", 50, 15.0)])
+    names = ["driverd", "client0", "client1", "client2"]
+    cap = _capture([*links, worker], **_engine_tables(names, [500, 600, 601, 602]))
+    _, incidents, _ = _analyse(cap)
+    xruns = xrun_rows(cap, incidents)
+    report = stalls_report(cap, "synthetic", incidents=True, for_json=True)
+    shown = next(s.frame for s in report.sections if s.name == "incidents")
+    assert shown["root_tid"].tolist() == incidents["root_tid"].tolist() == [700, 500]
+    starved = xruns.loc[xruns["kind"] == "xrun", "incident"].tolist()
+    assert starved == [2] and shown.set_index("incident").loc[2, "root_tid"] == 500

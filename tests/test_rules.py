@@ -92,3 +92,11 @@ def test_exact_path_thresholds() -> None:
     assert rules.USUAL_WAKER_SHARE == 0.2
     assert rules.BLKIO_SLACK_PER_WAIT_NS == 20 * US
     assert rules.BLKIO_COVER_SHARE == 0.5
+
+
+def test_reports_of_one_xrun_are_at_most_a_period_and_a_quarter_apart() -> None:
+    period = 2_666_667.0
+    gaps = A([0, 300 * US, 1.25 * period, 1.25 * period + 1, 3 * period])
+    assert rules.same_xrun(gaps, period).tolist() == [True, True, True, False, False]
+    assert rules.same_xrun(A([0, 1]), float("nan")).tolist() == [True, False]  # no period: one instant only
+    assert rules.SERVER_LOG_LAG_NS == 100 * MS  # a followed log file is read within 50 ms

@@ -20,11 +20,12 @@ from forensics.cli.report_options import emit, output_options, span_option
 def xruns(
     capture: str, span: str | None, tids: tuple[int, ...], fmt: str | None, as_json: bool, output: str | None
 ) -> None:
-    """One row per xrun the engine reported (its xruns record: JACK's xrun callback or server log,
-    PipeWire's profiler) or deadline a cycle missed (the engine's cycle ended after its period; in the
-    lab, a callback that ended past its deadline), with the incident of `forensics stalls` it falls in:
-    its root thread and verdict. An xrun with no incident is a late cycle whose cause the watched
-    threads do not show (look at `forensics system` for the machine at that time).
+    """One row per xrun the engine reported (its xruns record: JACK's xrun callbacks and server log,
+    PipeWire's profiler; the reports of one xrun merged, the client the engine blamed where it named one)
+    or deadline a cycle missed (the engine's cycle ended after its period; in the lab, a callback that
+    ended past its deadline), with the incident of `forensics stalls` that covers it, by the same
+    number: its root thread and verdict. An xrun with no incident is a late cycle whose cause the
+    watched threads do not show (look at `forensics system` for the machine at that time).
 
     --tid N (repeatable) lists only the xruns whose incident has that thread as its root or among its
     episodes. Like --span, it picks the xruns shown, never what is decided: the incidents are those of

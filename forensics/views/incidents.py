@@ -30,7 +30,7 @@ XRUN_TABLE = {
     "kind": "kind",
     "client": "client",
     "delay_us": "delay us",
-    "source": "source",
+    "source_text": "reported by",
     "incident_text": "incident",
     "root_comm": "root",
     "root_verdict": "root verdict",
@@ -172,6 +172,12 @@ def xruns_report(
         keep &= frame["incident"].isin(involved).to_numpy(dtype=bool)
     frame = frame[keep].reset_index(drop=True)
     frame["incident_text"] = [("" if pd.isna(i) else str(int(i))) for i in frame["incident"]]
+    # One row per xrun: how many reports of the engine it merges (jack2 notifies once per client it
+    # found unfinished), beside where they came from.
+    frame["source_text"] = [
+        f"{source} x{int(n)}" if n > 1 else str(source)
+        for source, n in zip(frame["source"], frame["reports"], strict=True)
+    ]
     report = Report(title=f"Xruns and missed deadlines in {name}", origin_ns=origin_ns, json_root="xruns")
     have = set(cap.table_names)
     why = ""

@@ -60,15 +60,18 @@ def stalls_report(
     episodes = find_stalls(
         cap, pattern=pattern, everything=everything, tids=tids, rules=rules, t_range=shown, profiles=profiles
     )
-    watched = select_threads(profiles, pattern=pattern, everything=everything, tids=tids).copy()
-    watched["policy"] = [
+    # The analyses take the numbers (an incident's chain tells real-time threads by their policy number,
+    # as `forensics xruns` passes them); the table shows words.
+    watched = select_threads(profiles, pattern=pattern, everything=everything, tids=tids)
+    shown_threads = watched.copy()
+    shown_threads["policy"] = [
         policy_label(p, r, n)
         for p, r, n in zip(
             watched["policy"].tolist(), watched["rtprio"].tolist(), watched["nice"].tolist(), strict=True
         )
     ]
     # -1 marks "never real-time" inside the analyses; shown, it is no priority at all.
-    watched["max_rtprio"] = watched["max_rtprio"].where(watched["max_rtprio"] >= 0)
+    shown_threads["max_rtprio"] = watched["max_rtprio"].where(watched["max_rtprio"] >= 0)
     interval = capture_interval_ns(cap)
     report = Report(
         title=f"Stalls in {name} (sampled every {interval / 1e6:g} ms)",
@@ -79,7 +82,7 @@ def stalls_report(
         Section(
             "threads",
             "Watched threads",
-            watched,
+            shown_threads,
             THREAD_COLUMNS,
             empty=_no_thread_hint(pattern, tids),
         )

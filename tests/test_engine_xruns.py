@@ -1,0 +1,116 @@
+"""The views agree with the engine (issue 22, item 5): one row per xrun the engine reported, with the
+client it blamed; each xrun joined to the incident that covers it, numbered as `forensics stalls`
+numbers it. Synthetic engine tables for the rules, the stored real captures for the views."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from analyses.engine import engine_xruns, xrun_figures
+from analyses.incidents import xrun_rows
+from capture.format import Capture
+
+US = 1_000
+MS = 1_000_000
+JACK_PERIOD = 2_666_667  # 128 frames at 48 kHz
+PW_PERIOD = 5_333_333  # 256 frames at 48 kHz
+
+
+def _engine(kind: str, reports: list[tuple[int, str, float | None, str | None]], quantum: int) -> Capture:
+    """A capture holding only an engine's xrun reports: (t_ns, source, delay_us, client)."""
+    t, source, delay, client = zip(*reports, strict=True) if reports else ((), (), (), ())
+    return Capture.from_frames(
+        meta={"sources": {"engine": {"kind": kind}}},
+        xruns=pd.DataFrame(
+            {"t_ns": pd.array(t, dtype="int64"), "engine": kind, "delay_us": pd.array(delay, dtype="Float64"),
+             "client": pd.array(client, dtype=object), "source": list(source), "text": None}
+        ),
+        engine_status=pd.DataFrame(
+            {"t_ns": [0, 10**10], "engine": kind, "quantum_frames": quantum, "rate_hz": 48000}
+        ),
+    )  # fmt: skip
+
+
+def test_jack_callbacks_of_one_xrun_are_one_row_with_the_client_the_log_blamed():
+    """jack2 notified four callbacks within 0.3 ms of one late cycle (the driver's, one per client it found
+    unfinished), and its log, followed from a file, came 40 ms later: the driver's XRun line and `p1 was
+    not finished`. One xrun, blamed on p1, with the driver's delay. A second xrun 600 ms later that no
+    log line names is `unknown` (None)."""
+    at, later = 1_000 * MS, 1_600 * MS
+    callbacks = [(at + k * 100 * US, "callback", 37.0, None) for k in range(4)]
+    log = [(at + 40 * MS, "server-log", 12_000.0, None), (at + 40 * MS + 5 * US, "server-log", None, "p1")]
+    second = [(later + k * 20 * US, "callback", 36.0, None) for k in range(3)]
+    x = engine_xruns(_engine("jack", callbacks + log + second, 128))
+    assert x["t_ns"].tolist() == [at, later]
+    assert x["reports"].tolist() == [6, 3]
+    assert x["client"].tolist() == ["p1", None]
+    assert x["delay_us"].tolist() == [12_000.0, 36.0]
+    assert x["source"].tolist() == ["callback, server-log", "callback"]
+    figures = xrun_figures(_engine("jack", callbacks + log + second, 128))
+    assert figures is not None and figures["xruns"] == 2 and figures["reports"] == 7
+
+
+def test_a_log_line_that_joins_no_callback_is_an_xrun_of_its_own():
+    """Without callbacks (the log is the engine's only report) its lines are grouped like reports; a log
+    line long after every callback is an xrun of its own, still blamed."""
+    lines = [(500 * MS, "server-log", 9_000.0, None), (500 * MS + 30 * US, "server-log", None, "fluidsynth")]
+    x = engine_xruns(_engine("jack", lines, 128))
+    assert x[["reports", "client"]].values.tolist() == [[2, "fluidsynth"]]
+    alone = engine_xruns(_engine("jack", [(0, "callback", 5.0, None), (400 * MS, "server-log", None, "p0")], 128))
+    assert alone["client"].tolist() == [None, "p0"]
+
+
+def test_pipewire_reports_of_consecutive_unfinished_cycles_are_one_xrun():
+    """PipeWire reports each cycle it found unfinished at the next one's start, a period apart: a client
+    stuck 20 ms is one xrun (four reports), naming the node; one two periods after the run is another."""
+    start = 1_000 * MS
+    run = [(start + k * PW_PERIOD, "profiler", None, "cue") for k in range(4)]
+    apart = [(start + 5 * PW_PERIOD, "profiler", None, "jalv")]
+    x = engine_xruns(_engine("pipewire", run + apart, 256))
+    assert x[["reports", "client"]].values.tolist() == [[4, "cue"], [1, "jalv"]]
+
+
+def test_xrun_joins_the_incident_that_covers_it_not_the_last_in_its_window():
+    """An xrun reported inside incident 2 belongs to 2, though incident 3 began within 20 ms after it
+    (was: the last incident within the join window, 3). One reported 1 ms after incident 3 ended, with
+    incident 4 starting 2 ms after it, belongs to 3: an engine reports an xrun after its late cycle."""
+    cap = _engine("jack", [(105 * MS, "callback", 10.0, None), (141 * MS, "callback", 10.0, None)], 128)
+    incidents = pd.DataFrame(
+        {"incident": [1, 2, 3, 4], "start_ns": [50 * MS, 100 * MS, 115 * MS, 143 * MS],
+         "end_ns": [60 * MS, 110 * MS, 140 * MS, 150 * MS], "root_comm": ["a", "b", "c", "d"],
+         "root_verdict": "runqueue"}
+    )  # fmt: skip
+    rows = xrun_rows(cap, incidents)
+    assert rows["incident"].tolist() == [2, 3]
+    assert rows["root_comm"].tolist() == ["b", "c"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# The stored real captures
+
+
+def _json(run_module, *args: str) -> dict:
+    result = run_module("forensics", *args, "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [("captures/jack-starved-ebpf.ssf", 2), ("captures/jack-starved-proc.ssf", 2),
+     ("captures/pipewire-late-client.ssf", 2)],
+)  # fmt: skip
+def test_xruns_gives_one_row_per_engine_xrun_numbered_as_stalls(run_module, path, expected):
+    """Each starvation (JACK: 3-4 callbacks each; PipeWire: the hog, then a client stuck 4 cycles) is one
+    xrun row, and its incident is the one `forensics stalls` prints covering it, by the same number."""
+    xruns = [r for r in _json(run_module, "xruns", path)["sections"]["xruns"] if r["kind"] == "xrun"]
+    assert len(xruns) == expected, [(r["t_ns"], r["reports"]) for r in xruns]
+    incidents = {r["incident"]: r for r in _json(run_module, "stalls", path)["sections"]["incidents"]}
+    for row in xruns:
+        assert row["incident"] in incidents
+        shown = incidents[row["incident"]]
+        assert shown["start_ns"] - 20 * MS <= row["t_ns"] <= shown["end_ns"] + 20 * MS
+        assert shown["root_comm"] == row["root_comm"] and shown["root_verdict"] == row["root_verdict"]
