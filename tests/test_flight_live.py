@@ -106,9 +106,13 @@ GAP_S = 4.0  # windows of 1 s + 1 s around each: one window per spin
 
 
 @pytest.mark.slow
+@pytest.mark.may_skip  # only when the watcher fell behind the ring through all but one spin (a loaded machine)
 def test_jack_graph_xruns_give_one_window_each_with_its_incident(tmp_path: Path) -> None:
     """A real jackd (dummy driver) and a client that spins 20 ms in its process callback on cue: each spin
-    an xrun the engine reports; each gets its own window, holding the incident of the spinning client."""
+    an xrun the engine reports; each gets its own window, holding the incident of the spinning client.
+    A window the watcher reached only after the ring had dropped its seconds is skipped, with its reason
+    in flight_windows (README, "Flight recorder": the watcher runs at nice 10 and on a busy machine can
+    fall behind the ring; seen in CI beside other work, 2 of 5): counted apart, not scored."""
     out = tmp_path / "flight"
     with jackd(tmp_path) as server:
         cue = server.cue_client("cue")
@@ -137,12 +141,16 @@ def test_jack_graph_xruns_give_one_window_each_with_its_incident(tmp_path: Path)
     assert len(spins) == SPINS
     found = 0
     unobservable: list[int] = []
+    lagged: list[str] = []
     for spin in spins:
         start, end = int(spin["start_ns"]), int(spin["end_ns"])
         if not ((reported >= start) & (reported <= end + SECOND // 2)).any():
             continue  # no xrun reported for this spin (see test_engine_jack: at least 9 of 10 are)
-        holding = saved[(saved["start_ns"] <= start) & (saved["end_ns"] >= end)]
+        holding = windows[(windows["start_ns"] <= start) & (windows["end_ns"] >= end)]
         assert len(holding) == 1, f"spin at {start}: {len(holding)} windows"
+        if holding["status"].iloc[0] != "saved":
+            lagged.append(str(holding["reason"].iloc[0]))
+            continue
         window = _whole(out / holding["file"].iloc[0])
         profiles = thread_profiles(window)
         episodes = find_stalls(window, profiles=profiles)
@@ -159,9 +167,13 @@ def test_jack_graph_xruns_give_one_window_each_with_its_incident(tmp_path: Path)
             continue
         assert len(hit) >= 1, f"spin at {start}: no incident in {holding['file'].iloc[0]}"
         found += 1
-    print(f"spins the recorder was kept off the CPU through: {len(unobservable)}")
+    print(f"spins the recorder was kept off the CPU through: {len(unobservable)}; windows skipped: {lagged}")
     assert len(unobservable) <= 2, f"the recorder missed {len(unobservable)} of {SPINS} spins"
-    assert found + len(unobservable) >= SPINS - 1, f"only {found} of {SPINS} spins gave an xrun with a window"
+    assert found + len(unobservable) + len(lagged) >= SPINS - 1, (
+        f"only {found} of {SPINS} spins gave an xrun with a window"
+    )
+    if found < 2:
+        pytest.skip(f"the watcher fell behind the ring: {len(lagged)} of {SPINS} windows skipped ({lagged[:1]})")
     # One window per xrun or merged burst: every saved window holds an xrun or a late cycle it was saved for.
     for window in saved.itertuples(index=False):
         assert ((reported >= window.start_ns) & (reported <= window.end_ns)).any() or window.kind == "late"
