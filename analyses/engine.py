@@ -4,10 +4,21 @@ Per cycle of an engine (JACK, PipeWire):
     end_rel = end - start    the cycle's end is the last node's finish (engine_cycles.end_ns where the
                              engine source filled it, else the latest finish_ns of the cycle's nodes
                              when every one of them has one); start is the driver's cycle start (t_ns)
-    missed  = end_rel > period_ns; where the end is unknown, whether the engine counted a node of the
-              cycle as late (engine_nodes.xrun); unknown (NA) when neither says.
+    missed  = end_rel > period_ns; where the end is unknown, whether a node of the cycle was late
+              (node_lateness); unknown (NA) when neither says.
 The engine's clock is already the capture's (the sources convert it), so these are plain differences.
 
+Per node and cycle, late (node_lateness): PipeWire says it (engine_nodes.xrun, its own status and xrun
+count). jack2 says it in no record: its test (the next cycle started before the client finished,
+rules.jack_client_late) is made here from the times the JACK source read (finish, the next signal and
+the finish stamp then, the next start: the next row of engine_cycles). Captures recorded before the
+source kept those times (no resignal_ns) hold the recorder's own flag in `xrun`: their lateness is
+derived from the times too, and the flag is read only where no finish was seen (it was the recorder's
+reading of the re-signal, which those files hold nowhere else).
+
+node_lateness(nodes, cycles)      per node row: late (nullable), next_start_ns (the very next cycle start,
+                                  NA when the capture does not hold it: a late flag is then not jack2's
+                                  test at that start)
 engine_cycle_ends(cycles, nodes)  every cycle: t_ns engine period_ns end_rel_ns missed (both nullable)
 engine_cycle_summary(...)         per engine: cycles, ends known, end p50/p99/max, misses, unknown misses
 engine_cycles(cap)                the cycles of a capture whose end or lateness is known, with end_ns
@@ -32,7 +43,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyses.rules import SERVER_LOG_LAG_NS, XRUN_REPORT_GAP_PERIODS, same_xrun
+from analyses.rules import (
+    SERVER_LOG_LAG_NS,
+    XRUN_REPORT_GAP_PERIODS,
+    jack_client_late,
+    next_start_seen,
+    same_xrun,
+)
 from analyses.span import in_span
 from capture.format import Capture
 
@@ -52,6 +69,48 @@ SUMMARY_COLUMNS = [
 ]
 
 
+def node_lateness(nodes: pd.DataFrame, cycles: pd.DataFrame) -> pd.DataFrame:
+    """Per row of `nodes` (same index): late (boolean, NA unknown) and next_start_ns (Int64: the cycle's
+    very next start, NA where the capture does not hold it)."""
+    recorded = (
+        nodes["xrun"].astype("boolean") if "xrun" in nodes else pd.Series(pd.NA, index=nodes.index, dtype="boolean")
+    )
+    if nodes.empty:
+        return pd.DataFrame({"late": recorded, "next_start_ns": pd.Series(dtype="Int64", index=nodes.index)})
+    engine = nodes["engine"].astype(str).to_numpy()
+    # The next start of each cycle among the cycles of its engine that the capture holds.
+    starts = cycles[["t_ns", "period_ns"]].assign(engine=cycles["engine"].astype(str))
+    starts = starts.drop_duplicates(["engine", "t_ns"]).sort_values(["engine", "t_ns"], kind="stable")
+    starts["following_ns"] = starts.groupby("engine", sort=False)["t_ns"].shift(-1)
+    at = starts.set_index(["engine", "t_ns"]).reindex(pd.MultiIndex.from_arrays([engine, nodes["t_ns"].to_numpy()]))
+
+    def ns(frame: pd.DataFrame, column: str) -> np.ndarray:
+        if column not in frame:  # a capture from before the source recorded it
+            return np.full(len(frame), np.nan)
+        return pd.to_numeric(frame[column], errors="coerce").astype("Float64").to_numpy(np.float64, na_value=np.nan)
+
+    following = ns(at, "following_ns")
+    very_next = next_start_seen(nodes["t_ns"].to_numpy(np.float64), following, ns(at, "period_ns"))
+    awake, finish = ns(nodes, "awake_ns"), ns(nodes, "finish_ns")
+    late, known = jack_client_late(
+        np.where(np.isnan(awake), ns(nodes, "signal_ns"), awake),
+        finish,
+        ns(nodes, "resignal_ns"),
+        ns(nodes, "finish_at_resignal_ns"),
+        following,
+        very_next,
+    )
+    derived = pd.Series(late, index=nodes.index, dtype="boolean").where(known)
+    # An older JACK capture's own flag, where no finish was seen: its reading of the re-signal.
+    derived = derived.fillna(recorded.where(np.isnan(finish)))
+    return pd.DataFrame(
+        {
+            "late": derived.where(engine == "jack", recorded),
+            "next_start_ns": pd.Series(following, index=nodes.index).where(very_next).astype("Int64"),
+        }
+    )
+
+
 def engine_cycle_ends(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
     """One row per engine cycle: t_ns, engine, period_ns, end_rel_ns (nullable), missed (nullable)."""
     if cycles.empty:
@@ -60,14 +119,15 @@ def engine_cycle_ends(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame
     out["engine"] = out["engine"].astype(str)
     out["end_ns"] = pd.to_numeric(out["end_ns"]).astype("Int64")
     if not nodes.empty:
-        per_cycle = nodes.assign(engine=nodes["engine"].astype(str)).groupby(["engine", "t_ns"])
+        late = node_lateness(nodes, cycles)["late"]
+        per_cycle = nodes.assign(engine=nodes["engine"].astype(str), late=late).groupby(["engine", "t_ns"])
         # The last finish ends the cycle only when every node of it finished: a node never seen finishing
         # (a client signaled and never woken, observed: jalv starved or stuck through a whole recording)
         # leaves the end unknown, not the other nodes' last finish (early: an on-time cycle the engine
         # reported as an xrun). Its lateness then comes from the nodes' flags.
         complete = per_cycle["finish_ns"].count() == per_cycle.size()
         last = per_cycle["finish_ns"].max().where(complete).rename("last_finish_ns")
-        late = per_cycle["xrun"].apply(_any_known).astype("boolean").rename("node_late")
+        late = per_cycle["late"].apply(_any_known).astype("boolean").rename("node_late")
         out = out.join(last, on=["engine", "t_ns"]).join(late, on=["engine", "t_ns"])
         out["end_ns"] = out["end_ns"].fillna(pd.to_numeric(out["last_finish_ns"]).astype("Int64"))
     else:

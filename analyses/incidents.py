@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import rules
-from analyses.engine import engine_xruns
+from analyses.engine import engine_xruns, node_lateness
 from analyses.machine import held_one_cpu_ns, machine_growth
 from analyses.rules import USUAL_WAKER_SHARE, XRUN_JOIN_NS, IncidentRules, period_limit_ns
 from capture.format import Capture
@@ -966,8 +966,9 @@ def _engine_first_late(
     finish = finish[nodes.index]
     woken = nodes["awake_ns"].astype("Float64") - nodes["signal_ns"].astype("Float64")
     ran = nodes["finish_ns"].astype("Float64") - nodes["awake_ns"].astype("Float64")
-    # Awake and never seen finishing (the engine flagged it unfinished): it ran past its period.
-    unfinished = (nodes["awake_ns"] >= nodes["signal_ns"]) & nodes["finish_ns"].isna() & (nodes["xrun"] == True)  # noqa: E712
+    # Awake and never seen finishing, and late (the next cycle came before it finished): it ran past its period.
+    late_node = node_lateness(nodes, cycles)["late"]
+    unfinished = (nodes["awake_ns"] >= nodes["signal_ns"]) & nodes["finish_ns"].isna() & late_node.fillna(False)
     ran = ran.mask(unfinished.fillna(False), period)
     late = nodes[
         ((woken >= rules.engine_late_share * period) | (ran >= rules.engine_late_share * period)).fillna(False)

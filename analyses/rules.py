@@ -163,6 +163,45 @@ def decide(components: np.ndarray, causes: Sequence[str] = CAUSES) -> tuple[np.n
 
 
 # --------------------------------------------------------------------------------------------------
+# Engine cycles (analyses/engine.py): whether a JACK client was late in a cycle
+
+# The next cycle start the poller saw is the cycle's very next one when it came less than this many
+# periods after it: the driver starts a cycle a period after the one before, so a longer gap holds a
+# start the poller did not see (or a driver half a period late, which a poll cannot tell apart).
+NEXT_START_MAX_PERIODS = 1.5
+
+
+def next_start_seen(start_ns: np.ndarray, following_ns: np.ndarray, period_ns: np.ndarray) -> np.ndarray:
+    """Whether the next cycle start the capture holds (NaN: none) is the very next one."""
+    return (following_ns - start_ns) < NEXT_START_MAX_PERIODS * period_ns
+
+
+def jack_client_late(
+    awake_ns: np.ndarray,
+    finish_ns: np.ndarray,
+    resignal_ns: np.ndarray,
+    finish_at_resignal_ns: np.ndarray,
+    following_ns: np.ndarray,
+    very_next: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """jack2's own test of a client in a cycle: late when the next cycle's start came before it finished.
+    jack2 makes it at that start (JackEngine::Process -> ProcessCurrent -> CheckXRun: a client whose state
+    is not Finished, or that finished after the start, is an xrun). Times in ns, NaN where not seen;
+    `awake_ns` is the wake-up, else the signal. Per client-cycle (late, known):
+    - late: its finish stamp, read when it was signalled again (at or after the next start), was older
+      than its wake-up (or it had never finished); or its finish came after a later start the capture
+      holds (the very next one came no later);
+    - on time: it finished by the very next start (`very_next`: the next start the capture holds is it);
+    - else unknown: no finish seen, or the very next start was not seen and the finish came before the
+      next one seen. The driver stamps its start when it resumes the graph, a few us after the date
+      jack2 checks against: a finish in between is on time here and late to jack2, never the reverse."""
+    unfinished = ~np.isnan(resignal_ns) & ~(finish_at_resignal_ns >= awake_ns)
+    late = unfinished | (finish_ns > following_ns)
+    on_time = ~late & very_next & (finish_ns <= following_ns)
+    return late, late | on_time
+
+
+# --------------------------------------------------------------------------------------------------
 # Incidents (analyses/incidents.py): grouping the episodes of one late engine cycle
 
 

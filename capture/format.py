@@ -380,7 +380,13 @@ ENGINE_NODES_SCHEMA = pa.schema(
         ("awake_ns", pa.int64()),  # when it woke up
         ("finish_ns", pa.int64()),  # when it finished its process call
         ("status", pa.int16()),  # engine's status code (PipeWire: activation status; JACK: state)
-        ("xrun", pa.bool_()),  # the engine counted this node late/xrun in this cycle, null if unknown
+        # PipeWire: the engine counted this node late/xrun in this cycle. JACK: null (jack2 says it per
+        # cycle in no record; captures before resignal_ns hold the recorder's own flag here).
+        ("xrun", pa.bool_()),
+        # JACK: the client's next signal as first read, and its finish stamp in that read (null: it had
+        # never finished); null when not seen. Lateness is derived from these (analyses.engine).
+        ("resignal_ns", pa.int64()),
+        ("finish_at_resignal_ns", pa.int64()),
     ]
 )
 # One row per xrun the ENGINE reported (never inferred by us).

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyses.engine import engine_cycles
+from analyses.engine import engine_cycles, node_lateness
 from capture.errors import CaptureWarning
 from capture.format import load
 from forensics.export.perfetto_engine import ENGINE_PID
@@ -73,7 +73,9 @@ def test_spins_are_xruns_and_late_cycles_naming_the_client(tmp_path: Path) -> No
     xruns = capture.xruns
     callbacks = xruns[xruns["source"] == "callback"]["t_ns"].to_numpy()
     nodes = capture.engine_nodes
-    late = nodes[(nodes["name"] == "cue") & (nodes["xrun"] == True)]  # noqa: E712 - nullable column
+    assert nodes["xrun"].isna().all()  # the source records times; lateness is the analysis'
+    late_flag = node_lateness(nodes, capture.engine_cycles)["late"].fillna(False).astype(bool)
+    late = nodes[(nodes["name"] == "cue") & late_flag]
     log_blames = xruns[(xruns["source"] == "server-log") & (xruns["client"] == "cue")]["t_ns"].to_numpy()
     cue_rows = nodes[nodes["name"] == "cue"]
     seen_xrun = seen_late = seen_log = unpolled = 0
@@ -286,24 +288,14 @@ def _late_in_cycle(flags: pd.Series) -> bool | None:
     return True if flags.eq(True).any() else (False if flags.notna().all() else None)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason=(
-        "open, a defect of the JACK source: its per-cycle late flag is decided in the sampler "
-        "(samplers/engine/cycles.py), from a poll of jack2's shared timing slots, and in a clean-clone CI run "
-        "during a burst of hypervisor steal (2026-12-02, the lab tests skipped for it) it flagged a cycle late "
-        "that jack2 never notified; moving the decision to a rule in analyses/rules.py is issue 21 item 3. "
-        "Passed in the two runs before"
-    ),
-)
 def test_every_xrun_the_capture_holds_is_one_the_engine_reported(graphs: dict[str, Path]) -> None:
     """The series graph (fluidsynth and four jalv plugins) with jackd's log: every xrun row is the engine's
     own words (a callback, or a server-log XRun line verbatim), each callback has a log line beside it,
-    and a client the per-cycle data calls late is an xrun the engine notified. jack2 checks at the next
-    cycle's start and notifies at once, but only for the first failing cycle of a run
-    (JackEngine::ProcessCurrent): a report follows the first late cycle of each run of late cycles of a
-    client. A cycle whose next start the poller missed was checked against the nominal start (the
-    engine's may have come later): its flag is not the engine's test, counted apart."""
+    and a client the analysis finds late from the source's times (analyses.engine.node_lateness: the
+    source records no flag) is an xrun the engine notified. jack2 checks at the next cycle's start and
+    notifies at once, but only for the first failing cycle of a run (JackEngine::ProcessCurrent): a report
+    follows the first late cycle of each run of late cycles of a client. A cycle whose very next start the
+    capture does not hold (the poller missed it) is not the engine's test at that start: counted apart."""
     series = graphs["series"]
     capture = load(series)
     log_lines = [line for line in (series.parent / "series" / "jackd.log").read_text().splitlines() if "XRun" in line]
@@ -316,29 +308,31 @@ def test_every_xrun_the_capture_holds_is_one_the_engine_reported(graphs: dict[st
     for t in callbacks:  # the server logged each xrun it notified (the file is followed at 20 Hz)
         assert ((log_times > t - 500_000_000) & (log_times < t + 500_000_000)).any()
     cycles = capture.engine_cycles.sort_values("t_ns")
-    period_ns = int(cycles["period_ns"].median())
-    nodes = capture.engine_nodes
-    # Per cycle the poller saw: True if a client was flagged late, False if all were seen on time, else NA.
-    flags = nodes.groupby("t_ns")["xrun"].agg(_late_in_cycle)
-    state = flags.reindex(cycles["t_ns"].to_numpy())
+    judged = node_lateness(capture.engine_nodes, cycles)
+    nodes = capture.engine_nodes.assign(late=judged["late"], next_start_ns=judged["next_start_ns"])
+    # Per cycle the poller saw: True if a client was late, False if all were seen on time, else NA.
+    state = nodes.groupby("t_ns")["late"].agg(_late_in_cycle).reindex(cycles["t_ns"].to_numpy())
     starts = state.index.to_numpy()
-    follows = np.r_[False, np.diff(starts) < 1.5 * period_ns]  # the cycle before it was seen too
-    nominal = np.r_[np.diff(starts) >= 1.5 * period_ns, True]  # its next start was missed: a nominal check
-    first = (state.to_numpy() == True) & np.r_[False, state.to_numpy()[:-1] == False] & follows  # noqa: E712
-    checked = [int(t) for t in starts[first & ~nominal]]
+    # Whether the capture holds the cycle's very next start, the one jack2 made its test at.
+    very_next = nodes.groupby("t_ns")["next_start_ns"].first().reindex(starts).notna().to_numpy()
+    follows = np.r_[False, very_next[:-1]]  # the cycle before it was seen, and this is its very next
+    late_cycle = state.eq(True).fillna(False).to_numpy(dtype=bool)
+    on_time_cycle = state.eq(False).fillna(False).to_numpy(dtype=bool)
+    first = late_cycle & np.r_[False, on_time_cycle[:-1]] & follows
+    checked = [int(t) for t in starts[first & very_next]]
     blamed = logged.dropna(subset=["client"])
     for t in checked:  # the graph finished the cycle before, not this one: jack2 notified at the next start
         reported = ((callbacks >= t) & (callbacks <= t + 200_000_000)).any()
         assert reported, f"late cycle at {t} (after an on-time one) the engine never reported"
         # ... and named each client it found not finished (the log line comes at once, read within 50 ms).
         near = blamed[(blamed["t_ns"] >= t) & (blamed["t_ns"] <= t + 200_000_000)]
-        flagged = set(nodes[(nodes["t_ns"] == t) & (nodes["xrun"] == True)]["name"].astype(str))  # noqa: E712
+        flagged = set(nodes[(nodes["t_ns"] == t) & (nodes["late"] == True)]["name"].astype(str))  # noqa: E712
         named = set(near["client"].astype(str))
         assert flagged <= named, f"late at {t}: {flagged}, the engine named {named}"
-    late = int((nodes["xrun"] == True).sum())  # noqa: E712 - nullable column
+    late = int((nodes["late"] == True).sum())  # noqa: E712 - nullable column
     print(
         f"series 8 s: {len(callbacks)} xrun callbacks, {len(logged)} server-log lines, {late} late client-cycles, "
-        f"{len(checked)} first late cycles checked, {int((first & nominal).sum())} against a nominal start"
+        f"{len(checked)} first late cycles checked, {int((first & ~very_next).sum())} whose next start was missed"
     )
     names = set(capture.engine_clients["name"])
     assert {"fluidsynth", "p0", "p1", "p2", "p3"} <= names

@@ -5,14 +5,24 @@ from __future__ import annotations
 import os
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from analyses.engine import node_lateness
 from samplers.engine.choose import choose_jack, command_server
 from samplers.engine.cycles import CycleAssembler
 from samplers.engine.jack import DRIVER_XRUN_LINE, XRUN_LINE
 from samplers.engine.jack_shm import _DTYPE, CLIENT_NUM, TIMING, GraphTiming
 
 PERIOD_US = 5333.0
+
+
+def _late(cycles: list[dict], nodes: list[dict], period_ns: float) -> dict[int, bool | None]:
+    """The analysis' verdict on the rows the assembler emitted: cycle start -> late (None: unknown)."""
+    frame = pd.DataFrame(nodes).assign(engine="jack")
+    starts = pd.DataFrame(cycles).assign(engine="jack", period_ns=period_ns)
+    late = node_lateness(frame, starts)["late"]
+    return {int(t): (None if pd.isna(v) else bool(v)) for t, v in zip(frame["t_ns"], late, strict=True)}
 
 
 def _slots(driver_start: int, client: tuple[int, int, int, int]) -> np.ndarray:
@@ -42,10 +52,14 @@ def test_a_client_that_spins_through_the_next_cycle_is_late_in_its_cycle_only() 
         asm.observe(_slots(start, client), [2])
     cycles, nodes = asm.take(10**9, PERIOD_US, {0: "system", 2: "cue"}, flush=True)
     by_cycle = {n["t_ns"] // 1000: n for n in nodes}
-    assert by_cycle[t1]["xrun"] is False and by_cycle[t1]["finish_ns"] == (t1 + 100) * 1000
-    assert by_cycle[t2]["xrun"] is True and by_cycle[t2]["finish_ns"] == (t2 + 20_007) * 1000
+    late = {t // 1000: v for t, v in _late(cycles, nodes, PERIOD_US * 1000).items()}
+    assert late[t1] is False and by_cycle[t1]["finish_ns"] == (t1 + 100) * 1000
+    assert late[t2] is True and by_cycle[t2]["finish_ns"] == (t2 + 20_007) * 1000
+    # Re-signalled for cycle 3 while its finish stamp was still cycle 1's: recorded as read.
+    assert (by_cycle[t2]["resignal_ns"], by_cycle[t2]["finish_at_resignal_ns"]) == (t3 * 1000, (t1 + 100) * 1000)
     assert by_cycle[t2]["awake_ns"] == (t2 + 7) * 1000
-    assert by_cycle[t3]["awake_ns"] == (t2 + 20_010) * 1000 and by_cycle[t3]["xrun"] is True
+    assert by_cycle[t3]["awake_ns"] == (t2 + 20_010) * 1000 and late[t3] is True
+    assert "xrun" not in by_cycle[t1]  # the sampler decides no lateness
     ends = {c["t_ns"] // 1000: c["end_ns"] for c in cycles}
     assert ends[t1] == (t1 + 100) * 1000 and ends[t2] == (t2 + 20_007) * 1000
     assert ends[t4] is None  # no client ran in it (as far as seen): its end is unknown, not made up
@@ -113,9 +127,36 @@ def test_late_without_a_seen_finish_is_still_late() -> None:
         (t3, (t2, t1 + 20_050, t1 + 20_100, 3)),  # its finish for t1 was never seen, only t2's
     ]:
         asm.observe(_slots(start, client), [2])
-    _, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
+    cycles, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
     by_cycle = {n["t_ns"]: n for n in nodes}
-    assert by_cycle[t1]["xrun"] is True and by_cycle[t1]["finish_ns"] is None
+    assert by_cycle[t1]["finish_ns"] is None and by_cycle[t1]["finish_at_resignal_ns"] == t1 - 4000
+    assert _late(cycles, nodes, PERIOD_US)[t1] is True
+
+
+def test_the_rows_the_source_writes_read_back_with_the_late_cycle_derived(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The assembler's rows through a capture file, as the JACK source writes them: they hold no late
+    flag (the `xrun` column is null), and the analysis derives it: the cycle whose client was signalled
+    again before it finished is a miss although its end is unknown."""
+    from analyses.engine import engine_cycles
+    from capture.format import CaptureWriter, load
+
+    asm = CycleAssembler(0, to_ns=lambda us: us)
+    t1, t2, t3 = 10_000, 15_333, 20_666
+    for start, client in [
+        (t1, (t1, t1 + 10, t1 - 4000, 2)),
+        (t2, (t2, t1 + 10, t1 - 4000, 1)),  # re-signalled, its finish stamp older than its wake-up
+        (t3, (t2, t1 + 20_050, t1 + 20_100, 3)),
+    ]:
+        asm.observe(_slots(start, client), [2])
+    cycles, nodes = asm.take(10**9, PERIOD_US, {2: "cue"}, flush=True)
+    path = tmp_path / "jack.ssf"
+    with CaptureWriter(path, {"sources": {"engine": {"kind": "jack"}}}) as writer:
+        writer.append("engine_cycles", pd.DataFrame(cycles).assign(engine="jack", period_ns=round(PERIOD_US)))
+        writer.append("engine_nodes", pd.DataFrame(nodes).assign(engine="jack"))
+    cap = load(path)
+    assert cap.engine_nodes["xrun"].isna().all() and cap.engine_nodes["resignal_ns"].notna().any()
+    ends = engine_cycles(cap).set_index("t_ns")
+    assert pd.isna(ends.loc[t1, "end_ns"]) and ends.loc[t1, "missed"] == True  # noqa: E712 - nullable
 
 
 def test_in_jack_graph_reads_the_semaphore_mappings(tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -233,8 +274,8 @@ def test_a_cycle_started_during_the_copy_files_the_clients_values_under_it() -> 
         asm.observe(before, [2])
         asm.observe(snapshot, [2])
         asm.observe(after, [2])
-        _, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
-        assert not [n for n in nodes if n["xrun"]], nodes
+        rows, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
+        assert True not in _late(rows, nodes, PERIOD_US).values(), nodes
         assert {n["t_ns"] for n in nodes} == cycles
 
 
@@ -250,7 +291,7 @@ def test_a_signal_of_a_cycle_whose_start_was_missed_is_placed_in_none(seen_befor
     asm.observe(_slots(t1, first), [2])
     asm.observe(_slots(t3, (missed, missed + 5_225, missed + 5_263, 0)), [2])
     asm.observe(_slots(t3, (t3 + 3, t3 + 21, t3 + 32, 3)), [2])
-    _, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
-    assert not [n for n in nodes if n["xrun"]], nodes
+    cycles, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
+    assert True not in _late(cycles, nodes, PERIOD_US).values(), nodes
     assert asm.unplaced == 1
     assert {n["t_ns"] for n in nodes} <= {t1, t3}

@@ -31,6 +31,7 @@ import functools
 import pytest
 
 import forensics
+from analyses.engine import node_lateness
 from analyses.incidents import xrun_rows
 from tests import real_captures
 from tests.helpers import REPO, assert_matches_golden
@@ -180,3 +181,24 @@ def test_a_late_pipewire_client_is_one_incident_rooted_at_its_callback(name):
     assert len(rest) == 1 and threads[rest["root_tid"].iloc[0]] == stored.meta["made_by"]["pids"]["pipewire"]
     assert rest["root_verdict"].iloc[0] == "runqueue"
     assert not (members["incident_verdict"] == "lock").any()
+
+
+def test_an_old_jack_capture_keeps_its_recorded_flag_only_where_no_finish_was_seen():
+    """captures/jack-driver-suspect.ssf was recorded when the JACK source set engine_nodes.xrun itself (no
+    resignal_ns): 10 client-cycles flagged. Read now, the times decide where a finish was seen, and the
+    recorder's flag (its reading of the re-signal) is read only where none was: 4 clients of the starved
+    cycle, never seen finishing. The flag it set against a nominal start (the poller missed the next one,
+    and the finish came before the next start it saw) is unknown, not late."""
+    cap = forensics.load(REPO / DRIVER)
+    nodes = cap.engine_nodes
+    assert "resignal_ns" not in nodes and int((nodes["xrun"] == True).sum()) == 10  # noqa: E712 - nullable
+    judged = node_lateness(nodes, cap.engine_cycles)
+    late = judged["late"].fillna(False).astype(bool)
+    unseen = nodes["finish_ns"].isna()
+    assert int(late.sum()) == 9 and int((late & unseen).sum()) == 4
+    assert ((nodes["xrun"] == True) & unseen).sum() == 4  # noqa: E712 - the flags read as recorded
+    by_times = late & ~unseen
+    assert (nodes["finish_ns"][by_times] > judged["next_start_ns"][by_times]).all()
+    nominal = nodes["xrun"].fillna(False).astype(bool) & ~late
+    assert int(nominal.sum()) == 1 and judged["late"][nominal].isna().all()
+    assert judged["next_start_ns"][nominal].isna().all()

@@ -100,3 +100,26 @@ def test_reports_of_one_xrun_are_at_most_a_period_and_a_quarter_apart() -> None:
     assert rules.same_xrun(gaps, period).tolist() == [True, True, True, False, False]
     assert rules.same_xrun(A([0, 1]), float("nan")).tolist() == [True, False]  # no period: one instant only
     assert rules.SERVER_LOG_LAG_NS == 100 * MS  # a followed log file is read within 50 ms
+
+
+def test_the_very_next_start_is_one_less_than_a_period_and_a_half_after() -> None:
+    period = A([4 * MS, 4 * MS, 4 * MS])
+    following = A([6 * MS - 1, 6 * MS, np.nan])  # within, at the bar (a start the poller missed), none held
+    assert rules.next_start_seen(A([0, 0, 0]), following, period).tolist() == [True, False, False]
+    assert rules.NEXT_START_MAX_PERIODS == 1.5
+
+
+def test_a_jack_client_is_late_when_the_next_start_came_before_it_finished() -> None:
+    """jack2's CheckXRun at the next cycle's start, made from what the JACK source read (ns, NaN unseen)."""
+    nan, nxt = np.nan, 4 * MS
+    awake = A([1 * MS] * 8)
+    # on time at the start, late one ns after it; the next start missed: unknown, late past a later one;
+    # no finish seen: its stamp at the re-signal older than the wake-up, never finished, up to date, unread.
+    finish = A([nxt, nxt + 1, nxt, 9 * MS, nan, nan, nan, nan])
+    resignal = A([nan, nan, nan, nan, nxt, nxt, nxt, nan])
+    finish_at_resignal = A([nan, nan, nan, nan, 1 * MS - 1, nan, 1 * MS, nan])
+    following = A([nxt, nxt, 8 * MS, 8 * MS, nxt, nxt, nxt, nxt])
+    very_next = A([True, True, False, False, True, True, True, True])
+    late, known = rules.jack_client_late(awake, finish, resignal, finish_at_resignal, following, very_next)
+    assert late.tolist() == [False, True, False, True, True, True, False, False]
+    assert known.tolist() == [True, True, False, True, True, True, False, False]

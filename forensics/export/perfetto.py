@@ -301,9 +301,11 @@ def perfetto_trace(
     if len(system) and t_range is not None:
         system = system[in_span(system["t_ns"].to_numpy(), t_range)]
     events.extend(machine_events(system, markers, origin))
+    from analyses.engine import node_lateness
     from forensics.export.perfetto_engine import engine_events
 
     xruns, nodes = cap.table("xruns"), cap.table("engine_nodes")
+    nodes = nodes.assign(late=node_lateness(nodes, cap.engine_cycles)["late"])  # before the span: next starts
     if t_range is not None:
         xruns = xruns[in_span(xruns["t_ns"].to_numpy(), t_range)]
         nodes = nodes[in_span(nodes["t_ns"].to_numpy(), t_range)]

@@ -3,7 +3,8 @@
 An "engine" process of its own (pid ENGINE_PID, above Linux's pid_max like the other synthetic ids):
 every xrun the engine reported is an instant on its main track (with the delay and the client it
 blamed), and each client has a track with one slice per cycle from its wake-up to its finish (its busy
-time as the engine stamped it), named "late" when the engine counted the client late in that cycle.
+time as the engine stamped it), named "late" when the client was late in that cycle (the `late` column:
+analyses.engine.node_lateness).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def engine_events(xruns: pd.DataFrame, nodes: pd.DataFrame, origin: int, engine:
                        "args": {"name": f"{name} (busy per cycle)"}})  # fmt: skip
         awake = group["awake_ns"].to_numpy(dtype=np.int64)
         finish = group["finish_ns"].to_numpy(dtype=np.int64)
-        late = group["xrun"].fillna(False).to_numpy(dtype=bool)
+        late = group["late"].fillna(False).to_numpy(dtype=bool)
         # Slices on one track must not overlap: a late finish can pass the next wake-up's stamp.
         ends = np.minimum(finish, np.r_[awake[1:], np.iinfo(np.int64).max])
         for a, e, is_late, f in zip(awake, ends, late, finish, strict=True):

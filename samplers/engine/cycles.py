@@ -5,13 +5,16 @@ period sees each value at least once while the cycle runs. A value belongs to th
 (the driver's fFinishedAt) precedes it; a finish that comes late (after the next cycle re-signaled
 the client) belongs to the client's latest record that woke before it and has no finish yet. A poller
 late by more than a period misses a cycle's start: a signal of that cycle is placed in none (counted in
-`unplaced`), never in the cycle before it (whose check it would fail: a late flag jack2 never notified).
+`unplaced`), never in the cycle before it.
 
 A cycle is emitted when it is EMIT_AFTER_US old. Its end is the latest finish of its clients, null
-when one of them was never seen finishing. A client's `xrun` is jack2's own test (JackEngine::CheckXRun:
-at the next cycle's start a signaled client must have finished): it was signaled again while its
-finish stamp was still older than its wake-up, or its finish came after the next cycle start we saw
-(or the nominal one when we missed it); null when neither its finish nor its re-signal was seen.
+when one of them was never seen finishing. This records what the slots said, and decides no lateness:
+per client-cycle its signal, wake-up and finish (null where no poll saw them), and the client's next
+signal as first read with the finish stamp its slot held in that same read (`resignal_ns`,
+`finish_at_resignal_ns`: a finish stamp older than the wake-up then means it had not finished when the
+next cycle came, though its finish was overwritten before a poll saw it). The next cycle's start is the
+next row of engine_cycles, when the poller saw it. Whether a client was late (jack2's own test) is
+decided from these in analyses/engine.py by a rule of analyses/rules.py.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ class _Node:
     awake_us: int | None = None
     finish_us: int | None = None
     status: int | None = None
-    late: bool = False  # re-signaled (the next cycle came) before it finished: jack2's xrun test
+    # The client's next signal as first read, and its finish stamp in that read (0: it never finished).
+    resignal_us: int | None = None
+    finish_at_resignal_us: int | None = None
 
 
 @dataclass
@@ -68,8 +73,8 @@ class CycleAssembler:
             if s and s != ls:
                 if client.records:
                     prev = client.records[-1][1]
-                    # Not finished since it woke: the finish stamp is older than its wake-up.
-                    prev.late = prev.finish_us is None and f < (prev.awake_us or prev.signal_us)
+                    if prev.resignal_us is None:  # what the slot said when it was first seen signalled again
+                        prev.resignal_us, prev.finish_at_resignal_us = s, f
                 key = self._cycle_of(s)
                 if key is None:
                     self.unplaced += 1
@@ -114,7 +119,7 @@ class CycleAssembler:
         """Rows of the cycles old enough to be complete (all of them with flush): (cycles, nodes)."""
         cycles: list[dict[str, Any]] = []
         nodes: list[dict[str, Any]] = []
-        for i, start in enumerate(self.starts):
+        for start in self.starts:
             if start not in self.nodes:
                 continue
             if not flush and now_us - start < EMIT_AFTER_US:
@@ -126,9 +131,6 @@ class CycleAssembler:
             stray = [ref for ref, n in members.items() if n.signal_us >= start + period_us]
             self.unplaced += len(stray)
             members = {ref: n for ref, n in members.items() if ref not in stray}
-            following = self.starts[i + 1] if i + 1 < len(self.starts) else None
-            # The next start we saw is the check only if it is the very next cycle.
-            check = following if following is not None and following - start < 1.5 * period_us else start + period_us
             finishes = [n.finish_us for n in members.values()]
             known = [f for f in finishes if f is not None]
             end = max(known) if known and len(known) == len(finishes) else None
@@ -144,9 +146,11 @@ class CycleAssembler:
                         "awake_ns": self.to_ns(n.awake_us) if n.awake_us is not None else None,
                         "finish_ns": self.to_ns(n.finish_us) if n.finish_us is not None else None,
                         "status": n.status,
-                        "xrun": True
-                        if n.late or (n.finish_us is not None and n.finish_us > check)
-                        else (None if n.finish_us is None else False),
+                        "resignal_ns": self.to_ns(n.resignal_us) if n.resignal_us is not None else None,
+                        # A zero stamp: it had never finished (null, not a time).
+                        "finish_at_resignal_ns": self.to_ns(n.finish_at_resignal_us)
+                        if n.finish_at_resignal_us
+                        else None,
                     }
                 )
         self.starts = [s for s in self.starts if s in self.nodes or s >= self.starts[-1]]
