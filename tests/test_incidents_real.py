@@ -29,6 +29,7 @@ import pandas as pd
 import pytest
 
 import forensics
+from analyses.engine import node_lateness
 from analyses.incidents import SUSPECT_TID
 from analyses.rules import wake_limit_ns
 from analyses.source import capture_interval_ns
@@ -141,7 +142,7 @@ def _engine_late_spans(cap: forensics.Capture, interval_ns: int) -> np.ndarray:
     lateness = offset - usual + start_late.reindex(nodes["t_ns"].to_numpy()).fillna(0.0).to_numpy()
     ran = (nodes["finish_ns"].astype("Float64") - nodes["awake_ns"].astype("Float64")).astype(np.float64)
     tolerance = limit - period
-    xrun = (nodes["xrun"] == True).fillna(False).to_numpy(dtype=bool)  # noqa: E712
+    xrun = node_lateness(nodes, cycles)["late"].fillna(False).to_numpy(dtype=bool)
     flagged = ((lateness > tolerance) | (ran > tolerance)).fillna(False).to_numpy(dtype=bool) | xrun
     late += [(int(s), int(s + 2 * period)) for s in nodes.loc[flagged, "t_ns"]]
     late += [(int(s - 2 * period), int(s)) for s in cap.table("xruns")["t_ns"]]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from analyses.engine import node_lateness
 from capture.format import load
 from tests.pipewire_lab import PERIOD_NS, catch_load, pipewire_daemon, read_truth
 
@@ -67,6 +68,7 @@ def test_spins_are_xruns_naming_the_client_and_its_late_cycle(tmp_path: Path) ->
 
     xruns = capture.table("xruns")
     nodes = capture.table("engine_nodes")
+    nodes = nodes.assign(late=node_lateness(nodes, capture.table("engine_cycles"))["late"].fillna(False))
     ours = nodes[nodes["name"] == "spinner"]
     seen_as_xrun = seen_as_late = 0
     offsets_ns = []
@@ -76,7 +78,7 @@ def test_spins_are_xruns_naming_the_client_and_its_late_cycle(tmp_path: Path) ->
             (xruns["t_ns"] >= start) & (xruns["t_ns"] <= end + 2 * PERIOD_NS) & (xruns["client"] == "spinner")
         ]
         seen_as_xrun += not reported.empty
-        late = ours[(ours["t_ns"] <= start) & (ours["t_ns"] > start - PERIOD_NS) & ours["xrun"].astype(bool)]
+        late = ours[(ours["t_ns"] <= start) & (ours["t_ns"] > start - PERIOD_NS) & ours["late"].astype(bool)]
         if not late.empty and pd.notna(late["finish_ns"].iloc[0]):
             row = late.iloc[0]
             seen_as_late += int(row["finish_ns"] - row["t_ns"] > PERIOD_NS)
@@ -107,7 +109,7 @@ def test_quiet_run_records_only_what_the_engine_reported(tmp_path: Path) -> None
     nodes = capture.table("engine_nodes")
     xruns = capture.table("xruns")
     assert len(cycles) >= 0.8 * 18e9 / PERIOD_NS  # the source ran (nearly) the whole run
-    unfinished_cycles = nodes.loc[nodes["xrun"].astype(bool), "t_ns"].nunique()
+    unfinished_cycles = nodes.loc[node_lateness(nodes, cycles)["late"].fillna(False).astype(bool), "t_ns"].nunique()
     not_finished = xruns[xruns["text"].str.contains(r"\(node \d+\)")]
     counted = xruns[xruns["text"].str.match(r"driver .* xrun count")]
     totals = cycles["xruns_total"].dropna().astype(int)
