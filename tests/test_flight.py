@@ -13,10 +13,10 @@ import pytest
 
 from capture.errors import CaptureWarning
 from capture.format import Capture, load
-from capture.segments import SegmentedWriter
+from capture.segments import SegmentedWriter, list_segments
 from forensics.flight.plan import BURST_GAP_NS, MINUTE_NS, Counters, Planner
 from forensics.flight.triggers import Trigger, parse_trigger
-from forensics.flight.watch import FLIGHT_FILE, Watcher
+from forensics.flight.watch import FLIGHT_FILE, HELD_DIR, Watcher
 from tests import synth
 from tests.synth import Episode
 
@@ -227,6 +227,36 @@ def _copy_ring(ring: Path, where: Path) -> Path:
     for path in ring.iterdir():
         (copy / path.name).write_bytes(path.read_bytes())
     return copy
+
+
+@pytest.mark.slow
+def test_a_lagging_watcher_still_saves_every_window(tmp_path: Path, episodes_ring: tuple[Capture, Path]) -> None:
+    """The writer drops a segment by its age whatever the watcher has done with it. A watcher kept off the
+    CPU (nice 10 on a busy machine) reads a segment only as the writer is about to drop it: here each
+    segment goes from the ring right after the watcher's poll that took it, before the seconds after a
+    trigger are covered. Every window is still saved, whole, and nothing is left held at the end."""
+    source = _copy_ring(episodes_ring[1], tmp_path / "source")
+    ring = tmp_path / "ring"
+    ring.mkdir()
+    lines: list[str] = []
+    watcher = _watcher(tmp_path, ring, lines, keep_ring=False)
+    segments = list_segments(source)
+    for segment in segments:  # the writer closes one segment at a time...
+        segment.path.rename(ring / segment.path.name)
+        watcher.poll()
+        for old in list_segments(ring)[:-1]:  # ...and drops what the watcher has just taken
+            old.path.unlink()
+    flight = watcher.finish(cpu_ns=0)
+    assert flight is not None
+    assert [w["status"] for w in watcher.windows] == ["saved"] * 4, lines
+    assert watcher.lost_segments == 0
+    for window in watcher.windows:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CaptureWarning)
+            part = load(tmp_path / "out" / window["file"])
+        times = part.samples["t_ns"]
+        assert times.min() <= window["start_ns"] + 10 * MS and times.max() >= window["end_ns"] - 10 * MS
+    assert not (ring / HELD_DIR).exists() and not ring.exists()
 
 
 def test_sizes_parse_and_refuse_in_one_line() -> None:

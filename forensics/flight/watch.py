@@ -5,8 +5,12 @@ catch-load starts it beside the writer, at nice 10 (the targets and the recorder
 a pipe on its stdin: the pipe's end (catch-load finished, or was killed) means the recording ended. Every
 POLL_S it takes the segments the writer closed, finds their triggers, counts, and saves the windows the
 ring now covers; it prints one line per saved or skipped window on stderr and its counts as one JSON
-object per line on stdout (catch-load's status line). At the end it saves what is left, writes
-flight.ssf (the windows, the per-minute counts, the bursts) and removes the ring unless told to keep it.
+object per line on stdout (catch-load's status line). Each segment it takes is held (a hard link in
+RING/held/) for as long as a window may still need it: the writer drops segments older than the ring by
+their age, and a watcher kept off the CPU on a busy machine (nice 10) would otherwise find the seconds
+before a trigger gone when it saves the window (seen in CI: 2 of 5 windows skipped so). At the end it
+saves what is left, writes flight.ssf (the windows, the per-minute counts, the bursts) and removes the
+ring unless told to keep it.
 
 CONFIG_JSON: {"ring", "out", "before_ns", "after_ns", "triggers": [text], "max_windows", "max_disk_bytes",
 "keep_ring"}. The writer's pid comes from the recording's metadata.
@@ -64,6 +68,7 @@ WATCHED_EVERY_NS = 30_000_000_000
 # once this has passed.
 UNSETTLED_NS = 10_000_000_000
 FLIGHT_FILE = "flight.ssf"
+HELD_DIR = "held"  # inside the ring: the segments a window may still need (the writer never looks there)
 WRITER_END_WAIT_S = 15.0
 
 
@@ -113,7 +118,7 @@ class Watcher:
         for segment in closed_segments(self.ring, ended=ended):
             if segment.index not in self.seen:
                 try:
-                    self._take(segment)
+                    self._take(self._hold(segment))
                 except (CaptureFormatError, OSError):  # the writer deleted it meanwhile (a lagging watcher)
                     self.lost_segments += 1
                     self.seen[segment.index] = _Seen(segment.path, 0, 0)
@@ -126,9 +131,43 @@ class Watcher:
         for window in windows:
             self._save(window)
             changed = True
-        on_disk = {s.index for s in list_segments(self.ring)}
-        self.seen = {i: s for i, s in self.seen.items() if i in on_disk}
+        self._release(covered, ended)
         return changed
+
+    def _hold(self, segment: Segment) -> Segment:
+        """A hard link to `segment` in RING/held/, taken before it is read: the writer may unlink the ring's
+        name at any time; the data stay until the watcher releases its own name too."""
+        held = self.ring / HELD_DIR
+        with contextlib.suppress(FileExistsError):
+            held.mkdir(mode=0o700)
+        link = held / segment.path.name
+        with contextlib.suppress(FileExistsError):
+            os.link(segment.path, link, follow_symlinks=False)
+        return Segment(segment.index, link)
+
+    def _release(self, covered_ns: int | None, ended: bool) -> None:
+        """Drop the segments no window can need any more: none that is open, and none that a trigger still
+        to be found (in a segment not yet taken, or in the overlap with the last one) could reach back to:
+        older than the data covered, less the time before a trigger, less twice the writer's flush lag.
+        A segment the watcher lost (no data) goes once the ring's own name has gone."""
+        horizon = None if covered_ns is None or ended else covered_ns - self.before_ns - 2 * FLUSH_LAG_NS
+        if self.planner.open is not None and horizon is not None:
+            horizon = min(horizon, self.planner.open.start_ns - FLUSH_LAG_NS)
+        on_disk = {s.index for s in list_segments(self.ring)}
+        kept: dict[int, _Seen] = {}
+        for index, seen in self.seen.items():
+            if seen.path.parent.name != HELD_DIR:  # lost before it could be held: the ring's own name
+                if index in on_disk:
+                    kept[index] = seen
+                continue
+            if horizon is not None and seen.last_ns >= horizon:
+                kept[index] = seen
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(seen.path)
+            if index in on_disk:  # the ring still has it: remembered as taken, by the ring's own name
+                kept[index] = _Seen(self.ring / seen.path.name, seen.first_ns, seen.last_ns)
+        self.seen = kept
 
     def _take(self, segment: Segment) -> None:
         cap = load(segment.path)
@@ -308,6 +347,12 @@ class Watcher:
         except (CaptureFormatError, OSError) as err:
             self.say(f"cannot write {path}: {getattr(err, 'strerror', None) or err}")
             path = None
+        held = self.ring / HELD_DIR
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(held):  # what a damaged segment left held; the rest went in poll
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+            held.rmdir()
         if not self.keep_ring:
             for segment in list_segments(self.ring):
                 with contextlib.suppress(OSError):
