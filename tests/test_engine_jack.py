@@ -332,7 +332,8 @@ def test_every_xrun_the_capture_holds_is_one_the_engine_reported(graphs: dict[st
     late = int((nodes["late"] == True).sum())  # noqa: E712 - nullable column
     print(
         f"series 8 s: {len(callbacks)} xrun callbacks, {len(logged)} server-log lines, {late} late client-cycles, "
-        f"{len(checked)} first late cycles checked, {int((first & ~very_next).sum())} whose next start was missed"
+        f"{len(checked)} first late cycles checked, {int((first & ~very_next).sum())} whose next start was missed, "
+        f"{capture.meta['sources']['engine'].get('cycle_values_unplaced')} values of cycles the poller never saw start"
     )
     names = set(capture.engine_clients["name"])
     assert {"fluidsynth", "p0", "p1", "p2", "p3"} <= names
