@@ -202,3 +202,30 @@ def test_an_old_jack_capture_keeps_its_recorded_flag_only_where_no_finish_was_se
     nominal = nodes["xrun"].fillna(False).astype(bool) & ~late
     assert int(nominal.sum()) == 1 and judged["late"][nominal].isna().all()
     assert judged["next_start_ns"][nominal].isna().all()
+
+
+def test_the_perfetto_export_marks_late_the_client_cycles_the_analysis_finds_late():
+    """On the same old capture: a busy slice (wake-up to finish) is named late where node_lateness finds
+    the client late; the recorder's flag against a nominal start (its next start missed) is a plain one."""
+    import json
+
+    from analyses.source import capture_origin_ns
+    from forensics.export.perfetto import perfetto_trace
+    from forensics.export.perfetto_engine import ENGINE_PID
+
+    cap = forensics.load(REPO / DRIVER)
+    nodes = cap.engine_nodes
+    late = node_lateness(nodes, cap.engine_cycles)["late"].fillna(False).astype(bool)
+    busy = nodes["awake_ns"].notna() & nodes["finish_ns"].notna()
+    origin = capture_origin_ns(cap)
+    assert origin is not None
+
+    def ts(rows):  # type: ignore[no-untyped-def]
+        return {round((int(a) - origin) / 1e3, 3) for a in nodes.loc[rows, "awake_ns"]}
+
+    slices = [e for e in json.loads(perfetto_trace(cap, "driver"))["traceEvents"] if e.get("pid") == ENGINE_PID]
+    named_late = {e["ts"] for e in slices if e.get("ph") == "X" and e["name"] == "late"}
+    plain = {e["ts"] for e in slices if e.get("ph") == "X" and e["name"] == "process"}
+    assert named_late and named_late <= ts(busy & late)
+    nominal = busy & nodes["xrun"].fillna(False).astype(bool) & ~late
+    assert ts(nominal) and ts(nominal) <= plain
