@@ -155,6 +155,30 @@ def _engine_tables(names, pids, late_node=0, woke_late_ns=12 * MS, end_late_ns=1
     }  # fmt: skip
 
 
+def test_a_client_never_seen_finishing_is_the_first_late_link_by_the_times_the_source_read():
+    """JACK tables as the source writes them (no late flag: xrun null): client1 woke on time in the starved
+    cycle, was signalled again before it finished (its finish stamp then older than its wake-up) and was
+    never seen finishing: the engine's first late link, from those times (analyses.engine.node_lateness)."""
+    from analyses.incidents import _engine_first_late
+
+    links = _starved()
+    names = ["driverd", "client0", "client1", "client2"]
+    tables = _engine_tables(names, [500, 600, 601, 602], woke_late_ns=0, end_late_ns=300 * US, xrun=False)
+    nodes = tables["engine_nodes"].astype({"finish_ns": "Int64"}).assign(xrun=None)
+    start = T0 + STARVED_CYCLE * PERIOD
+    row = ((nodes["name"] == "client1") & (nodes["t_ns"] == start)).to_numpy()
+    nodes.loc[row, "finish_ns"] = pd.NA
+    nodes["resignal_ns"] = nodes["t_ns"] + PERIOD + 2 * 60 * US  # its next signal, in the next cycle
+    nodes["finish_at_resignal_ns"] = nodes["finish_ns"].where(~row, start - PERIOD + 300 * US)
+    tables["engine_cycles"]["end_ns"] = (
+        tables["engine_cycles"]["end_ns"].astype("Int64").mask(tables["engine_cycles"]["t_ns"] == start)
+    )
+    cap = _capture(links, **{**tables, "engine_nodes": nodes})
+    chain = chain_links(cap, select_threads(thread_profiles(cap)))
+    first = _engine_first_late(cap, start, start + 12 * MS, chain, rules.IncidentRules())
+    assert first is not None and first[:2] == (601, start), first  # client1 is tid 601
+
+
 @pytest.mark.parametrize("driver_pid", ["client", "server"])
 def test_engine_tables_give_the_chain_and_the_late_node(driver_pid):
     """`server`: as JACK records it, the driver is a client of no process (jackd's `system`): its thread
