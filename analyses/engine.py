@@ -20,7 +20,11 @@ node_lateness(nodes, cycles)      per node row: late (nullable), next_start_ns (
                                   NA when the capture does not hold it: a late flag is then not jack2's
                                   test at that start)
 engine_cycle_ends(cycles, nodes)  every cycle: t_ns engine period_ns end_rel_ns missed (both nullable)
-engine_cycle_summary(...)         per engine: cycles, ends known, end p50/p99/max, misses, unknown misses
+engine_cycle_summary(...)         per engine: cycles, ends known, end p50/p99/max, misses, unknown misses,
+                                  cycles the driver never started (rules.missed_cycles)
+cycle_starts(cycles)              every recorded cycle start: its number (the engine's counter, else
+                                  counted on the driver's clock) and the cycles due before it that never
+                                  started
 engine_cycles(cap)                the cycles of a capture whose end or lateness is known, with end_ns
 engine_xruns(cap)                 one row per xrun the engine reported: its reports merged (jack2 notifies
                                   once for the driver's late wake-up and once per client not finished;
@@ -44,9 +48,11 @@ import numpy as np
 import pandas as pd
 
 from analyses.rules import (
+    CYCLE_GRID_TOLERANCE,
     SERVER_LOG_LAG_NS,
     XRUN_REPORT_GAP_PERIODS,
     jack_client_late,
+    missed_cycles,
     next_start_seen,
     same_xrun,
 )
@@ -136,6 +142,45 @@ def engine_cycle_ends(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame
     by_end = out["end_rel_ns"] > out["period_ns"]
     out["missed"] = by_end.astype("boolean").where(out["end_rel_ns"].notna(), out["node_late"].astype("boolean"))
     return out[CYCLE_COLUMNS].reset_index(drop=True)
+
+
+def cycle_starts(cycles: pd.DataFrame) -> pd.DataFrame:
+    """One row per recorded cycle start (engine_cycles), by engine and time: t_ns engine period_ns, cycle
+    (the engine's own counter, else counted from the engine's first recorded cycle on the driver's clock:
+    jack2 exposes none), counted (whether `cycle` is ours), missed_before (cycles due since the previous
+    recorded start that never started: rules.missed_cycles)."""
+    columns = ["t_ns", "engine", "period_ns", "cycle", "counted", "missed_before"]
+    if cycles.empty:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
+    out = []
+    for engine, group in cycles.assign(engine=cycles["engine"].astype(str)).groupby("engine", sort=True):
+        group = group.sort_values("t_ns", kind="stable")
+        t = group["t_ns"].to_numpy(np.int64)
+        period = pd.to_numeric(group["period_ns"], errors="coerce").to_numpy(np.float64)
+        gap = np.diff(t).astype(np.float64)
+        missed = np.r_[0, missed_cycles(gap, period[1:])] if len(t) else np.zeros(0, np.int64)
+        counter = pd.to_numeric(group["cycle"], errors="coerce").to_numpy(np.float64)
+        counted = bool(np.isnan(counter).any())
+        if counted:
+            # Cycles run between two recorded starts: k on the driver's grid of whole periods (the record
+            # missed k - 1), else one (the driver's late start, after the cycles it never started).
+            ratio = gap / period[1:]
+            on_grid = np.abs(ratio - np.round(ratio)) <= CYCLE_GRID_TOLERANCE
+            ran = np.where(on_grid & np.isfinite(ratio), np.maximum(np.round(np.nan_to_num(ratio)), 1), 1)
+            counter = np.r_[0.0, np.cumsum(ran)] if len(t) else counter
+        out.append(
+            pd.DataFrame(
+                {
+                    "t_ns": t,
+                    "engine": str(engine),
+                    "period_ns": period,
+                    "cycle": counter.astype(np.int64),
+                    "counted": counted,
+                    "missed_before": missed,
+                }
+            )
+        )
+    return pd.concat(out, ignore_index=True)[columns]
 
 
 def _any_known(flags: pd.Series) -> object:

@@ -42,7 +42,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import rules
-from analyses.engine import engine_xruns, node_lateness
+from analyses.engine import cycle_starts, engine_cycle_ends, engine_xruns, node_lateness
 from analyses.machine import held_one_cpu_ns, machine_growth
 from analyses.rules import USUAL_WAKER_SHARE, XRUN_JOIN_NS, IncidentRules, period_limit_ns
 from capture.format import Capture
@@ -988,8 +988,15 @@ def _engine_first_late(
 
 
 def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
-    """The engine cycle (its own counter) and whether it was an xrun: from engine_cycles and xruns, else
-    from the lab's cycles table (a callback that ended past its deadline)."""
+    """The engine cycle an incident is about and whether the engine reported it late.
+
+    With the engine's cycles: `cycle` is the first cycle the engine's records show late near the
+    incident (ended past its period, a node counted late, or started after cycles that never started:
+    analyses.engine.cycle_starts), else the cycle running when it began; its number is the engine's own
+    counter, else counted on the driver's clock (jack2 has none). `xruns` counts the engine's xruns
+    (analyses.engine.engine_xruns, their reports merged) joined to the incident as `forensics xruns`
+    joins them; `xrun` is whether there is one (None when the capture has no xrun record). Without the
+    engine's tables, the lab's callbacks that ended past their deadline."""
     n = len(incidents)
     cycle = pd.array([pd.NA] * n, dtype="Int64")
     xrun: list[bool | None] = [None] * n
@@ -998,22 +1005,32 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
     ends = incidents["end_ns"].to_numpy(np.int64)
     names = set(cap.table_names)
     if "engine_cycles" in names and not cap.table("engine_cycles").empty:
-        cycles = cap.table("engine_cycles").sort_values("t_ns")
-        t = cycles["t_ns"].to_numpy(np.int64)
-        period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
-        k = np.clip(np.searchsorted(t, starts, side="right") - 1, 0, max(len(t) - 1, 0))
-        counter = pd.to_numeric(cycles["cycle"], errors="coerce").to_numpy(dtype=np.float64)
-        cycle = pd.array([None if np.isnan(counter[j]) else int(counter[j]) for j in k], dtype="Int64")
-        reported = cap.table("xruns")["t_ns"].to_numpy(np.int64) if "xruns" in names else np.zeros(0, np.int64)
+        cycles = cap.table("engine_cycles")
+        begun = cycle_starts(cycles)
+        ended = engine_cycle_ends(cycles, cap.engine_nodes)
+        begun = begun.merge(ended[["t_ns", "engine", "missed"]], on=["t_ns", "engine"], how="left")
+        begun = begun.sort_values("t_ns", kind="stable").reset_index(drop=True)
+        t = begun["t_ns"].to_numpy(np.int64)
+        period = float(pd.to_numeric(begun["period_ns"], errors="coerce").median())
+        late = (begun["missed_before"].to_numpy(np.int64) > 0) | begun["missed"].fillna(False).to_numpy(dtype=bool)
+        numbers = begun["cycle"].to_numpy(np.int64)
         for i in range(n):
-            xruns[i] = int(((reported >= starts[i]) & (reported <= ends[i] + 2 * period)).sum())
-            xrun[i] = bool(xruns[i]) if "xruns" in names else None
+            near = np.flatnonzero(late & (t >= starts[i] - period) & (t <= ends[i] + period))
+            k = int(near[0]) if len(near) else int(np.searchsorted(t, starts[i], side="right")) - 1
+            cycle[i] = int(numbers[max(k, 0)])
+        if "xruns" in names:
+            reported = engine_xruns(cap)
+            for lo, hi in zip(reported["t_ns"].to_numpy(np.int64), reported["end_ns"].to_numpy(np.int64), strict=True):
+                hit = _covering_incident(int(lo), int(hi), starts, ends, after=True)
+                if hit is not None:
+                    xruns[hit] += 1
+            xrun = [bool(v) for v in xruns]
     else:
         lab = cap.cycles
         if not lab.empty:
-            late = lab[lab["end_ns"] > lab["deadline_ns"]]
+            late_lab = lab[lab["end_ns"] > lab["deadline_ns"]]
             for i in range(n):
-                hit = late[(late["end_ns"] >= starts[i]) & (late["start_ns"] <= ends[i])]
+                hit = late_lab[(late_lab["end_ns"] >= starts[i]) & (late_lab["start_ns"] <= ends[i])]
                 xruns[i] = len(hit)
                 xrun[i] = bool(len(hit))
     return incidents.assign(cycle=cycle, xrun=xrun, xruns=xruns)

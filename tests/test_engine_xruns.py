@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -114,3 +115,43 @@ def test_xruns_gives_one_row_per_engine_xrun_numbered_as_stalls(run_module, path
         shown = incidents[row["incident"]]
         assert shown["start_ns"] - 20 * MS <= row["t_ns"] <= shown["end_ns"] + 20 * MS
         assert shown["root_comm"] == row["root_comm"] and shown["root_verdict"] == row["root_verdict"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Cycles: their numbers, the cycles a driver never started, the incident's cycle
+
+
+def test_cycle_starts_count_jacks_cycles_on_the_drivers_clock():
+    """jack2 has no cycle counter: cycles are counted from the first recorded one. A gap of two whole
+    periods is a cycle the poller missed (it ran: counted, not missed); a starved driver's 14.3 ms gap
+    leaves four cycles that never started, and the late one is counted once."""
+    from analyses.engine import cycle_starts
+
+    gaps = [JACK_PERIOD, 2 * JACK_PERIOD, JACK_PERIOD, 14_331_000, JACK_PERIOD]
+    t = np.r_[0, np.cumsum(gaps)] + 10**9
+    cycles = pd.DataFrame(
+        {"t_ns": t, "engine": "jack", "driver": "system", "cycle": pd.array([None] * len(t), dtype="Int64"),
+         "period_ns": JACK_PERIOD}
+    )  # fmt: skip
+    starts = cycle_starts(cycles)
+    assert starts["cycle"].tolist() == [0, 1, 3, 4, 5, 6] and starts["counted"].all()
+    assert starts["missed_before"].tolist() == [0, 0, 0, 0, 4, 0]
+    own = cycle_starts(cycles.assign(cycle=pd.array([7, 8, 10, 11, 12, 13], dtype="Int64")))
+    assert own["cycle"].tolist() == [7, 8, 10, 11, 12, 13] and not own["counted"].any()
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [("captures/jack-starved-ebpf.ssf", {2: 1706, 3: 1927}), ("captures/jack-starved-proc.ssf", {1: 804, 2: 1025}),
+     ("captures/pipewire-late-client.ssf", {1: 1185, 2: 1287})],
+)  # fmt: skip
+def test_incidents_carry_their_late_cycle_and_whether_the_engine_reported_it(run_module, path, expected):
+    """Each starvation's incident names the cycle the driver started late after the cycles it never
+    started (JACK: counted on its clock; PipeWire: its own counter), the client stuck 20 ms its first
+    unfinished cycle; each with the one engine xrun `forensics xruns` joins to it."""
+    incidents = {r["incident"]: r for r in _json(run_module, "stalls", path)["sections"]["incidents"]}
+    for number, cycle in expected.items():
+        row = incidents[number]
+        assert (row["cycle"], row["xrun"], row["xruns"]) == (cycle, True, 1), row
+    others = [r for n, r in incidents.items() if n not in expected]
+    assert all(r["xrun"] is False and r["xruns"] == 0 and r["cycle"] is not None for r in others)

@@ -123,3 +123,12 @@ def test_a_jack_client_is_late_when_the_next_start_came_before_it_finished() -> 
     late, known = rules.jack_client_late(awake, finish, resignal, finish_at_resignal, following, very_next)
     assert late.tolist() == [False, True, False, True, True, True, False, False]
     assert known.tolist() == [True, True, False, True, True, True, False, False]
+
+
+def test_cycles_missed_in_a_gap_off_the_drivers_grid_of_whole_periods() -> None:
+    period = 2_666_667.0
+    ratios = A([1.0, 1.5, 1.98, 2.0, 2.03, 5.374, 609.001, np.nan])
+    # on time, late by half, on the grid (the record missed one, twice), 2.03 periods: one never
+    # started; a starved driver's 14.3 ms: four; a 1.6 s hole on the grid: none; no period: none
+    assert rules.missed_cycles(ratios * period, A([period] * 8)).tolist() == [0, 0, 0, 0, 1, 4, 0, 0]
+    assert rules.CYCLE_GRID_TOLERANCE == 0.02
