@@ -148,8 +148,9 @@ def cycle_starts(cycles: pd.DataFrame) -> pd.DataFrame:
     """One row per recorded cycle start (engine_cycles), by engine and time: t_ns engine period_ns, cycle
     (the engine's own counter, else counted from the engine's first recorded cycle on the driver's clock:
     jack2 exposes none), counted (whether `cycle` is ours), missed_before (cycles due since the previous
-    recorded start that never started: rules.missed_cycles)."""
-    columns = ["t_ns", "engine", "period_ns", "cycle", "counted", "missed_before"]
+    recorded start that never started: rules.missed_cycles), late_ns (how much later than the previous
+    start plus the periods run since it this one began; NaN for the first)."""
+    columns = ["t_ns", "engine", "period_ns", "cycle", "counted", "missed_before", "late_ns"]
     if cycles.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in columns})
     out = []
@@ -159,14 +160,16 @@ def cycle_starts(cycles: pd.DataFrame) -> pd.DataFrame:
         period = pd.to_numeric(group["period_ns"], errors="coerce").to_numpy(np.float64)
         gap = np.diff(t).astype(np.float64)
         missed = np.r_[0, missed_cycles(gap, period[1:])] if len(t) else np.zeros(0, np.int64)
-        counter = pd.to_numeric(group["cycle"], errors="coerce").to_numpy(np.float64)
+        # Cycles run between two recorded starts: k on the driver's grid of whole periods (the record
+        # missed k - 1), else one (the driver's late start, after the cycles it never started).
+        ratio = gap / period[1:]
+        on_grid = np.abs(ratio - np.round(ratio)) <= CYCLE_GRID_TOLERANCE
+        ran = np.where(on_grid & np.isfinite(ratio), np.maximum(np.round(np.nan_to_num(ratio)), 1), 1)
+        late = np.r_[np.nan, np.maximum(gap - ran * period[1:], 0.0)] if len(t) else np.zeros(0)
+        own = group["cycle"] if "cycle" in group else pd.Series(np.nan, index=group.index)
+        counter = pd.to_numeric(own, errors="coerce").to_numpy(np.float64)
         counted = bool(np.isnan(counter).any())
         if counted:
-            # Cycles run between two recorded starts: k on the driver's grid of whole periods (the record
-            # missed k - 1), else one (the driver's late start, after the cycles it never started).
-            ratio = gap / period[1:]
-            on_grid = np.abs(ratio - np.round(ratio)) <= CYCLE_GRID_TOLERANCE
-            ran = np.where(on_grid & np.isfinite(ratio), np.maximum(np.round(np.nan_to_num(ratio)), 1), 1)
             counter = np.r_[0.0, np.cumsum(ran)] if len(t) else counter
         out.append(
             pd.DataFrame(
@@ -177,6 +180,7 @@ def cycle_starts(cycles: pd.DataFrame) -> pd.DataFrame:
                     "cycle": counter.astype(np.int64),
                     "counted": counted,
                     "missed_before": missed,
+                    "late_ns": late,
                 }
             )
         )

@@ -11,7 +11,10 @@
     Average interrupt rate, context-switch rate                      per second (/proc/stat intr, ctxt)
 
 Spare time of a cycle = period - that cycle's run time. With the lab's cycles table the delay and cycle
-figures are exact; otherwise they are estimated for the main periodic thread from /proc (see
+figures are exact; else with an engine's own cycles (JACK, PipeWire) they are the engine's: its deadline
+misses are the cycles that ended after their period and those its driver never began (a gap in its cycle
+starts: analyses.engine.cycle_starts), a delay how late its driver began a cycle; otherwise they are
+estimated for the main periodic thread from /proc (see
 `analyses.cycles`) and say so in their `source`. A figure the capture cannot give is NaN with the reason.
 With `tids` (`--tid N`) those threads are timed: their own lab callbacks, else one of them from /proc
 (the periodic one with the highest priority, else the first asked for); the machine's figures (CPU
@@ -26,7 +29,8 @@ import numpy as np
 import pandas as pd
 
 from analyses.cycles import lab_cycles, proc_cycles
-from analyses.engine import engine_cycles, xrun_figures
+from analyses.engine import cycle_starts, engine_cycle_ends, engine_cycles, xrun_figures
+from analyses.span import in_span
 from analyses.threads import thread_names, thread_profiles
 from capture.format import Capture
 
@@ -134,6 +138,8 @@ def system_figures(
         add("Delay maximum", float(delay.max()) / 1e3, "us", source)
         add("Cycle maximum", float(cycles["cycle_ns"].max()) / 1e3, "us", source)
         add("Average DSP load", 100.0 * float(cycles["cycle_ns"].mean()) / period, "%", source)
+    elif not tids and _engine_cycle_figures(cap, t_range, add):
+        pass  # the engine's own cycles (its driver's starts, its clients' finishes) time the graph
     else:
         main = timed_thread(profiles, tids)
         if main is None:
@@ -208,6 +214,50 @@ def system_figures(
     return pd.DataFrame(rows)
 
 
+def _engine_cycle_figures(
+    cap: Capture, t_range: tuple[int | None, int | None] | None, add: Callable[[str, float, str, str], None]
+) -> bool:
+    """The benchmark's XRUN, delay and cycle rows from the engine's own cycles, where the capture has two
+    or more in the span (the engine with the most): False without them. A deadline missed is a cycle
+    that ended after its period or one the driver never started (a gap in its cycle starts:
+    analyses.engine.cycle_starts); a cycle's delay is how late its driver began it, its cycle time from
+    its start to its last client's finish."""
+    cycles = cap.engine_cycles
+    cycles = cycles[in_span(cycles["t_ns"].to_numpy(), t_range)]
+    if len(cycles) < 2:
+        return False
+    engine = str(cycles["engine"].astype(str).value_counts().idxmax())
+    cycles = cycles[(cycles["engine"].astype(str) == engine).to_numpy()]
+    begun = cycle_starts(cycles)
+    ended = engine_cycle_ends(cycles, cap.engine_nodes)
+    period = float(pd.to_numeric(begun["period_ns"], errors="coerce").median())
+    span = float(begun["t_ns"].max() - begun["t_ns"].min()) + period
+    per_hour = HOUR_NS / span if span > 0 else np.nan
+    never = int(begun["missed_before"].sum())
+    ended_late = int(ended["missed"].sum(skipna=True))
+    unknown = int(ended["missed"].isna().sum())
+    source = f"{engine} cycles: {ended_late} ended late, {never} never began"
+    add("XRUNs (deadline misses)", float(ended_late + never), f"in {span / 1e9:.1f} s", source)
+    add("XRUN rate (deadline misses)", float(ended_late + never) * per_hour, "/hour", source)
+    delay = begun["late_ns"].dropna().to_numpy(np.float64)
+    run = pd.to_numeric(ended["end_rel_ns"], errors="coerce").dropna().to_numpy(np.float64)
+    timing = f"{engine} engine cycles ({len(begun)}, {len(run)} with an end)"
+    if unknown:  # their lateness unknown: not among the deadline misses
+        source += f" ({unknown} unknown)"
+    if len(delay):
+        spare = period - float(np.median(run)) if len(run) else np.nan
+        add("Delay rate (> spare time)", float((delay > spare).sum()) * per_hour, "/hour", timing)
+        add("Delay rate (> 1000 us)", float((delay > 1_000_000).sum()) * per_hour, "/hour", timing)
+        add("Delay maximum", float(delay.max()) / 1e3, "us", timing)
+    if len(run):
+        add("Cycle maximum", float(run.max()) / 1e3, "us", timing)
+        add("Average DSP load", 100.0 * float(run.mean()) / period, "%", timing)
+    else:
+        for figure, unit in (("Cycle maximum", "us"), ("Average DSP load", "%")):
+            add(figure, np.nan, unit, "unknown: no engine cycle seen fully finished")
+    return True
+
+
 def _engine_figures(
     cap: Capture, t_range: tuple[int | None, int | None] | None, add: Callable[[str, float, str, str], None]
 ) -> None:
@@ -234,5 +284,7 @@ def _engine_figures(
         else:  # only late flags known: a client never seen finishing in any cycle
             add("Cycle maximum (engine)", np.nan, "us", "unknown: no cycle seen fully finished")
         add("Deadline misses (engine)", float(cycles["missed"].sum()), "", csource)
+        begun = cycle_starts(cap.engine_cycles[in_span(cap.engine_cycles["t_ns"].to_numpy(), t_range)])
+        add("Cycles never begun (engine)", float(begun["missed_before"].sum()), "", f"{xruns['engine']} cycle starts")
     else:
         add("Cycle maximum (engine)", np.nan, "us", "unknown: the capture has no engine cycle ends")

@@ -155,3 +155,46 @@ def test_incidents_carry_their_late_cycle_and_whether_the_engine_reported_it(run
         assert (row["cycle"], row["xrun"], row["xruns"]) == (cycle, True, 1), row
     others = [r for n, r in incidents.items() if n not in expected]
     assert all(r["xrun"] is False and r["xruns"] == 0 and r["cycle"] is not None for r in others)
+
+
+# ---------------------------------------------------------------------------------------------------
+# system: its XRUN and cycle rows from the engine's cycles, counting the cycles never begun
+
+
+def test_system_counts_the_cycles_a_starved_driver_never_began():
+    """A JACK record with a cycle the poller missed (two periods on the grid: it ran) and a 14.3 ms
+    starvation (four cycles never began): four deadline misses, from the engine, not 'unknown: needs
+    cycle ends'; the delay is the late start's, the cycle time the last client's finish."""
+    from analyses.system import system_figures
+
+    gaps = [JACK_PERIOD] * 10 + [2 * JACK_PERIOD] + [JACK_PERIOD] * 10 + [14_331_000] + [JACK_PERIOD] * 10
+    t = np.r_[0, np.cumsum(gaps)] + 10**10
+    cap = Capture.from_frames(
+        meta={"sources": {"engine": {"kind": "jack"}}},
+        engine_cycles=pd.DataFrame(
+            {"t_ns": t, "engine": "jack", "driver": "system", "cycle": pd.array([None] * len(t), dtype="Int64"),
+             "quantum_frames": 128, "rate_hz": 48000, "period_ns": JACK_PERIOD,
+             "end_ns": pd.array(t + 200 * US, dtype="Int64")}
+        ),
+    )  # fmt: skip
+    figures = system_figures(cap).set_index("figure")
+    assert figures.loc["XRUNs (deadline misses)", "value"] == 4
+    assert figures.loc["XRUNs (deadline misses)", "source"] == "jack cycles: 0 ended late, 4 never began"
+    assert figures.loc["Delay maximum", "value"] == pytest.approx((14_331_000 - JACK_PERIOD) / 1e3)
+    assert figures.loc["Cycle maximum", "value"] == 200
+    assert figures.loc["Cycles never begun (engine)", "value"] == 4
+
+
+@pytest.mark.parametrize(
+    ("path", "source"),
+    [("captures/jack-starved-ebpf.ssf", "jack cycles: 0 ended late, 8 never began"),
+     ("captures/pipewire-late-client.ssf", "pipewire cycles: 4 ended late, 3 never began")],
+)  # fmt: skip
+def test_system_takes_its_xrun_rows_from_the_engine(run_module, path, source):
+    """Each JACK starvation left 4 cycles never begun (8); PipeWire's hog 3, its stuck client 4 cycles
+    that ended late. The engine's figures, where it said 'unknown: needs cycle ends'."""
+    figures = {f["figure"]: f for f in _json(run_module, "system", path)["sections"]["figures"]}
+    misses = figures["XRUNs (deadline misses)"]
+    assert misses["source"] == source and misses["value"] == int(source.split()[2]) + int(source.split()[5])
+    assert figures["Delay maximum"]["value"] > 10_000  # the starved driver's late start, in us
+    assert figures["Delay maximum"]["source"].startswith(source.split()[0] + " engine cycles")
