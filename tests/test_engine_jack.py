@@ -24,7 +24,7 @@ from tests.jack_fixtures import (
     wait_engine_started,
     wait_recording,
 )
-from tests.recording import catch_load_argv
+from tests.recording import catch_load_argv, wait_capture_growing
 
 pytestmark = [pytest.mark.slow]
 SPIN_GAP_S = 0.3  # between injected spins: their reports must not overlap (a spacing, not a wait)
@@ -118,6 +118,53 @@ def test_server_killed_mid_recording_ends_the_source_with_an_event(tmp_path: Pat
     ended = capture.events[capture.events["kind"] == "engine_source_ended"]
     assert len(ended) == 1 and "went away" in ended["text"].iloc[0]
     assert len(capture.engine_status) > 5  # what came before the death is kept
+    assert "Traceback" not in err
+
+
+def test_a_restarted_server_is_followed(tmp_path: Path) -> None:
+    """jackd stopped and started again under the same name during one recording (a user restarting the
+    engine): the source ends its first server with an event, waits for the next, attaches to it with a
+    second engine_source_started, and the new server's cycles and jackd itself are recorded. The attach
+    time after the new socket appeared is printed, not bounded."""
+    name = f"forensics-restart-{os.getuid()}"  # a fixed name: its registry slot is reused (jackd())
+    out = tmp_path / "restart.ssf"
+    (tmp_path / "first").mkdir()
+    (tmp_path / "second").mkdir()
+    with jackd(tmp_path / "first", name=name) as first:
+        # --match: the recording goes on while no jackd runs (a -p target that exits would end it).
+        rec = catch_load(first, out, "--jack", name, "-d", "300s", "--match", "^jackd$")
+        wait_recording(out, rec)
+        first_pid = first.process.pid
+        first.process.terminate()  # a clean stop: the server tells its clients it is going
+        first.process.wait()
+    try:
+        with jackd(tmp_path / "second", name=name) as second:
+            socket = Path("/dev/shm") / f"jack_{name}_{os.getuid()}_0"
+            seen_ns = socket.stat().st_ctime_ns - (time.time_ns() - time.monotonic_ns())
+            deadline = time.monotonic() + 60
+            # The source's metadata (plain JSON records in the capture) names the new server once attached.
+            mark = f'"jackd_pid": {second.process.pid}'.encode()
+            while mark not in out.read_bytes() and time.monotonic() < deadline:
+                assert rec.poll() is None, rec.stderr.read() if rec.stderr else ""
+                time.sleep(0.1)
+            second_pid = second.process.pid
+            wait_capture_growing(out, rec, 30, growths=2)  # the new server's cycles since are written
+            _, err = stop_recording(rec)
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+    capture = load(out)
+    assert capture.complete, err
+    events = capture.events.sort_values("t_ns")
+    started = events[events["kind"] == "engine_source_started"]
+    ended = events[events["kind"] == "engine_source_ended"]
+    assert len(started) == 2, events
+    assert "went away" in ended["text"].iloc[0] and int(ended["t_ns"].iloc[0]) < int(started["t_ns"].iloc[1])
+    print(f"the source attached {(int(started['t_ns'].iloc[1]) - seen_ns) / 1e6:.0f} ms after the new socket appeared")
+    cycles = capture.engine_cycles
+    assert (cycles["t_ns"] > int(started["t_ns"].iloc[1])).sum() > 50, "the new server's cycles are recorded"
+    assert {first_pid, second_pid} <= set(capture.threads["pid"]), "both servers are targets"
     assert "Traceback" not in err
 
 

@@ -50,6 +50,7 @@ GRAPH_SETTLE_NS = 100_000_000  # one snapshot for a burst of graph-order callbac
 PID_RETRY_NS = 100_000_000
 PID_TRIES = 10
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+SERVER_GONE = "the JACK server went away"  # how an end by the server's shutdown callback begins
 XRUN_LINE = re.compile(r"JackEngine::XRun: client = (.+?) was not finished(?:, state = (\w+))?")
 DRIVER_XRUN_LINE = re.compile(r"(\w+)::\w+ XRun = (\d+(?:\.\d+)?) usec")
 
@@ -83,6 +84,26 @@ class JackSource:
         self.meta: dict[str, Any] = {"kind": ENGINE, "server": server or "default"}
         self.lock = threading.Lock()
         self.last: tuple[float, tuple[int, int]] = (0.0, (0, 1))  # period us, (buffer size, rate) as last read
+        self.recording_ended = False  # the recorder asked us to end (SIGTERM)
+        self.gone_clients: list[Any] = []  # clients of servers that went away: never closed, never freed
+
+    def server_went_away(self) -> bool:
+        return (self.stop_reason or "").startswith(SERVER_GONE)
+
+    def next_server(self) -> None:
+        """After the server went away: forget it (its client, clock offsets, clients, graph and cycle
+        reader) and keep what outlives it (the pipes, the pids already sent, the log follower), to attach
+        to the next server of that name: a restarted jackd. The dead server's client is kept, not closed:
+        libjack cleans up after a server that closed (it says so), and a close could wait on it."""
+        if self.client is not None:
+            self.gone_clients.append(self.client)
+        self.client = self.get_time = self.timing = self.assembler = self.jackd_pid = None
+        self.offset_ns, self.offsets, self.driver_refnum = 0, [], -1
+        self.names, self.pids = {}, {}
+        self.meta = {"kind": ENGINE, "server": self.server or "default"}
+        self.events = queue.SimpleQueue()
+        self.last = (0.0, (0, 1))
+        self.stop_reason = "recording ended" if self.recording_ended else None
 
     # output ------------------------------------------------------------------------------------
     def _row(self, table: str, **row: Any) -> None:
@@ -353,7 +374,7 @@ class JackSource:
                 except queue.Empty:
                     break
                 if kind == "shutdown":
-                    self.stop_reason = f"the JACK server went away ({args[0] or 'no reason given'})"
+                    self.stop_reason = f"{SERVER_GONE} ({args[0] or 'no reason given'})"
                     break
                 if kind == "client":
                     name, registered = args
@@ -403,6 +424,13 @@ class JackSource:
                 self._send()
                 next_send = now + SEND_NS
             time.sleep(poll_s)
+        if not self.server_went_away():  # asked to end: a server death already queued is still what happened
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    kind, _, args = self.events.get_nowait()
+                    if kind == "shutdown":
+                        self.stop_reason = f"{SERVER_GONE} ({args[0] or 'no reason given'})"
+                        break
         self._finish(period_us, last_status)
 
     def _client_refnums(self) -> list[int]:
@@ -497,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     source = JackSource(args.server, args.rows_fd, args.pids_fd, args.explicit)
 
     def stop(_signum: int, _frame: Any) -> None:
+        source.recording_ended = True
         source.stop_reason = source.stop_reason or "recording ended"
 
     signal.signal(signal.SIGTERM, stop)
@@ -533,15 +562,24 @@ def main(argv: list[str] | None = None) -> int:
                 while source.stop_reason is None:
                     select.select([], [], [], 0.2)
         return 0
-    try:
-        source.run()
-    except Exception as err:  # a failing libjack call must end the source, never lose what it recorded
-        if not isinstance(err, BrokenPipeError):  # a gone writer: the recording was killed, nothing to say
-            source.stop_reason = f"the JACK source failed: {type(err).__name__}: {err}"
-            with contextlib.suppress(Exception):
-                source._finish(*source.last)
-            print(f"catch-load: {source.stop_reason}", file=sys.stderr)
-    if source.client is not None and not (source.stop_reason or "").startswith("the JACK server went away"):
+    while True:
+        try:
+            source.run()
+        except Exception as err:  # a failing libjack call must end the source, never lose what it recorded
+            if not isinstance(err, BrokenPipeError):  # a gone writer: the recording was killed, nothing to say
+                source.stop_reason = f"the JACK source failed: {type(err).__name__}: {err}"
+                with contextlib.suppress(Exception):
+                    source._finish(*source.last)
+                print(f"catch-load: {source.stop_reason}", file=sys.stderr)
+        if source.recording_ended or not source.server_went_away():
+            break
+        # A restarted server of the same name is followed: waited for as one started after the recorder
+        # (its socket polled every SERVER_POLL_S), with a new engine_source_started event when attached;
+        # nothing more is said if the recording ends first.
+        source.next_server()
+        if source.open(UNTIL_THE_END) is not None:
+            break
+    if source.client is not None and not source.server_went_away():
         # Close the client while the server is there (it removes the client's semaphore file); a server
         # in trouble can leave jack_client_close hanging: give it a moment, then leave without it.
         closer = threading.Thread(target=source.client.close, daemon=True)
