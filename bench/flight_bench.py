@@ -21,6 +21,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -64,6 +65,18 @@ def _catch_load(*args: str) -> list[str]:
     return [sys.executable, "-m", "forensics.cli.catch_load", "-q", *args]
 
 
+def _finished_trailer(path: Path, deadline: float) -> dict[str, Any]:
+    """The capture's trailer once its writer has finished it (the CPU figures are in it), or fail."""
+    while True:
+        trailer = load(path).trailer or {}
+        if "sampler_cpu_ns" in trailer or time.monotonic() > deadline:
+            break
+        time.sleep(2.0)
+    if "sampler_cpu_ns" not in trailer:
+        raise SystemExit(f"{path}: its writer did not finish the capture in time")
+    return trailer
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--minutes", type=float, default=10.0)
@@ -102,15 +115,16 @@ def main() -> None:
         plain.wait()
         lab.terminate()
         lab.wait()
-        deadline = time.monotonic() + 1800  # a watcher left behind on a loaded machine finishes on its own
+        # A watcher or writer left behind on a loaded machine finishes on its own (catch-load says so and
+        # exits): wait for flight.ssf and for both recordings' trailers.
+        deadline = time.monotonic() + 1800
         while not (flight_out / "flight.ssf").exists() and time.monotonic() < deadline:
             time.sleep(2.0)
         time.sleep(2.0)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            plain_trailer = load(plain_out).trailer or {}
-            last = list_segments(flight_out / ".ring")[-1]
-            flight_trailer = load(last.path).trailer or {}
+            plain_trailer = _finished_trailer(plain_out, deadline)
+            flight_trailer = _finished_trailer(list_segments(flight_out / ".ring")[-1].path, deadline)
             flight_meta = load(flight_out / "flight.ssf").meta.get("flight", {})
             windows = load(flight_out / "flight.ssf").table("flight_windows")
     names = ("catch-load", "writer", "watcher")
