@@ -15,7 +15,7 @@ from analyses.engine import engine_cycles, node_lateness
 from capture.errors import CaptureWarning
 from capture.format import load
 from forensics.export.perfetto_engine import ENGINE_PID
-from tests.helpers import child_env
+from tests.helpers import child_env, stop_process
 from tests.jack_fixtures import (
     LV2_PLUGINS,
     catch_load,
@@ -151,9 +151,7 @@ def test_a_restarted_server_is_followed(tmp_path: Path) -> None:
             wait_capture_growing(out, rec, 30, growths=2)  # the new server's cycles since are written
             _, err = stop_recording(rec)
     finally:
-        if rec.poll() is None:
-            rec.kill()
-            rec.wait()
+        stop_process(rec)  # a failing test's recorder (a passing one has ended)
     capture = load(out)
     assert capture.complete, err
     events = capture.events.sort_values("t_ns")
@@ -520,9 +518,7 @@ def test_the_recorder_started_before_jackd_records_the_engine(tmp_path: Path) ->
             cue.quit()
             _, err = stop_recording(rec)
     finally:
-        if rec.poll() is None:
-            rec.kill()
-            rec.wait()
+        stop_process(rec)  # a failing test's recorder (a passing one has ended)
     capture = load(out)
     assert capture.complete, err
     events = capture.events
