@@ -4,7 +4,8 @@ Figures, each with A, B and the change in % of A:
     cycle end p50 / p99   from the engine's own cycles when the capture has them (JACK, PipeWire: start
                           to the last client's finish), else the lab's cycles (end - nominal start of each
                           cycle; a graph's cycle ends with its last stage)
-    deadline misses       count, and per hour
+    deadline misses       count, and per hour (engine: cycles that ended late and cycles its driver never
+                          began, a gap in its cycle starts; the latter also on a row of their own)
     wake-ups per cycle    switch-ins of the periodic threads (the graph's) / cycles (lab cycles, else periods
                           of the main periodic thread): N clients in series wake N threads a cycle, a
                           chain one; and of all recorded threads
@@ -22,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.cycles import lab_cycles
-from analyses.engine import engine_cycles, xrun_figures
+from analyses.engine import cycle_starts, engine_cycles, xrun_figures
 from analyses.stalls import find_stalls
 from analyses.system import cpu_loads, main_periodic_thread
 from analyses.threads import thread_profiles
@@ -58,8 +59,13 @@ def capture_figures(cap: Capture) -> dict[str, tuple[float, str]]:
         ends = engine["end_rel_ns"].dropna().to_numpy(dtype=np.int64)  # NA: only the engine's late flag is known
         out["cycle end p50"] = (float(np.percentile(ends, 50)) / 1e3 if len(ends) else np.nan, "us")
         out["cycle end p99"] = (float(np.percentile(ends, 99)) / 1e3 if len(ends) else np.nan, "us")
-        out["deadline misses"] = (float(engine["missed"].sum()), "")
-        out["deadline misses per hour"] = (float(engine["missed"].sum()) * HOUR_NS / span if span else np.nan, "/h")
+        # A cycle the driver never began missed its deadline too (a gap in its starts: cycle_starts).
+        begun = cycle_starts(cap.engine_cycles)
+        never = float(begun.loc[begun["engine"] == str(engine["engine"].iloc[0]), "missed_before"].sum())
+        misses = float(engine["missed"].sum()) + never
+        out["deadline misses"] = (misses, "")
+        out["  never began"] = (never, "cycles (a gap in the driver's starts)")
+        out["deadline misses per hour"] = (misses * HOUR_NS / span if span else np.nan, "/h")
         cycles_source = f"{engine['engine'].iloc[0]} engine cycles"
     elif len(cycles):
         n_cycles = float(len(cycles))

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyses.engine import SUMMARY_COLUMNS, engine_cycle_summary, xrun_figures
+from analyses.engine import SUMMARY_COLUMNS, cycle_starts, engine_cycle_summary, xrun_figures
 from analyses.rules import LOST_WAKEUP_TOLERANCE
 from analyses.source import capture_interval_ns
 from analyses.span import in_span
@@ -168,8 +168,9 @@ def engine_jitter(
 
     starts: engine driver source nominal_ns n p50_ns ... lost_4x flag (the spacing of the driver's cycle
     starts, as the thread stats). histogram: engine driver lo_ns hi_ns count multiple. ends: engine source
-    period_ns cycles cycles_with_end end_p50_ns end_p99_ns end_max_ns deadline_misses misses_unknown xruns
-    xrun_reports xrun_delay_max_us xruns_from (xruns NaN when the source did not record them).
+    period_ns cycles cycles_with_end end_p50_ns end_p99_ns end_max_ns deadline_misses misses_unknown
+    never_begun (cycles the driver never began: analyses.engine.cycle_starts) xruns xrun_reports
+    xrun_delay_max_us xruns_from (xruns NaN when the source did not record them).
     """
     cycles = cap.engine_cycles
     if cycles.empty:
@@ -190,12 +191,15 @@ def engine_jitter(
         starts.append({"engine": engine, "driver": driver, "source": where, **figures})
         hists.append(hist.assign(engine=engine, driver=driver))
     summary = engine_cycle_summary(cycles, cap.engine_nodes)
+    begun = cycle_starts(cycles)
+    never = begun.groupby("engine")["missed_before"].sum() if len(begun) else pd.Series(dtype=np.int64)
     xruns = xrun_figures(cap, t_range)
     rows = [
         {
             "engine": row["engine"],
             "source": f"{row['engine']} engine cycles (last node's finish after the driver's start)",
             **{k: row[k] for k in SUMMARY_COLUMNS if k not in ("engine", "span_ns")},
+            "never_begun": int(never.get(row["engine"], 0)),
             "xruns": float(xruns["xruns"]) if xruns else np.nan,
             "xrun_reports": float(xruns["reports"]) if xruns else np.nan,
             "xrun_delay_max_us": xruns["delay_max_us"] if xruns else np.nan,

@@ -198,3 +198,20 @@ def test_system_takes_its_xrun_rows_from_the_engine(run_module, path, source):
     assert misses["source"] == source and misses["value"] == int(source.split()[2]) + int(source.split()[5])
     assert figures["Delay maximum"]["value"] > 10_000  # the starved driver's late start, in us
     assert figures["Delay maximum"]["source"].startswith(source.split()[0] + " engine cycles")
+
+
+def test_jitter_plot_and_compare_count_the_cycles_never_begun():
+    """jack-starved-ebpf: each starvation left 4 cycles never begun. jitter's engine ends, the timeline's
+    label and compare's deadline misses count them (all said 0: no cycle that ended late)."""
+    import forensics
+    from analyses.compare import capture_figures
+    from analyses.jitter import engine_jitter
+    from forensics.plots.data import timeline_data
+    from tests.helpers import REPO
+
+    cap = forensics.load(REPO / "captures/jack-starved-ebpf.ssf")
+    _, _, ends = engine_jitter(cap)
+    assert ends.set_index("engine").loc["jack", "never_begun"] == 8
+    assert "0 late, 8 never began" in timeline_data(cap, "jackd").cycles_label
+    figures = capture_figures(cap)
+    assert figures["deadline misses"][0] == 8 and figures["  never began"][0] == 8

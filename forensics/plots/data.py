@@ -94,9 +94,10 @@ def timeline_data(
     tids: tuple[int, ...] = (),
 ) -> TimelineData:
     from analyses.cycles import lab_cycles, proc_cycles
-    from analyses.engine import engine_cycles
+    from analyses.engine import cycle_starts, engine_cycles
     from analyses.rules import blocked_ns
     from analyses.source import STATE_D, capture_interval_ns, capture_origin_ns
+    from analyses.span import in_span
     from analyses.stalls import find_stalls
     from analyses.summary import nice_bin_ns
     from analyses.system import main_periodic_thread
@@ -181,8 +182,11 @@ def timeline_data(
         cycles = pd.DataFrame({"t_ns": t_ns, "value_ns": end_rel, "missed": missed})
         deadline = period
         deadline_label = f"deadline = period {period / 1e6:.3f} ms ({name_} quantum / rate)"
+        begun = cycle_starts(cap.engine_cycles[in_span(cap.engine_cycles["t_ns"].to_numpy(), (lo, hi))])
+        never = int(begun.loc[begun["engine"] == name_, "missed_before"].sum()) if len(begun) else 0
         cycles_label = (
             f"cycle end after the driver's start ({name_} engine cycles, exact; {int(missed.sum())} late"
+            f"{f', {never} never began' if never else ''}"
             f"{f'; {len(xruns)} xrun reports' if len(xruns) else ''})"
         )
     elif len(lab):

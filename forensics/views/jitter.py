@@ -41,9 +41,10 @@ ENGINE_ENDS = {
     "end_p50_ns": "end p50",
     "end_p99_ns": "end p99",
     "end_max_ns": "end max",
-    "deadline_misses": "misses",
-    "misses_unknown": "miss unknown",
+    "deadline_misses": "late",
+    "never_begun": "never began",
     "xruns": "xruns",
+    "misses_unknown": "unknown",
     "xrun_delay_max_us": "xrun delay max us",
 }
 
@@ -103,7 +104,11 @@ def _engine_sections(report: Report, cap: Capture, t_range: tuple[int | None, in
         return
     note = ""
     if len(starts):
-        note = "Source: " + "; ".join(sorted(set(starts["source"]))) + ". Peaks at 2x, 3x the period: lost cycles."
+        note = (
+            "Source: " + "; ".join(sorted(set(starts["source"]))) + ". Peaks at 2x, 3x the period: lost cycles, "
+            "or cycles a polling source missed (JACK's); a spacing off those multiples holds cycles the driver "
+            "never began (counted under the cycle ends)."
+        )
     report.sections.append(
         Section(
             "engine_starts",
