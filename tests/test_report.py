@@ -71,8 +71,11 @@ def test_markdown_report(episodes_report):
     text = render(report, "markdown")
     assert text.startswith("# Spike and stall report")
     assert "## What could not be known" in text
-    # The answer first: the title, then the verdicts, before the capture's details.
-    assert text.split("\n## ")[1].startswith("The answer: stall episodes, each with its evidence\n\n7 stall episodes (")
+    # The answer first: the incidents (as `forensics stalls` numbers them), then the episodes with their
+    # verdicts, before the capture's details.
+    parts = text.split("\n## ")
+    assert parts[1].startswith("The answer: incidents, each root with its evidence\n\n| # | incident | at |")
+    assert parts[2].startswith("The stall episodes, each with its evidence\n\n7 stall episodes (")
     assert "| at | tid | thread |" in text.replace("| # | at", "| at")
     assert text.count("](data:image/png;base64,") == 2
 

@@ -64,7 +64,24 @@ def build_report(
     stalls = stalls_report(cap, name, t_range=t_range, profiles=profiles)
     episodes = stalls.section("stalls").frame
 
-    answer = _part(stalls.section("stalls"), 2, "The answer: stall episodes, each with its evidence")
+    # Incidents first (as `forensics stalls` prints them, numbered alike): the episodes of one late cycle
+    # under its root; then every episode with its own verdict.
+    from analyses.source import capture_interval_ns
+    from analyses.stalls import find_stalls
+    from analyses.threads import select_threads
+    from forensics.views.incidents import add_incident_sections
+
+    grouped = Report(title="")
+    whole = episodes if t_range is None else find_stalls(cap, profiles=profiles)
+    add_incident_sections(
+        grouped, cap, whole, select_threads(profiles), interval_ns=capture_interval_ns(cap), t_range=t_range
+    )
+    incidents = _part(grouped.section("incidents"), 2, "The answer: incidents, each root with its evidence")
+    incidents.note = " ".join([incidents.note, *grouped.notes]).strip()
+    if incidents.columns is not None:  # the renderers number the rows "#" already
+        incidents.columns = {k: ("incident" if k == "label" else v) for k, v in incidents.columns.items()}
+    out.sections.append(incidents)
+    answer = _part(stalls.section("stalls"), 2, "The stall episodes, each with its evidence")
     answer.text = answer_line(episodes, len(stalls.section("threads").frame))
     answer.empty = "(no stall episode: every watched thread kept its rhythm)"
     out.sections.append(answer)
