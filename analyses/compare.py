@@ -11,7 +11,8 @@ Figures, each with A, B and the change in % of A:
                           chain one; and of all recorded threads
     CPU of the targets    on-CPU time of all recorded threads, % of one core
     runnable wait         % of the targets' CPU time spent waiting for a CPU
-    minor faults / s, context switches / s (machine), stall episodes and their verdicts
+    minor faults / s, context switches / s (machine), incidents (as `forensics stalls` finds them) and
+                          per minute, stall episodes and their verdicts
     RSS peak / at end     resident memory of the target processes together (the `processes` table, read
                           at 20 Hz: each process's last read of every 50 ms round, summed), MiB;
                           unknown for a capture without that table (recorded before it existed)
@@ -24,9 +25,11 @@ import pandas as pd
 
 from analyses.cycles import lab_cycles
 from analyses.engine import cycle_starts, engine_cycles, xrun_figures
+from analyses.incidents import find_incidents
+from analyses.source import capture_interval_ns
 from analyses.stalls import find_stalls
 from analyses.system import cpu_loads, main_periodic_thread
-from analyses.threads import thread_profiles
+from analyses.threads import select_threads, thread_profiles
 from analyses.windows import iter_raw_windows
 from capture.format import Capture
 
@@ -96,7 +99,12 @@ def capture_figures(cap: Capture) -> dict[str, tuple[float, str]]:
     peak, end = rss_mib(cap)
     out["RSS peak"] = (peak, "MiB, target processes")
     out["RSS at end"] = (end, "MiB, target processes")
-    stalls = find_stalls(cap, profiles=profiles, with_suspects=False)
+    stalls = find_stalls(cap, profiles=profiles)
+    # Incidents as `forensics stalls` finds them (one per late cycle or run of them, whatever the number
+    # of clients that waited in it): the arms' rates compare late cycles, not episodes.
+    incidents, _ = find_incidents(cap, stalls, select_threads(profiles), interval_ns=capture_interval_ns(cap))
+    out["incidents"] = (float(len(incidents)), "")
+    out["incidents per minute"] = (len(incidents) * 60e9 / duration if duration else np.nan, "/min")
     out["stall episodes"] = (float(len(stalls)), "")
     counts = stalls["verdict"].value_counts() if len(stalls) else pd.Series(dtype=int)
     for verdict in ("run", "runqueue", "io", "fault", "lock", "unknown"):

@@ -200,7 +200,7 @@ def test_system_takes_its_xrun_rows_from_the_engine(run_module, path, source):
     assert figures["Delay maximum"]["source"].startswith(source.split()[0] + " engine cycles")
 
 
-def test_jitter_plot_and_compare_count_the_cycles_never_begun():
+def test_jitter_plot_and_compare_count_the_cycles_never_begun_and_compare_the_incidents():
     """jack-starved-ebpf: each starvation left 4 cycles never begun. jitter's engine ends, the timeline's
     label and compare's deadline misses count them (all said 0: no cycle that ended late)."""
     import forensics
@@ -215,3 +215,6 @@ def test_jitter_plot_and_compare_count_the_cycles_never_begun():
     assert "0 late, 8 never began" in timeline_data(cap, "jackd").cycles_label
     figures = capture_figures(cap)
     assert figures["deadline misses"][0] == 8 and figures["  never began"][0] == 8
+    # compare's incidents are those of `forensics stalls` (4 here: the two starvations and two late cycles)
+    assert figures["incidents"][0] == 4
+    assert figures["incidents per minute"][0] == pytest.approx(4 / (figures["duration"][0] / 60))
