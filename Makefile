@@ -2,14 +2,14 @@
 # written to bench/out/ and quoted in the README (side by side, as ratios).
 PYTHON ?= python3
 
-.PHONY: man test lint bench bench-sampler bench-churn bench-analyses bench-exact bench-lab bench-pipewire bench-startup bench-flight bench-accuracy bench-stop
+.PHONY: man test lint bench bench-sampler bench-churn bench-analyses bench-exact bench-lab bench-pipewire bench-startup bench-flight bench-accuracy bench-stop bench-resync
 test:
 	$(PYTHON) -m pytest
 
 lint:  # what .ci/run checks before the tests: the layering contracts, types, style
 	lint-imports && mypy && ruff check . && ruff format --check .
 
-bench: bench-sampler bench-churn bench-analyses bench-exact bench-lab bench-accuracy bench-stop
+bench: bench-sampler bench-churn bench-analyses bench-exact bench-lab bench-accuracy bench-stop bench-resync
 
 bench-sampler:
 	$(PYTHON) bench/sampler_bench.py
@@ -44,3 +44,6 @@ bench-accuracy:  # the verdicts' recall and precision on live lab recordings (th
 
 bench-stop:  # root: seconds from a stop signal to catch-load's exit
 	$(PYTHON) bench/stop_latency.py
+
+bench-resync:  # reading past damage: 100 MB of random bytes, crafted fake headers of 1, 4, 16 MB
+	$(PYTHON) bench/resync_bench.py

@@ -14,8 +14,10 @@ queryable by other tools. So it is a small versioned container of standard colum
 All integers are little-endian. Chunks are appended as recording goes, each flushed to the kernel when
 written, so a recorder killed with SIGKILL leaves every finished chunk readable. A reader that meets a
 record cut short or with a bad CRC warns, and goes on at the next valid record (a known tag, a length
-inside the file and a matching CRC: a false match is a 1 in 2^32 event), naming the hole's time span.
-It counts the rows it read against the trailer's: any shortfall is a warning too. A record whose CRC
+inside the file and a matching CRC: a false match is a 1 in 2^32 event; found in time linear in the
+bytes passed over, see _Records), naming per table the time span of the rows the hole took (Damage).
+It counts the rows it read against the trailer's: a shortfall, or rows beyond it, is a warning too; a
+table chunk held twice byte for byte (a file joined to itself) is read once, with a warning. A record whose CRC
 is right but whose content is not what its tag says (hand-made, or a bug) is skipped with a warning.
 A capture without a trailer reads back with a warning: the figures the trailer would hold (achieved
 interval, missed ticks) are then unknown.
@@ -31,7 +33,8 @@ version; changing the meaning or unit of an existing column, or the container's 
 
 from __future__ import annotations
 
-import contextlib
+import bisect
+import functools
 import io
 import json
 import mmap
@@ -724,6 +727,25 @@ _TRAILER_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class Damage:
+    """Rows of `table` lost to damage: they lay after `after_ns` and before `before_ns` (the table's own
+    last row read before the hole and first row read after it; None: no such row, or the two disagree)."""
+
+    table: str
+    after_ns: int | None
+    before_ns: int | None
+
+
+@dataclass
+class _Hole:
+    start: int  # [start, end): the bytes skipped
+    end: int
+    # The tables of the records the hole held, when their headers still chain from start to end (a damaged
+    # payload, a cut record); None when they do not say.
+    tables: frozenset[str] | None = None
+
+
 @dataclass
 class _Contents:
     meta: dict[str, Any] = field(default_factory=dict)
@@ -732,41 +754,158 @@ class _Contents:
     rows: dict[str, int] = field(default_factory=dict)  # rows per table, from each chunk's Parquet footer
     warnings: list[str] = field(default_factory=list)
     version: int = FORMAT_VERSION
+    size: int = 0  # of the file
     # (record offset, table, chunk offset, chunk length) in file order: to name what a hole took
     order: list[tuple[int, str, int, int]] = field(default_factory=list)
-    holes: list[tuple[int, int]] = field(default_factory=list)  # [start, end) byte ranges skipped
+    holes: list[_Hole] = field(default_factory=list)
+    damage: list[Damage] = field(default_factory=list)
+    seen: dict[tuple[int, int], list[int]] = field(default_factory=dict)  # (length, CRC) -> table record offsets
+    copies: dict[str, list[int]] = field(default_factory=dict)  # table -> [chunks, rows] dropped as copies
 
 
-def _record_at(buf: mmap.mmap | bytes, offset: int, size: int, version: int) -> tuple[bytes, int, bool] | None:
-    """(tag, length, crc_ok) of the record at `offset`; None when its header or payload leaves the file."""
-    if offset + _RECORD.size > size:
-        return None
-    tag, length, crc = _RECORD.unpack_from(buf, offset)
-    end = offset + _RECORD.size + length
-    if end > size:
-        return None
-    payload = memoryview(buf)[offset + _RECORD.size : end]
-    try:
-        ok = record_crc(version, tag, length, payload) == crc
-    finally:
-        payload.release()
-    return tag, length, ok
+# Records longer than this are checked from prefix CRCs kept every _CHECKPOINT bytes once damage was met.
+_CHECKPOINT = 4096
+_DIRECT = 2 * _CHECKPOINT
+_HOLE_RECORDS = 64  # a hole is told apart record by record up to this many records
 
 
-def _resync(buf: mmap.mmap | bytes, start: int, size: int, version: int) -> int | None:
-    """The offset of the next valid record with a known tag at or after `start`, or None."""
-    candidates = {tag: buf.find(tag, start) for tag in KNOWN_TAGS}
-    while True:
-        live = [at for at in candidates.values() if at >= 0]
-        if not live:
+@functools.cache
+def _shift_tables() -> tuple[tuple[list[int], ...], ...]:
+    """Level j: four byte tables of what 2**j zero bytes do to a CRC-32 register. zlib's crc32 is linear
+    in the value it starts from: crc32(data, v) == crc32(data, 0) ^ shift(v, len(data))."""
+    crc_table = []
+    for byte in range(256):
+        c = byte
+        for _ in range(8):
+            c = (c >> 1) ^ (0xEDB88320 if c & 1 else 0)
+        crc_table.append(c)
+
+    def tables(columns: list[int]) -> tuple[list[int], ...]:
+        out = []
+        for k in range(4):
+            table = [0] * 256
+            for b in range(1, 256):
+                low = b & -b
+                table[b] = table[b ^ low] ^ columns[8 * k + low.bit_length() - 1]
+            out.append(table)
+        return tuple(out)
+
+    # One zero byte: v -> table[v & 0xFF] ^ (v >> 8).
+    levels = [tables([crc_table[1 << i] if i < 8 else 1 << (i - 8) for i in range(32)])]
+    for _ in range(31):
+        last = levels[-1]
+        levels.append(tables([_apply(last, _apply(last, 1 << i)) for i in range(32)]))
+    return tuple(levels)
+
+
+def _apply(t: tuple[list[int], ...], v: int) -> int:
+    return t[0][v & 0xFF] ^ t[1][(v >> 8) & 0xFF] ^ t[2][(v >> 16) & 0xFF] ^ t[3][v >> 24]
+
+
+def crc_shift(value: int, length: int) -> int:
+    """What `length` zero bytes do to a CRC-32 started from `value` (beyond what they do to 0)."""
+    for t0, t1, t2, t3 in _shift_tables():
+        if not length:
+            break
+        if length & 1:
+            value = t0[value & 0xFF] ^ t1[(value >> 8) & 0xFF] ^ t2[(value >> 16) & 0xFF] ^ t3[value >> 24]
+        length >>= 1
+    return value
+
+
+class _Records:
+    """The records of a mapped capture, and the next intact one after damage, in time linear in the file.
+
+    Checking a record's CRC reads its payload, as long as its header claims; a crafted file of tags that
+    each claim the rest of the file made finding the next intact record quadratic (issue 23 item 8). So
+    once damage was met, a long record is checked from prefix CRCs: with Z(q) the CRC-32 of the file's
+    first q bytes, the payload [a, e) started from h has crc32(payload, h) == Z(e) ^ crc_shift(Z(a) ^ h,
+    e - a). Z is kept every _CHECKPOINT bytes, computed once as far as a record reaches; Z at any offset
+    costs at most _CHECKPOINT bytes more. Before any damage records are checked directly (each byte once).
+    """
+
+    def __init__(self, buf: mmap.mmap, size: int, version: int) -> None:
+        self.buf, self.size, self.version = buf, size, version
+        self.view = memoryview(buf)
+        self.damaged = False
+        self._prefix = [0]  # Z at k * _CHECKPOINT
+        self._next = dict.fromkeys((*KNOWN_TAGS, MAGIC), -1)  # the next offset of each, once looked for
+        self._found = -1
+
+    def close(self) -> None:
+        self.view.release()
+
+    def header_at(self, offset: int) -> int | None:
+        """The version of a capture header at `offset` (one capture joined after another), or None."""
+        if self.buf[offset : offset + len(MAGIC)] != MAGIC or offset + _HEADER.size > self.size:
             return None
-        at = min(live)
-        record = _record_at(buf, at, size, version)
-        if record is not None and record[2]:
-            return at
-        for tag, where in candidates.items():
-            if where == at:
-                candidates[tag] = buf.find(tag, at + 1)
+        _, version, _ = _HEADER.unpack_from(self.buf, offset)
+        return version if OLDEST_VERSION <= version <= FORMAT_VERSION else None
+
+    def at(self, offset: int) -> tuple[bytes, int, int, bool] | None:
+        """(tag, length, CRC, CRC ok) of the record at `offset`; None when it leaves the file."""
+        if offset + _RECORD.size > self.size:
+            return None
+        tag, length, crc = _RECORD.unpack_from(self.buf, offset)
+        a = offset + _RECORD.size
+        e = a + length
+        if e > self.size:
+            return None
+        if offset == self._found:  # the record resync() just checked
+            return tag, length, crc, True
+        if length <= _DIRECT or not self.damaged:
+            return tag, length, crc, record_crc(self.version, tag, length, self.view[a:e]) == crc
+        start = zlib.crc32(tag + struct.pack("<I", length)) if self.version >= 2 else 0
+        return tag, length, crc, self._z(e) ^ crc_shift(self._z(a) ^ start, length) == crc
+
+    def _z(self, q: int) -> int:
+        k = q // _CHECKPOINT
+        prefix = self._prefix
+        while len(prefix) <= k:
+            j = len(prefix)
+            prefix.append(zlib.crc32(self.view[(j - 1) * _CHECKPOINT : j * _CHECKPOINT], prefix[-1]))
+        return zlib.crc32(self.view[k * _CHECKPOINT : q], prefix[k])
+
+    def resync(self, start: int) -> int | None:
+        """The offset of the next intact record with a known tag, or of a capture header, at or after
+        `start`; None when none follows. Each tag is looked for once per stretch of the file."""
+        self.damaged = True
+        found = self._next
+        while True:
+            for tag, where in found.items():
+                if where < start:
+                    at = self.buf.find(tag, start)
+                    found[tag] = self.size if at < 0 else at
+            at = min(found.values())
+            if at >= self.size:
+                return None
+            if self.header_at(at) is not None or ((record := self.at(at)) is not None and record[3]):
+                self._found = at
+                return at
+            start = at + 1
+
+    def tables_between(self, start: int, end: int) -> frozenset[str] | None:
+        """The tables of the records from `start` to `end` when their headers still chain across exactly
+        (their payloads damaged, or the last one cut by the end of the file), else None."""
+        names: set[str] = set()
+        offset = start
+        for _ in range(_HOLE_RECORDS):
+            if offset >= end:
+                return frozenset(names)
+            if offset + _RECORD.size > self.size:
+                return None
+            tag, length, _ = _RECORD.unpack_from(self.buf, offset)
+            body = offset + _RECORD.size
+            following = body + length
+            if tag not in KNOWN_TAGS or (following > end and end < self.size):
+                return None
+            if tag == TAG_TABLE:
+                name = _table_name(self.buf[body : min(following, body + 2 + 0xFFFF, self.size)])
+                if name is None or not name.isidentifier():
+                    return None
+                names.add(name)
+            offset = following
+        return None
 
 
 def _json_object(payload: bytes, what: str, offset: int, contents: _Contents) -> dict[str, Any] | None:
@@ -792,16 +931,25 @@ def _typed(value: dict[str, Any], types: dict[str, Any], what: str, offset: int,
     return kept
 
 
+def _table_name(payload: bytes) -> str | None:
+    """The table a TABL payload names (u16 length, UTF-8), or None when it names none readable."""
+    if len(payload) < 2:
+        return None
+    (name_len,) = struct.unpack_from("<H", payload)
+    if 2 + name_len > len(payload):
+        return None
+    try:
+        return payload[2 : 2 + name_len].decode() or None
+    except UnicodeDecodeError:
+        return None
+
+
 def _table_record(payload: bytes, body_offset: int, offset: int, contents: _Contents) -> None:
-    name = None
-    if len(payload) >= 2:
-        (name_len,) = struct.unpack_from("<H", payload)
-        if 2 + name_len <= len(payload):
-            with contextlib.suppress(UnicodeDecodeError):
-                name = payload[2 : 2 + name_len].decode()
-    if not name:
+    name = _table_name(payload)
+    if name is None:
         contents.warnings.append(f"the table record at byte {offset} has no readable table name: skipped")
         return
+    name_len = len(name.encode())
     chunk = payload[2 + name_len :]
     try:
         parquet = pq.ParquetFile(pa.BufferReader(chunk))
@@ -863,7 +1011,7 @@ def _scan(fh: BinaryIO, path: Path, size: int) -> _Contents:
             f"{path} says capture format version {version}, which no forensics ever wrote "
             f"(this one reads {OLDEST_VERSION} to {FORMAT_VERSION}): the file is damaged or not from this tool"
         )
-    contents = _Contents(version=version)
+    contents = _Contents(version=version, size=size)
     if size <= _HEADER.size:
         contents.warnings.append("capture holds no record after its header (the recorder stopped at once?)")
     else:
@@ -881,11 +1029,29 @@ def _scan(fh: BinaryIO, path: Path, size: int) -> _Contents:
 
 
 def _scan_records(buf: mmap.mmap, size: int, version: int, contents: _Contents) -> None:
+    records = _Records(buf, size, version)
+    try:
+        _read_records(records, contents)
+    finally:
+        records.close()
+
+
+def _read_records(records: _Records, contents: _Contents) -> None:
+    buf, size = records.buf, records.size
     offset = _HEADER.size
     while offset < size:
-        record = _record_at(buf, offset, size, version)
-        if record is None or not record[2]:
-            again = _resync(buf, offset + 1, size, version)
+        joined = records.header_at(offset)
+        if joined is not None:
+            contents.warnings.append(
+                f"another capture (format {joined}) starts at byte {offset}: two files joined into one? "
+                "Read on as one capture"
+            )
+            records.version = joined
+            offset += _HEADER.size
+            continue
+        record = records.at(offset)
+        if record is None or not record[3]:
+            again = records.resync(offset + 1)
             if again is None:
                 if record is None:
                     contents.warnings.append(
@@ -896,16 +1062,16 @@ def _scan_records(buf: mmap.mmap, size: int, version: int, contents: _Contents) 
                         f"capture record at byte {offset} is damaged (CRC mismatch), and no intact record follows: "
                         f"the last {size - offset} bytes are lost"
                     )
-                contents.holes.append((offset, size))
+                contents.holes.append(_Hole(offset, size, records.tables_between(offset, size)))
                 return
             contents.warnings.append(
                 f"capture bytes {offset} to {again} are damaged ({'cut' if record is None else 'CRC mismatch'}): "
                 "skipped; reading went on at the next intact record"
             )
-            contents.holes.append((offset, again))
+            contents.holes.append(_Hole(offset, again, records.tables_between(offset, again)))
             offset = again
             continue
-        tag, length, _ = record
+        tag, length, crc, _ = record
         body_offset = offset + _RECORD.size
         payload = buf[body_offset : body_offset + length]
         if tag == TAG_META:
@@ -913,67 +1079,214 @@ def _scan_records(buf: mmap.mmap, size: int, version: int, contents: _Contents) 
             if meta is not None:
                 contents.meta.update(_typed(meta, _META_TYPES, "metadata", offset, contents))
         elif tag == TAG_TABLE:
-            _table_record(payload, body_offset, offset, contents)
+            if not _copy(payload, length, crc, offset, buf, contents):
+                _table_record(payload, body_offset, offset, contents)
         elif tag == TAG_TRAILER:
             trailer = _json_object(payload, "trailer", offset, contents)
             if trailer is not None:
                 contents.trailer = _typed(trailer, _TRAILER_TYPES, "trailer", offset, contents)
-        elif version < 2:
+        elif records.version < 2:
             # Version 1 writers knew no other tag, and its CRC did not cover the tag: a damaged one.
             contents.warnings.append(
                 f"capture record at byte {offset} has an unknown tag {tag!r} (a damaged tag?): skipped"
             )
-            contents.holes.append((offset, body_offset + length))
+            contents.holes.append(_Hole(offset, body_offset + length))
         # Unknown tags of version 2 come from a later minor version: skipped on purpose (forward compatible).
         offset = body_offset + length
 
 
-def _chunk_times(fh: BinaryIO, start: int, length: int) -> tuple[int, int] | None:
-    """(first, last) t_ns of a chunk, or None when it has no such column."""
+def _copy(payload: bytes, length: int, crc: int, offset: int, buf: mmap.mmap, contents: _Contents) -> bool:
+    """Whether the table record at `offset` repeats an earlier one byte for byte (a file joined to itself,
+    a copy appended twice): counted and dropped, so that each row is read once."""
+    earlier = contents.seen.setdefault((length, crc), [])
+    for other in earlier:
+        start = other + _RECORD.size
+        if buf[start : start + length] == payload:
+            name = _table_name(payload) or "unnamed"
+            try:
+                rows = pq.ParquetFile(pa.BufferReader(payload[2 + len(name.encode()) :])).metadata.num_rows
+            except (pa.ArrowException, OSError, ValueError, TypeError):
+                rows = 0
+            counts = contents.copies.setdefault(name, [0, 0])
+            counts[0] += 1
+            counts[1] += rows
+            return True
+    earlier.append(offset)
+    return False
+
+
+_TIME_COLUMNS = ("t_ns", "start_ns", "first_ns")  # a table's time: when its rows were read, or began
+
+
+@dataclass(frozen=True)
+class _Span:
+    first: int
+    last: int
+    step: int | None  # the widest gap between two consecutive times inside the chunk (None: one time only)
+
+
+def _chunk_span(fh: BinaryIO, start: int, length: int) -> _Span | None:
+    """When a chunk's rows were (its first time column of _TIME_COLUMNS), or None."""
+    import pyarrow.compute as pc
+
     fh.seek(start)
+    data = fh.read(length)
     try:
-        table = pq.read_table(pa.BufferReader(fh.read(length)), columns=["t_ns"])
-    except (pa.ArrowException, OSError, ValueError, KeyError):
+        parquet = pq.ParquetFile(pa.BufferReader(data))
+        column = next((c for c in _TIME_COLUMNS if c in parquet.schema_arrow.names), None)
+        if column is None:
+            return None
+        times = parquet.read(columns=[column]).column(column).drop_null().cast(pa.int64())
+    except (pa.ArrowException, OSError, ValueError, TypeError):
         return None
-    column = table.column("t_ns").drop_null()
-    if len(column) == 0:
+    if len(times) == 0:
         return None
-    return int(pa.compute.min(column).as_py()), int(pa.compute.max(column).as_py())
+    distinct = pc.unique(times).sort()
+    step = int(pc.max(pc.pairwise_diff(distinct)).as_py()) if len(distinct) > 1 else None
+    return _Span(int(distinct[0].as_py()), int(distinct[-1].as_py()), step)
+
+
+def _origin_ns(fh: BinaryIO, contents: _Contents) -> int | None:
+    """What the views count seconds from (analyses.source.capture_origin_ns, which the format cannot
+    import): a window's recording origin, else the first sample, else the recording's start."""
+    window = contents.meta.get("window")
+    if isinstance(window, dict) and isinstance(window.get("origin_ns"), int):
+        return int(window["origin_ns"])
+    for _, name, start, length in contents.order:
+        if name == "samples" and (span := _chunk_span(fh, start, length)) is not None:
+            return span.first
+    started = (contents.meta.get("recording") or {}).get("started_ns")
+    return started if isinstance(started, int) else None
 
 
 def _name_holes(fh: BinaryIO, contents: _Contents) -> None:
-    """Say when each hole was: between the last time read before it and the first after it."""
-    started = contents.meta.get("recording", {}).get("started_ns")
-    origin = started if isinstance(started, int) else None
-    for start, end in contents.holes:
-        before = [r for r in contents.order if r[0] < start]
-        after = [r for r in contents.order if r[0] >= end]
-        last_before = max((t[1] for r in before[-8:] if (t := _chunk_times(fh, r[2], r[3]))), default=None)
-        first_after = min((t[0] for r in after[:8] if (t := _chunk_times(fh, r[2], r[3]))), default=None)
-        zero = origin if origin is not None else last_before
-        if zero is None:
+    """For each hole, the tables whose rows it held and when: between that table's own last row read before
+    the hole and its first row after. Which tables: those the damaged records' own headers name when they
+    still chain across the hole; else those the trailer counts short (all, when it counts none short or
+    there is none) whose rows do not run on across the hole at their usual pace."""
+    chunks: dict[str, list[tuple[int, int, int]]] = {}  # table -> [(record offset, chunk offset, length)]
+    for offset, name, start, length in contents.order:
+        chunks.setdefault(name, []).append((offset, start, length))
+    offsets = {name: [c[0] for c in found] for name, found in chunks.items()}
+    written = (contents.trailer or {}).get("rows")
+    counted = {
+        name: count
+        for name, count in (written.items() if isinstance(written, dict) else ())
+        if isinstance(count, int) and not isinstance(count, bool)
+    }
+    short = {name for name, count in counted.items() if contents.rows.get(name, 0) < count}
+    span = functools.cache(lambda start, length: _chunk_span(fh, start, length))
+    origin = _origin_ns(fh, contents)
+
+    def neighbours(name: str, hole: _Hole) -> tuple[_Span | None, _Span | None]:
+        if name not in chunks:
+            return None, None
+        i = bisect.bisect_left(offsets[name], hole.start)
+        j = bisect.bisect_left(offsets[name], hole.end)
+        before = span(*chunks[name][i - 1][1:]) if i > 0 else None
+        after = span(*chunks[name][j][1:]) if j < len(chunks[name]) else None
+        return before, after
+
+    def runs_on(before: _Span | None, after: _Span | None) -> bool:
+        if before is None or after is None:
+            return False
+        steps = [s for s in (before.step, after.step) if s is not None]
+        return bool(steps) and 0 <= after.first - before.last <= 1.5 * max(steps)
+
+    for hole in contents.holes:  # a name no table of this capture has: the damage hit the name itself
+        if hole.tables is not None and not hole.tables <= set(chunks) | set(counted) | set(SCHEMAS):
+            hole.tables = None
+    suspects: dict[int, list[str]] = {}  # hole index -> tables whose rows it may have held
+    unknown = [i for i, hole in enumerate(contents.holes) if hole.tables is None and hole.end < contents.size]
+    for name in sorted(set(chunks) | short):
+        if name in counted and name not in short:
+            continue  # every row the trailer counts read back
+        found = [i for i in unknown if not runs_on(*neighbours(name, contents.holes[i]))]
+        # Short, yet running on across every hole: any of them may hold its rows.
+        for i in found or (unknown if name in short else []):
+            suspects.setdefault(i, []).append(name)
+    for i, hole in enumerate(contents.holes):
+        if hole.tables is None and hole.end == contents.size:
+            contents.warnings.append(
+                f"what the damaged bytes {hole.start} to the end held is unknown: any table may miss rows after "
+                "its last one read"
+            )
             continue
-        since = "the start" if last_before is None else f"{(last_before - zero) / 1e9:.3f} s"
-        until = "the end" if first_after is None else f"{(first_after - zero) / 1e9:.3f} s"
-        contents.warnings.append(
-            f"the damaged bytes {start} to {end} held data from between {since} and {until} "
-            "(times since the recording started): that span may miss rows"
-        )
+        names = sorted(hole.tables if hole.tables is not None else suspects.get(i, []))
+        parts = []
+        for name in names:
+            if name not in chunks:  # none of its chunks read back
+                contents.damage.append(Damage(name, None, None))
+                parts.append(f"{name} rows (none of them read back)")
+                continue
+            before, after = neighbours(name, hole)
+            after_ns = before.last if before is not None else None
+            before_ns = after.first if after is not None else None
+            if after_ns is not None and before_ns is not None and after_ns > before_ns:
+                after_ns = before_ns = None  # the chunks around it are not in time order: when is unknown
+            contents.damage.append(Damage(name, after_ns, before_ns))
+            parts.append(f"{name} rows {_when(after_ns, before_ns, origin)}")
+        if parts:
+            contents.warnings.append(
+                f"the damaged bytes {hole.start} to {hole.end} held {', '.join(parts)}: those rows are missing "
+                "(times since the first sample: each table's last row read before the damage, its first after)"
+            )
+        else:
+            why = (
+                "metadata or the trailer only"
+                if hole.tables is not None
+                else "the trailer's counts all read back"
+                if counted and not short
+                else "every table reads on across them"
+            )
+            contents.warnings.append(f"the damaged bytes {hole.start} to {hole.end} held no table's rows: {why}")
+
+
+def _when(after_ns: int | None, before_ns: int | None, origin: int | None) -> str:
+    def s(ns: int) -> str:
+        return f"{(ns - origin) / 1e9:.3f} s" if origin is not None else f"{ns} ns (CLOCK_MONOTONIC)"
+
+    if after_ns is None and before_ns is None:
+        return "at an unknown time"
+    if after_ns is None:
+        return f"before {s(before_ns)}"  # type: ignore[arg-type]
+    if before_ns is None:
+        return f"after {s(after_ns)}"
+    return f"between {s(after_ns)} and {s(before_ns)}"
 
 
 def _check_counts(contents: _Contents) -> None:
-    """What was read against what the trailer says was written: a shortfall is a warning."""
+    """What was read against what the trailer says was written: a shortfall, copies and rows beyond the
+    trailer's count are warnings. A copy of the writer's own index (thread_seen) is dropped quietly: a
+    tool that copies a capture appends it as it was and again as the samples it appends derive it."""
+    copies = {name: n for name, (n, _) in contents.copies.items() if name != "thread_seen"}
+    if copies:
+        listed = ", ".join(f"{name} {n}" for name, n in sorted(copies.items()))
+        contents.warnings.append(
+            f"capture holds {sum(copies.values())} table chunks twice ({listed}): the copies are dropped, "
+            "each row is read once (a file joined to itself, or a copy appended?)"
+        )
     written = (contents.trailer or {}).get("rows")
     if not isinstance(written, dict):
         return
-    short = []
+    short, extra = [], []
     for name, count in sorted(written.items()):
-        if isinstance(count, int) and not isinstance(count, bool) and contents.rows.get(name, 0) < count:
-            short.append(f"{name} {contents.rows.get(name, 0)} of {count}")
+        if not isinstance(count, int) or isinstance(count, bool):
+            continue
+        read = contents.rows.get(name, 0)
+        if read + contents.copies.get(name, [0, 0])[1] < count:  # the copies may be rows the trailer counted
+            short.append(f"{name} {read} of {count}")
+        elif read > count:
+            extra.append(f"{name} {read} of {count}")
     if short:
         contents.warnings.append(
             "capture holds fewer rows than its trailer says were written (" + ", ".join(short) + "): "
             "records are missing or damaged"
+        )
+    if extra:
+        contents.warnings.append(
+            "capture holds more rows than its trailer says were written (" + ", ".join(extra) + "): "
+            "it holds rows of another recording, or the same rows twice"
         )
 
 
@@ -1004,6 +1317,8 @@ class Capture:
     `.processes` memory of each target process over time (t_ns pid vsize_kib rss_kib shared_kib)
     `.truth`    lab ground truth (cause tid start_ns end_ns); empty unless the lab was recorded
     `.cycles`   lab callbacks (tid start_ns end_ns deadline_ns); empty unless the lab was recorded
+    `.warnings` what the reader found wrong with the file, one sentence each
+    `.damage`   rows lost to damaged bytes (Damage: the table, and the times they lay between)
     """
 
     def __init__(
@@ -1014,11 +1329,13 @@ class Capture:
         chunks: dict[str, list[tuple[int, int]]],
         tables: dict[str, pd.DataFrame] | None = None,
         capture_warnings: list[str] | None = None,
+        damage: list[Damage] | None = None,
     ) -> None:
         self.path = path
         self.meta = meta
         self.trailer = trailer
         self.warnings = list(capture_warnings or [])
+        self.damage = list(damage or [])  # rows lost to damaged bytes: which table, between which times
         self._chunks = chunks
         self._tables: dict[str, pd.DataFrame] = dict(tables or {})
 
@@ -1043,6 +1360,7 @@ class Capture:
             {name: spans for name, spans in self._chunks.items() if name not in dropped},
             {name: frame for name, frame in self._tables.items() if name not in dropped | {"threads_summary"}},
             self.warnings,
+            [d for d in self.damage if d.table not in dropped],
         )
 
     @property
@@ -1334,4 +1652,6 @@ def load(path: str | os.PathLike[str]) -> Capture:
         contents = _scan(fh, p, size)
     for message in contents.warnings:
         warnings.warn(f"{p}: {message}", CaptureWarning, stacklevel=2)
-    return Capture(p, contents.meta, contents.trailer, contents.chunks, capture_warnings=contents.warnings)
+    return Capture(
+        p, contents.meta, contents.trailer, contents.chunks, capture_warnings=contents.warnings, damage=contents.damage
+    )

@@ -42,6 +42,53 @@ def marker_rows(cap: Capture) -> dict[str, str]:
     }
 
 
+# The tables a verdict is decided from (stalls, incidents, spikes): where their rows were lost to damage,
+# a view decides nothing.
+DECIDED_FROM = (
+    "samples",
+    "sched",
+    "taskstats",
+    "sampler_ticks",
+    "sched_switch",
+    "sched_wakeup",
+    "page_faults",
+    "block_rq",
+    "engine_cycles",
+    "engine_nodes",
+)
+
+
+def damage_notes(
+    cap: Capture, origin_ns: int | None, t_range: tuple[int | None, int | None] | None = None
+) -> list[str]:
+    """One 'no verdict' line per span between rows read where rows a verdict is decided from were lost to
+    damaged bytes (Capture.damage; the loader's warning names the same span), those touching `t_range`.
+    Damage before the first row or after the last read decides nothing: nothing is read there."""
+    start, end = t_range if t_range is not None else (None, None)
+    spans: dict[tuple[int, int] | None, set[str]] = {}
+    for damage in cap.damage:
+        low, high = damage.after_ns, damage.before_ns
+        if damage.table not in DECIDED_FROM:
+            continue
+        if low is None or high is None:
+            if low is None and high is None:  # at an unknown time
+                spans.setdefault(None, set()).add(damage.table)
+        elif (start is None or high > start) and (end is None or low < end):
+            spans.setdefault((low, high), set()).add(damage.table)
+
+    def s(ns: int) -> str:
+        return f"{(ns - (origin_ns or 0)) / 1e9:.3f}"
+
+    notes = []
+    for span, tables in sorted(spans.items(), key=lambda item: item[0] or (-1, -1)):
+        lost = f"{', '.join(sorted(tables))} rows lost"
+        if span is None:
+            notes.append(f"Verdicts may miss episodes: the capture is damaged at an unknown time ({lost}).")
+        else:
+            notes.append(f"No verdict for {s(span[0])}-{s(span[1])} s: the capture is damaged there ({lost}).")
+    return notes
+
+
 def _yes_no(value: Any) -> str:
     if value is None:
         return "unknown"
@@ -58,9 +105,14 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
     cpus = cap.cpus
     sources = cap.sources
     rec = meta.get("recording", {})
-    counts = {name: int(n) for name, n in (trailer or {}).get("rows", {}).items()}
-    if not counts:  # no trailer: count what reads back
-        counts = {name: len(cap.table(name, columns=_first_column(cap, name))) for name in cap.table_names}
+    # The rows that read back, beside the trailer's count of those written where the two differ.
+    counts = {name: len(cap.table(name, columns=_first_column(cap, name))) for name in cap.table_names}
+    written = (trailer or {}).get("rows")
+    written = {
+        name: n
+        for name, n in (written.items() if isinstance(written, dict) else ())
+        if isinstance(n, int) and not isinstance(n, bool)
+    }
 
     machine = {
         "host": host.get("hostname", "unknown"),
@@ -107,7 +159,11 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
     targets = rec.get("targets", {})
     target_rows = {k: str(v) for k, v in targets.items() if v not in (None, [], False, "")}
     target_rows["command line"] = " ".join(rec.get("argv", [])) or "unknown"
-    content = {name: str(n) for name, n in sorted(counts.items())}
+    content = {}
+    for name in sorted(set(counts) | set(written)):
+        read = counts.get(name, 0)
+        differs = name in written and written[name] != read
+        content[name] = f"{read} (the trailer says {written[name]} were written)" if differs else str(read)
     threads = cap.threads
     if not threads.empty:
         content["distinct threads"] = str(len(threads))

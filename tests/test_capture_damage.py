@@ -27,15 +27,16 @@ from capture.format import (
     _HEADER,
     _RECORD,
     FORMAT_VERSION,
-    MAGIC,
     TAG_META,
     TAG_TABLE,
     TAG_TRAILER,
     Capture,
+    Damage,
     load,
     record_crc,
 )
 from forensics.describe import describe_capture
+from tests.damaged import encode
 from tests.helpers import REPO, child_env
 
 SAMPLES = sorted((REPO / "captures").glob("*.ssf"))
@@ -51,13 +52,6 @@ def records(data: bytes) -> tuple[int, list[tuple[int, bytes, bytes]]]:
         out.append((offset, tag, data[offset + _RECORD.size : offset + _RECORD.size + length]))
         offset += _RECORD.size + length
     return version, out
-
-
-def encode(version: int, recs: list[tuple[bytes, bytes]]) -> bytes:
-    parts = [_HEADER.pack(MAGIC, version, 0)]
-    for tag, payload in recs:
-        parts.append(_RECORD.pack(tag, len(payload), record_crc(version, tag, len(payload), payload)) + payload)
-    return b"".join(parts)
 
 
 def as_version(data: bytes, version: int) -> bytes:
@@ -163,10 +157,16 @@ def test_reading_goes_on_after_a_damaged_record_and_names_the_hole(v2_clean: Pat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    lost_rows = pq.read_table(pa.BufferReader(lost[2 + 7 :])).num_rows
-    assert len(cap.samples) == len(intact.samples) - lost_rows  # every other chunk read back
-    hole = [m for m in messages if "held data from between" in m]
-    assert len(hole) == 1 and " s and " in hole[0], messages
+    lost_times = pq.read_table(pa.BufferReader(lost[2 + 7 :])).column("t_ns").to_pylist()
+    assert len(cap.samples) == len(intact.samples) - len(lost_times)  # every other chunk read back
+    # The hole is named from the samples' own rows around it: the last read before, the first after.
+    before = intact.samples["t_ns"][intact.samples["t_ns"] < min(lost_times)].max()
+    after = intact.samples["t_ns"][intact.samples["t_ns"] > max(lost_times)].min()
+    assert cap.damage == [Damage("samples", before, after)], messages
+    origin = intact.samples["t_ns"].min()
+    hole = [m for m in messages if "held samples rows between" in m]
+    assert len(hole) == 1, messages
+    assert f"between {(before - origin) / 1e9:.3f} s and {(after - origin) / 1e9:.3f} s" in hole[0]
 
 
 def test_hand_made_records_with_valid_crcs_are_skipped_with_a_warning(v2_clean: Path, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from analyses.rules import SPIKE_FACTOR
 from capture.format import Capture
+from forensics.describe import damage_notes
 from forensics.render import Report, Section
 
 SPIKE_COLUMNS = {
@@ -68,5 +69,6 @@ def spikes_report(
     report.sections.append(Section("spikes", "Spikes", found, SPIKE_COLUMNS))
     report.sections.append(Section("burners", "Who burned the CPU in each spike", burners, BURNER_COLUMNS))
     least = spike_min_ns(capture_interval_ns(cap)) if min_ns is None else min_ns
+    report.notes += damage_notes(cap, report.origin_ns, t_range)
     report.notes.append(spike_thresholds(factor, least, deadline_ns))
     return report

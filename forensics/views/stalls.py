@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from capture.format import Capture
-from forensics.describe import asked_threads
+from forensics.describe import asked_threads, damage_notes
 from forensics.render import Report, Section
 
 if TYPE_CHECKING:
@@ -119,6 +119,7 @@ def stalls_report(
     from analyses.rules import DEFAULT_RULES
     from forensics.views.thresholds import stall_thresholds
 
+    report.notes += damage_notes(cap, report.origin_ns, t_range)
     report.notes.append(stall_thresholds(rules or DEFAULT_RULES, interval))
     undecided = episodes.attrs.get("undecided") or []
     if undecided:
