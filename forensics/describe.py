@@ -107,10 +107,10 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
     rec = meta.get("recording", {})
     # The rows that read back, beside the trailer's count of those written where the two differ.
     counts = {name: len(cap.table(name, columns=_first_column(cap, name))) for name in cap.table_names}
-    written = (trailer or {}).get("rows")
+    trailer_rows = (trailer or {}).get("rows")
     written = {
         name: n
-        for name, n in (written.items() if isinstance(written, dict) else ())
+        for name, n in (trailer_rows.items() if isinstance(trailer_rows, dict) else ())
         if isinstance(n, int) and not isinstance(n, bool)
     }
 

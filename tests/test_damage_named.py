@@ -109,6 +109,7 @@ def test_a_zeroed_samples_chunk_is_named_by_its_own_rows_and_stalls_says_no_verd
     # A span that does not touch the damage has no note; one that does, has it.
     assert note not in forensics("stalls", str(path), "--span", "0s..1s").stdout
     assert note in " ".join(forensics("spikes", str(path)).stdout.split())
+    assert note in " ".join(forensics("xruns", str(path)).stdout.split())
 
 
 def test_without_a_trailer_the_tables_that_stop_across_a_hole_are_named(tmp_path: Path) -> None:

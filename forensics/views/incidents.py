@@ -11,7 +11,7 @@ import pandas as pd
 from analyses.incidents import IncidentRules, find_incidents, xrun_rows
 from analyses.span import in_span, overlaps_span
 from capture.format import Capture
-from forensics.describe import asked_threads
+from forensics.describe import asked_threads, damage_notes
 from forensics.render import Report, Section
 from forensics.render.jsonout import rows
 
@@ -188,4 +188,5 @@ def xruns_report(
     report.sections.append(
         Section("xruns", "Xruns (engine-reported) and missed deadlines", frame, XRUN_TABLE, empty=why or "(none)")
     )
+    report.notes += damage_notes(cap, origin_ns, t_range)  # an xrun there has no incident: nothing was read
     return report
