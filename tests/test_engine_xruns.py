@@ -218,3 +218,21 @@ def test_jitter_plot_and_compare_count_the_cycles_never_begun_and_compare_the_in
     # compare's incidents are those of `forensics stalls` (4 here: the two starvations and two late cycles)
     assert figures["incidents"][0] == 4
     assert figures["incidents per minute"][0] == pytest.approx(4 / (figures["duration"][0] / 60))
+
+
+def test_the_timeline_marks_each_incident_numbered_as_stalls():
+    """captures/jack-starved-ebpf.ssf: the incidents `forensics stalls` prints in the plotted span (1, a
+    late cycle, then 2 and 3, the starvations rooted at jackd) are grey spans on the top panel, labelled
+    with their number, root and verdict."""
+    import forensics
+    from forensics.plots.data import timeline_data
+    from forensics.plots.timeline import draw_timeline
+    from tests.helpers import REPO
+
+    data = timeline_data(forensics.load(REPO / "captures/jack-starved-ebpf.ssf"), "jackd")
+    assert data.incidents["incident"].tolist() == [1, 2, 3]
+    assert data.incidents["root_verdict"].tolist()[1:] == ["runqueue", "runqueue"]
+    fig = draw_timeline(data)
+    assert [a.get_gid() for a in fig.findobj()].count("incident") == 3
+    labels = [a.get_text() for a in fig.findobj() if a.get_gid() == "incident-label"]
+    assert labels[1:] == ["#2 jackd runqueue", "#3 jackd runqueue"]

@@ -40,6 +40,8 @@ class TimelineData:
     slow_types: set[str] = field(default_factory=set)
     cpus: list[int] = field(default_factory=list)
     xruns: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"t_ns": []}))  # t_ns: engine-reported
+    # incident start_ns end_ns root_comm root_verdict: as `forensics stalls` numbers them
+    incidents: pd.DataFrame = field(default_factory=lambda: pd.DataFrame({"incident": [], "start_ns": []}))
 
 
 def _markers(cap: Capture) -> pd.DataFrame:
@@ -92,16 +94,20 @@ def timeline_data(
     profiles: pd.DataFrame | None = None,
     stalls: pd.DataFrame | None = None,
     tids: tuple[int, ...] = (),
+    incidents: pd.DataFrame | None = None,
 ) -> TimelineData:
+    """`stalls`, `incidents`: those already found (the report's), else found here: the incidents as
+    `forensics stalls` finds and numbers them, from the whole capture's episodes."""
     from analyses.cycles import lab_cycles, proc_cycles
     from analyses.engine import cycle_starts, engine_cycles
+    from analyses.incidents import find_incidents
     from analyses.rules import blocked_ns
     from analyses.source import STATE_D, capture_interval_ns, capture_origin_ns
-    from analyses.span import in_span
+    from analyses.span import in_span, overlaps_span
     from analyses.stalls import find_stalls
     from analyses.summary import nice_bin_ns
     from analyses.system import main_periodic_thread
-    from analyses.threads import policy_label, thread_profiles
+    from analyses.threads import policy_label, select_threads, thread_profiles
     from analyses.windows import core_type_map, thread_windows
     from capture.errors import ForensicsError
 
@@ -144,13 +150,22 @@ def timeline_data(
     if most > MAX_POINTS:
         bin_ns = nice_bin_ns(hi - lo, interval, MAX_POINTS // 2)
         windows = _binned(windows, origin, bin_ns)
+    whole = None if stalls is None or t_range is not None else stalls
     if stalls is None:
-        stalls = find_stalls(cap, t_range=t_range, profiles=profiles, with_suspects=False)
+        # The whole capture's episodes, decided as `forensics stalls` decides them (with /proc's suspects):
+        # the incidents are grouped from them; the span picks those drawn.
+        whole = find_stalls(cap, profiles=profiles)
+        stalls = whole[overlaps_span(whole["start_ns"], whole["end_ns"], t_range)] if len(whole) else whole
         if pattern is not None or tids:
             extra = find_stalls(
                 cap, pattern=pattern, tids=tids, t_range=t_range, profiles=profiles, with_suspects=False
             )
             stalls = pd.concat([stalls, extra]).drop_duplicates(["tid", "start_ns"]) if len(extra) else stalls
+    if incidents is None:
+        whole = find_stalls(cap, profiles=profiles) if whole is None else whole
+        incidents, _ = find_incidents(cap, whole, select_threads(profiles), interval_ns=interval)
+    if len(incidents):
+        incidents = incidents[overlaps_span(incidents["start_ns"], incidents["end_ns"], (lo, hi))]
     stalls = stalls[stalls["tid"].isin(drawn)] if len(stalls) else stalls
     threads = chosen.assign(
         label=[
@@ -249,6 +264,7 @@ def timeline_data(
         slow_types=slow,
         cpus=[int(c) for c in cpus_meta],
         xruns=xruns,
+        incidents=incidents.reset_index(drop=True),
     )
 
 

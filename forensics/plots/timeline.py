@@ -7,7 +7,9 @@ Panels, sharing one time axis (seconds since the first sample):
               shaded in their verdict's colour and labelled ("io 18.6 ms") with a marker on top
   faults      page faults per window of each thread (symlog: a storm of thousands next to a few)
   placement   the CPU each watched (real-time or periodic) thread was on, coloured by core type
-Markers set while recording are dashed vertical lines through every panel, labelled on top.
+Markers set while recording are dashed vertical lines through every panel, labelled on top. Incidents
+(analyses.incidents, numbered as `forensics stalls` numbers them) are grey spans on the top panel, each
+labelled with its number, root thread and verdict.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from forensics.plots.data import TimelineData
 MARKER_COLOR = "#333333"
 DEADLINE_COLOR = "#c0392b"
 XRUN_COLOR = "#8e44ad"
+INCIDENT_COLOR = "#555555"  # grey: an incident's span sits behind its root's verdict colour
 
 
 def _seconds(t_ns: np.ndarray | pd.Series, origin: int) -> np.ndarray:
@@ -88,6 +91,23 @@ def draw_timeline(data: TimelineData) -> Figure:
         for x in _seconds(data.xruns["t_ns"], origin):
             axes[0].axvline(float(x), color=XRUN_COLOR, lw=1.0, alpha=0.8, zorder=4, gid="xrun")
         legend["xrun (reported by the engine)"] = Line2D([], [], color=XRUN_COLOR, lw=1.0)
+    for row in data.incidents.itertuples(index=False):  # each late cycle (or run of them), numbered as stalls
+        edges = _seconds(np.array([row.start_ns, row.end_ns]), origin)
+        x0, x1 = _at_least(float(edges[0]), float(edges[1]), 0.004 * float(hi - lo))
+        axes[0].axvspan(x0, x1, color=INCIDENT_COLOR, alpha=0.18, lw=0, zorder=0, gid="incident")
+        axes[0].annotate(
+            f"#{int(row.incident)} {row.root_comm} {row.root_verdict}",
+            xy=(x1, 0.5),  # mid-height: the deadline's label is at the top, the cycles at the bottom
+            xycoords=blended_transform_factory(axes[0].transData, axes[0].transAxes),
+            xytext=(2, 0),
+            textcoords="offset points",
+            fontsize=8,
+            va="center",
+            color=INCIDENT_COLOR,
+            gid="incident-label",
+            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none", "alpha": 0.85},
+        )
+        legend["incident (#, root, verdict: as `forensics stalls`)"] = Patch(color=INCIDENT_COLOR, alpha=0.3)
     for i, row in data.markers.iterrows():
         x = float(_seconds(np.array([row["t_ns"]]), origin)[0])
         for ax in axes:

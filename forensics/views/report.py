@@ -73,7 +73,7 @@ def build_report(
 
     grouped = Report(title="")
     whole = episodes if t_range is None else find_stalls(cap, profiles=profiles)
-    add_incident_sections(
+    listed = add_incident_sections(
         grouped, cap, whole, select_threads(profiles), interval_ns=capture_interval_ns(cap), t_range=t_range
     )
     incidents = _part(grouped.section("incidents"), 2, "The answer: incidents, each root with its evidence")
@@ -93,7 +93,9 @@ def build_report(
         from forensics.plots.data import timeline_data
         from forensics.plots.timeline import draw_timeline
 
-        data = timeline_data(cap, name + where, top=top, t_range=t_range, profiles=profiles, stalls=episodes)
+        data = timeline_data(
+            cap, name + where, top=top, t_range=t_range, profiles=profiles, stalls=episodes, incidents=listed
+        )
         image: bytes | None = figure_bytes(draw_timeline(data))
         alt = (
             f"Timeline of {', '.join(data.threads['comm'].astype(str))}: per window, on CPU (blue), waiting for a "
