@@ -42,6 +42,7 @@ A cycle's end is the engine's (the last client's finish), never inferred from th
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -239,6 +240,7 @@ def cycle_observation(cap: Capture) -> tuple[int, int]:
 
 
 XRUN_COLUMNS = ["t_ns", "end_ns", "engine", "reports", "client", "delay_us", "source"]
+NODE_STATUS = re.compile(r"(?:^|: |; )([^;:]+?) \(node \d+\) (triggered|awake|not-triggered|inactive)")
 
 
 def engine_xruns(cap: Capture, t_range: tuple[int | None, int | None] | None = None) -> pd.DataFrame:
@@ -303,6 +305,15 @@ def _xruns_of(reports: pd.DataFrame, engine: str, period_ns: float) -> list[dict
     rows = []
     for part in parts:
         blamed = [str(c) for c in part["client"].tolist() if c is not None and not pd.isna(c)]
+        # PipeWire's profiler rows say each unfinished node's status (samplers/engine/pipewire.py: "NAME
+        # (node ID) awake" running late, "triggered" woken late): the status in the xrun's first report
+        # that names it, beside the name.
+        states: dict[str, str] = {}
+        for text in part["text"].tolist() if "text" in part else []:
+            for name, state in NODE_STATUS.findall(text) if isinstance(text, str) else []:
+                if name in blamed:
+                    states.setdefault(name, state)
+        blamed = [f"{n} ({states[n]})" if n in states else n for n in dict.fromkeys(blamed)]
         delays = pd.to_numeric(part["delay_us"], errors="coerce").dropna()
         rows.append(
             {

@@ -74,6 +74,17 @@ def test_pipewire_reports_of_consecutive_unfinished_cycles_are_one_xrun():
     assert x[["reports", "client"]].values.tolist() == [[4, "cue"], [1, "jalv"]]
 
 
+def test_pipewire_xrun_names_the_node_with_its_status_in_the_first_report():
+    """The profiler's rows say why each node was unfinished: `triggered` (woken late) in the first
+    report of the run, `awake` (running late) in the next: the xrun names cue as woken late."""
+    cap = _engine("pipewire", [(MS, "profiler", None, "cue"), (MS + PW_PERIOD, "profiler", None, "cue")], 256)
+    xruns = cap.table("xruns").assign(
+        text=[f"graph not finished (driver Dummy-Driver): cue (node 31) {s}" for s in ("triggered", "awake")]
+    )
+    cap = Capture.from_frames(meta=cap.meta, xruns=xruns, engine_status=cap.table("engine_status"))
+    assert engine_xruns(cap)["client"].tolist() == ["cue (triggered)"]
+
+
 def test_xrun_joins_the_incident_that_covers_it_not_the_last_in_its_window():
     """An xrun reported inside incident 2 belongs to 2, though incident 3 began within 20 ms after it
     (was: the last incident within the join window, 3). One reported 1 ms after incident 3 ended, with
