@@ -58,7 +58,7 @@ def capture_figures(cap: Capture) -> dict[str, tuple[float, str]]:
     if len(engine):  # the engine's own cycle ends come first: they are what the user's xruns come from
         span = float(engine["t_ns"].max() - engine["t_ns"].min())
         # Cycles the engine ran in the span (the source may not have seen every one end).
-        n_cycles = duration / float(engine["period_ns"].median())
+        n_cycles = duration / float(engine["period_ns"].astype("float64").median())  # NaN: no period known
         ends = engine["end_rel_ns"].dropna().to_numpy(dtype=np.int64)  # NA: only the engine's late flag is known
         out["cycle end p50"] = (float(np.percentile(ends, 50)) / 1e3 if len(ends) else np.nan, "us")
         out["cycle end p99"] = (float(np.percentile(ends, 99)) / 1e3 if len(ends) else np.nan, "us")

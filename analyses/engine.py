@@ -207,7 +207,7 @@ def engine_cycle_summary(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFr
         rows.append(
             {
                 "engine": engine,
-                "period_ns": float(group["period_ns"].median()),
+                "period_ns": float(group["period_ns"].astype("float64").median()),
                 "cycles": len(group),
                 "cycles_with_end": len(known),
                 "end_p50_ns": float(np.percentile(known, 50)) if len(known) else np.nan,

@@ -151,9 +151,8 @@ def _engine_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> 
 
 def _server_pid(cap: Capture) -> int | None:
     """The engine server's pid as its source recorded it (jackd), or None."""
-    engine = (cap.meta.get("sources") or {}).get("engine") or {}
-    pid = engine.get("jackd_pid") if isinstance(engine, dict) else None
-    return int(pid) if isinstance(pid, int) and pid > 0 else None
+    pid = (cap.sources.get("engine") or {}).get("jackd_pid")
+    return pid if pid else None
 
 
 def _graph_edges(cap: Capture) -> dict[str, tuple[str, ...]]:
@@ -910,7 +909,7 @@ def _machine_reading(cap: Capture, start: int, end: int, rules: IncidentRules, i
 
 def _jiffy_ns(cap: Capture) -> int:
     """One /proc/stat tick in ns (USER_HZ as the capture's host reported it; 100 by default)."""
-    return 1_000_000_000 // int((cap.meta.get("host") or {}).get("clk_tck") or 100)
+    return 1_000_000_000 // cap.clk_tck
 
 
 def _machine_covers(cap: Capture, row: pd.Series, sampler_gap_ns: int) -> bool:

@@ -325,9 +325,12 @@ def _placement(
     return pd.DataFrame(rows), changes
 
 
+FAULT_BIN_COLUMNS = ["bin_start_ns", "minflt", "majflt", "top_comm", "top_tid", "top_share"]
+
+
 def _faults(per_bin: pd.DataFrame, names: pd.Series, start: int, bin_ns: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    if per_bin.empty:
-        return pd.DataFrame(), pd.DataFrame()
+    if per_bin.empty:  # no window (samples of one read each): empty, with the columns the views lay out
+        return pd.DataFrame(), pd.DataFrame(columns=FAULT_BIN_COLUMNS)
     nbins = int(per_bin["bin"].max()) + 1
     faults = per_bin.assign(total=per_bin["minflt"] + per_bin["majflt"])
     by_bin = faults.groupby("bin")[["minflt", "majflt", "total"]].sum().reindex(range(nbins), fill_value=0)
@@ -340,7 +343,7 @@ def _faults(per_bin: pd.DataFrame, names: pd.Series, start: int, bin_ns: int) ->
     none = by_bin["total"].to_numpy() == 0
     out["top_tid"] = out["top_tid"].where(~none, pd.NA)
     out["top_comm"] = out["top_tid"].map(lambda t: names.get(t, "?") if not pd.isna(t) else None)
-    out = out.reset_index(drop=True)[["bin_start_ns", "minflt", "majflt", "top_comm", "top_tid", "top_share"]]
+    out = out.reset_index(drop=True)[FAULT_BIN_COLUMNS]
     total = by_bin["total"].to_numpy()
     peak = int(np.argmax(total)) if len(total) else 0
     overview = pd.DataFrame(

@@ -237,13 +237,13 @@ def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
     cycles = cap.table("engine_cycles")
     if cycles.empty:
         return profiles
-    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
+    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").astype("float64").median())  # NaN: none
     if not np.isfinite(period) or period <= 0:
         return profiles
     pids = set(pd.to_numeric(cap.table("engine_clients")["pid"], errors="coerce").dropna().astype(np.int64))
-    engine = (cap.meta.get("sources") or {}).get("engine") or {}
-    if isinstance(engine, dict) and isinstance(engine.get("jackd_pid"), int):
-        pids.add(int(engine["jackd_pid"]))
+    jackd = (cap.sources.get("engine") or {}).get("jackd_pid")
+    if jackd:
+        pids.add(jackd)
     measured = pd.to_numeric(profiles["period_ns"], errors="coerce").to_numpy(dtype=np.float64)
     mine = profiles["pid"].isin(pids).to_numpy() & profiles["periodic"].to_numpy(dtype=bool)
     fraction = np.zeros(len(profiles), dtype=bool)

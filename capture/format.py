@@ -39,6 +39,7 @@ import io
 import json
 import mmap
 import os
+import stat
 import struct
 import sys
 import warnings
@@ -52,6 +53,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from capture.errors import CaptureFormatError, CaptureWarning
+from capture.shape import META, REQUIRED_COLUMNS, TRAILER, Obj, conform
+from capture.vocabulary import file_kind
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -595,11 +598,16 @@ class CaptureWriter:
         table = _to_arrow(name, data)
         if table.num_rows == 0:
             return
+        self.append_chunk(name, table)
+        if name == "samples":  # the index of thread lifetimes that keeps readers from scanning samples
+            self.append("thread_seen", thread_seen(table))
+
+    def append_chunk(self, name: str, table: pa.Table) -> None:
+        """`table` as one chunk of the table `name`, as it is: `append` first gives it its schema's columns
+        and types. For a table of another recorder, or a chunk made by hand to see what a reader does."""
         encoded_name = name.encode()
         self._record(TAG_TABLE, struct.pack("<H", len(encoded_name)) + encoded_name + _encode_chunk(table))
         self.rows_written[name] = self.rows_written.get(name, 0) + table.num_rows
-        if name == "samples":  # the index of thread lifetimes that keeps readers from scanning samples
-            self.append("thread_seen", thread_seen(table))
 
     def name_lost(self) -> str | None:
         """Why the capture's name no longer leads to the file being written (it, or its directory, was
@@ -681,50 +689,6 @@ def record_crc(version: int, tag: bytes, length: int, payload: bytes | memoryvie
 
 
 KNOWN_TAGS = (TAG_META, TAG_TABLE, TAG_TRAILER)
-
-# Top-level metadata and trailer keys the toolkit reads, with the type it needs; a record that gives
-# another type (hand-made, damaged before its CRC was computed) loses that key, with a warning.
-_META_TYPES: dict[str, type | tuple[type, ...]] = {
-    "recording": dict,
-    "sources": dict,
-    "host": dict,
-    "cpus": dict,
-    "lab": (dict, type(None)),
-    "ebpf": (dict, type(None)),
-    "format_version": int,
-    "tool": str,
-    "tool_version": str,
-}
-_NUMBER = (int, float, type(None))
-_TRAILER_TYPES: dict[str, type | tuple[type, ...]] = {
-    "rows": dict,
-    "ebpf": (dict, type(None)),
-    "end_reason": str,
-    **dict.fromkeys(
-        (
-            "duration_ns",
-            "ended_ns",
-            "ticks",
-            "missed_ticks",
-            "lost_ticks",
-            "ticks_in_capture",
-            "interval_p50_ns",
-            "interval_p99_ns",
-            "interval_max_ns",
-            "interval_mean_ns",
-            "sampler_cpu_ns",
-            "sampler_user_ns",
-            "sampler_system_ns",
-            "writer_cpu_ns",
-            "reads",
-            "threads_seen",
-            "processes_seen",
-            "max_rss_kib",
-            "command_exit_code",
-        ),
-        _NUMBER,
-    ),
-}
 
 
 @dataclass(frozen=True)
@@ -920,14 +884,13 @@ def _json_object(payload: bytes, what: str, offset: int, contents: _Contents) ->
     return value
 
 
-def _typed(value: dict[str, Any], types: dict[str, Any], what: str, offset: int, contents: _Contents) -> dict[str, Any]:
-    kept = {}
-    for key, item in value.items():
-        wanted = types.get(key, object)  # keys of other recorders or later versions: as they are
-        if (isinstance(item, bool) and wanted is _NUMBER) or not isinstance(item, wanted):
-            contents.warnings.append(f"the {what} record at byte {offset} has a malformed {key!r}: ignored")
-            continue
-        kept[key] = item
+def _typed(value: dict[str, Any], spec: Obj, what: str, offset: int, contents: _Contents) -> dict[str, Any]:
+    """`value` without the keys the toolkit reads that do not have the type it needs (capture/shape.py)."""
+    malformed: list[str] = []
+    kept = conform(value, spec, malformed)
+    contents.warnings.extend(
+        f"the {what} record at byte {offset} has a malformed {key!r}: ignored (read as unknown)" for key in malformed
+    )
     return kept
 
 
@@ -981,8 +944,9 @@ def _kind(dtype: pa.DataType) -> str:
 
 
 def _schema_mismatch(name: str, schema: pa.Schema) -> str | None:
-    """What makes a chunk unfit for its table (a column of another kind), or None. Columns may be
-    missing (older captures lack later nullable ones) and extra ones are kept."""
+    """What makes a chunk unfit for its table (a column of another kind, a required column missing:
+    capture/shape.py), or None. Other columns may be missing (older captures lack later nullable ones) and
+    extra ones are kept."""
     known = SCHEMAS.get(name)
     if known is None:
         return None
@@ -993,6 +957,11 @@ def _schema_mismatch(name: str, schema: pa.Schema) -> str | None:
                 return f"a column {column.name!r} of type {column.type}, not {want}"
     if not set(schema.names) & set(known.names):
         return f"none of the {name} table's columns"
+    if len(set(schema.names)) < len(schema.names):
+        return "two columns of one name"
+    lacking = [c for c in REQUIRED_COLUMNS.get(name, ()) if c not in schema.names]
+    if lacking:
+        return f"no column {', '.join(map(repr, lacking))}, which every row of it needs"
     return None
 
 
@@ -1077,14 +1046,14 @@ def _read_records(records: _Records, contents: _Contents) -> None:
         if tag == TAG_META:
             meta = _json_object(payload, "metadata", offset, contents)
             if meta is not None:
-                contents.meta.update(_typed(meta, _META_TYPES, "metadata", offset, contents))
+                contents.meta.update(_typed(meta, META, "metadata", offset, contents))
         elif tag == TAG_TABLE:
             if not _copy(payload, length, crc, offset, buf, contents):
                 _table_record(payload, body_offset, offset, contents)
         elif tag == TAG_TRAILER:
             trailer = _json_object(payload, "trailer", offset, contents)
             if trailer is not None:
-                contents.trailer = _typed(trailer, _TRAILER_TYPES, "trailer", offset, contents)
+                contents.trailer = _typed(trailer, TRAILER, "trailer", offset, contents)
         elif records.version < 2:
             # Version 1 writers knew no other tag, and its CRC did not cover the tag: a damaged one.
             contents.warnings.append(
@@ -1290,19 +1259,37 @@ def _check_counts(contents: _Contents) -> None:
         )
 
 
-def _read_chunk(name: str, data: bytes, columns: list[str] | None) -> pa.Table:
-    """One chunk; asked-for columns it lacks (an older capture) come back as nulls of their type."""
+def _read_chunk(name: str, data: bytes, columns: list[str] | None) -> tuple[pa.Table, list[str]]:
+    """One chunk as its table's schema says: every column of the schema (or the asked-for ones), those it
+    lacks (an older capture) as nulls of their type, each cast to its schema's type; and without the rows
+    that have a null in a required column (capture/shape.py), whose names come back beside the table."""
     parquet = pq.ParquetFile(pa.BufferReader(data))
-    if columns is None:
-        return parquet.read()
-    present = set(parquet.schema_arrow.names)
-    table = parquet.read(columns=[c for c in columns if c in present])
+    present = parquet.schema_arrow.names
     known = SCHEMAS.get(name)
+    if columns is None:
+        columns = list(dict.fromkeys([*(known.names if known is not None else []), *present]))
+    table = parquet.read(columns=[c for c in columns if c in present])
     for column in columns:
         if column not in present:
             dtype = known.field(column).type if known is not None and column in known.names else pa.null()
             table = table.append_column(column, pa.nulls(table.num_rows, dtype))
-    return table.select(columns)
+    table = table.select(columns)
+    if known is None:
+        return table, []
+    for i, column in enumerate(table.schema):
+        want = known.field(column.name).type if column.name in known.names else column.type
+        if column.type != want:
+            try:
+                table = table.set_column(i, column.name, table.column(i).cast(want))
+            except (pa.ArrowException, ValueError) as err:
+                raise ValueError(f"its column {column.name!r} does not fit {want}: {err}") from err
+    nulls = [c for c in REQUIRED_COLUMNS.get(name, ()) if c in columns and table.column(c).null_count]
+    if nulls:
+        valid = pa.compute.is_valid(table.column(nulls[0]))
+        for column in nulls[1:]:
+            valid = pa.compute.and_(valid, pa.compute.is_valid(table.column(column)))
+        table = table.filter(valid)
+    return table, nulls
 
 
 class Capture:
@@ -1393,20 +1380,29 @@ class Capture:
     def _read_arrow_chunks(self, name: str, columns: list[str] | None) -> Iterator[pa.Table]:
         if self.path is None or name not in self._chunks:
             return
-        with open(self.path, "rb") as fh:
+        with open_capture(self.path) as fh:
             for offset, length in self._chunks[name]:
                 fh.seek(offset)
                 data = fh.read(length)
                 try:
-                    table = _read_chunk(name, data, columns)
+                    table, nulls = _read_chunk(name, data, columns)
                 except (pa.ArrowException, OSError, ValueError) as err:
                     # Its footer read at load, but a page does not decode (a hand-made chunk): skip it.
-                    message = f"{self.path}: the {name} chunk at byte {offset} does not decode ({err}): skipped"
-                    if message not in self.warnings:
-                        self.warnings.append(message)
-                        warnings.warn(message, CaptureWarning, stacklevel=3)
+                    self._warn(f"the {name} chunk at byte {offset} does not decode ({err}): skipped")
                     continue
+                if nulls:
+                    self._warn(
+                        f"the {name} chunk at byte {offset} has rows with no {', '.join(map(repr, nulls))} "
+                        "(null): those rows are left out"
+                    )
                 yield table
+
+    def _warn(self, message: str) -> None:
+        """A warning about this capture found while reading a table: said once, and kept in .warnings."""
+        message = f"{self.path}: {message}"
+        if message not in self.warnings:
+            self.warnings.append(message)
+            warnings.warn(message, CaptureWarning, stacklevel=4)
 
     def _read_table(self, name: str, columns: list[str] | None) -> pd.DataFrame:
         import pandas as pd
@@ -1634,22 +1630,36 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
     return frame[table.column_names] if nullable else frame
 
 
+def open_capture(path: Path) -> BinaryIO:
+    """`path` opened for reading, if it is a regular file. Anything else is a one-line error at once: a named
+    pipe would block the open (and every read) until some writer came, a device reads forever, a socket
+    cannot be opened. The type is checked before the open and again on what was opened (O_NONBLOCK: a pipe
+    swapped in between does not block either)."""
+
+    def refuse(mode: int) -> CaptureFormatError:
+        return CaptureFormatError(f"{path} is {file_kind(mode)}, not a capture file")
+
+    try:
+        if not stat.S_ISREG(mode := os.stat(path).st_mode):
+            raise refuse(mode)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError as err:
+        raise CaptureFormatError(f"no such capture: {path}") from err
+    except PermissionError as err:
+        raise CaptureFormatError(f"cannot read {path}: permission denied") from err
+    except (OSError, ValueError) as err:  # ELOOP, ENAMETOOLONG, a NUL in the name...
+        raise CaptureFormatError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from err
+    if not stat.S_ISREG(mode := os.fstat(fd).st_mode):
+        os.close(fd)
+        raise refuse(mode)
+    return os.fdopen(fd, "rb")
+
+
 def load(path: str | os.PathLike[str]) -> Capture:
     """Open a capture. Tables are read when first used; problems with the file raise ForensicsError."""
     p = Path(path)
-    try:
-        size = p.stat().st_size
-        fh = open(p, "rb")  # noqa: SIM115 - closed below; scan needs the size first
-    except FileNotFoundError as err:
-        raise CaptureFormatError(f"no such capture: {p}") from err
-    except IsADirectoryError as err:
-        raise CaptureFormatError(f"{p} is a directory, not a capture file") from err
-    except PermissionError as err:
-        raise CaptureFormatError(f"cannot read {p}: permission denied") from err
-    except (OSError, ValueError) as err:  # ELOOP, ENAMETOOLONG, a NUL in the name...
-        raise CaptureFormatError(f"cannot read {p}: {getattr(err, 'strerror', None) or err}") from err
-    with fh:
-        contents = _scan(fh, p, size)
+    with open_capture(p) as fh:
+        contents = _scan(fh, p, os.fstat(fh.fileno()).st_size)
     for message in contents.warnings:
         warnings.warn(f"{p}: {message}", CaptureWarning, stacklevel=2)
     return Capture(

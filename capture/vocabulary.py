@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import stat
 
 # Scheduling policies as stat field 41 and sched_getscheduler(2) give them (include/uapi/linux/sched.h).
 POLICY_NAMES = {0: "OTHER", 1: "FIFO", 2: "RR", 3: "BATCH", 5: "IDLE", 6: "DEADLINE", 7: "EXT"}
@@ -46,3 +47,20 @@ def parse_duration_ns(text: str) -> int:
     if not math.isfinite(value):  # "1e999" parses as infinity
         raise ValueError(f"{text!r} is not a finite duration")
     return round(value)
+
+
+# What a path is when it is not a regular file, in messages: a capture, a log or an output must be one (a named
+# pipe blocks its reader until a writer comes, a device reads forever, a socket cannot be opened).
+_FILE_KINDS = {
+    stat.S_IFDIR: "a directory",
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFLNK: "a symbolic link",
+}
+
+
+def file_kind(mode: int) -> str:
+    """ "a named pipe (FIFO)", "a directory"... for a stat st_mode; "a regular file" for one."""
+    return "a regular file" if stat.S_ISREG(mode) else _FILE_KINDS.get(stat.S_IFMT(mode), "not a regular file")

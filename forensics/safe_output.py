@@ -29,6 +29,7 @@ from types import TracebackType
 from typing import BinaryIO
 
 from capture.errors import ForensicsError
+from capture.vocabulary import file_kind
 
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_MODE = 0o644  # before the umask, as open(2) would make it
@@ -56,6 +57,9 @@ def check_new_output(path: str | os.PathLike[str], force: bool, *, directory_ok:
         raise ForensicsError(f"cannot write {p}: {_describe(err)}") from None
     if stat.S_ISDIR(info.st_mode) and not directory_ok:
         raise ForensicsError(f"{p} is a directory; give a file name")
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+        # A named pipe, a socket, a device (-o /dev/null): not an output a file may replace, even with --force.
+        raise ForensicsError(f"{p} is {file_kind(info.st_mode)}, not a file: give the name of a file to write")
     if not force and not (stat.S_ISDIR(info.st_mode) and directory_ok):
         raise _exists_error(p)
 

@@ -226,8 +226,12 @@ def _read_states(state_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
     states = []
     for path in sorted(state_dir.glob(f"{STATE_PREFIX}*{STATE_SUFFIX}")):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            # O_NONBLOCK: a named pipe planted under a state file's name must not block the open; anything but
+            # a regular file is then ignored like any unreadable one.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
             with open(fd, "rb") as fh:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    continue
                 state = json.loads(fh.read(1 << 16))
         except (OSError, ValueError, RecursionError):  # a crafted file (64 KiB of "[") is ignored too
             continue

@@ -80,12 +80,16 @@ class _ReaderGone(Exception):
 
 
 def _guarded(invoke: Callable[[click.Context], Any]) -> Callable[[click.Context], Any]:
+    if getattr(invoke, "guarded", False):  # run again in one process (a test): wrapped once, not once per run
+        return invoke
+
     def run(ctx: click.Context) -> Any:
         try:
             return invoke(ctx)
         except BrokenPipeError as err:
             raise _ReaderGone from err
 
+    run.guarded = True  # type: ignore[attr-defined]
     return run
 
 

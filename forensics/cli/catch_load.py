@@ -8,6 +8,7 @@ import os
 import re
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -18,7 +19,7 @@ import click
 
 from capture.errors import ForensicsError
 from capture.format import SUFFIX
-from capture.vocabulary import parse_duration_ns
+from capture.vocabulary import file_kind, parse_duration_ns
 from forensics import __version__
 from forensics.cli import run_cli
 from forensics.cli.flight_options import flight_config, flight_options, start_watcher, status_text, summary_lines
@@ -63,6 +64,17 @@ def _processes_of(pids: tuple[int, ...], quiet: bool) -> tuple[int, ...]:
         if pid not in out:
             out.append(pid)
     return tuple(out)
+
+
+def _check_log_file(path: str) -> None:
+    """--jack-log is followed from its end as a file grows: a named pipe would block its reader until a writer
+    came, a device (/dev/zero) would never reach an end. Anything but a regular file is refused at once."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        raise ForensicsError(f"cannot read --jack-log {path}: {err.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise ForensicsError(f"--jack-log {path} is {file_kind(mode)}: give the file jackd writes its log to")
 
 
 def _prepare_output(out: Path, force: bool) -> None:
@@ -338,6 +350,8 @@ def catch_load(
         out = flight_setup[0]
     else:
         check_new_output(out, force)  # refused now (exists without --force); removed once all is checked
+    if jack_log:
+        _check_log_file(jack_log)
 
     truth_path: Path | None = None
     stdin_markers = sys.stdin.isatty()
