@@ -228,7 +228,7 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
     "truth": ("cause", "tid", "start_ns", "end_ns"),
     "cycles": ("tid", "start_ns", "end_ns", "deadline_ns"),
     "taskstats": ("tick", "t_ns", "tid"),
-    "sched_switch": ("t_ns", "cpu", "prev_tid", "prev_state", "next_tid"),
+    "sched_switch": ("t_ns", "cpu", "prev_tid", "prev_prio", "prev_state", "next_tid", "next_prio"),
     "sched_wakeup": ("t_ns", "cpu", "kind", "tid"),
     "page_faults": ("t_ns", "tid"),
     "block_rq": ("t_ns", "kind"),
