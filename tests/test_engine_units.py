@@ -295,3 +295,31 @@ def test_a_signal_of_a_cycle_whose_start_was_missed_is_placed_in_none(seen_befor
     assert True not in _late(cycles, nodes, PERIOD_US).values(), nodes
     assert asm.unplaced == 1
     assert {n["t_ns"] for n in nodes} <= {t1, t3}
+
+
+def test_a_wake_up_or_finish_of_a_missed_cycle_goes_to_no_older_cycle() -> None:
+    """Measured in CI (series graph, jalv p1): the poller missed p1's wake-up and finish in one cycle, and
+    later, stalled through a cycle it never saw start, read a wake-up and finish of that unseen cycle. They
+    went to the oldest record still without them, three cycles back, where they finished past its check:
+    a late flag jack2 never reported (it named other clients). A client runs its cycles one after the
+    other, so a wake-up or finish never belongs to a record older than one already woken or finished."""
+    t0 = 100_000
+    asm = CycleAssembler(0, to_ns=lambda us: us)
+    for start, client in [
+        (t0 - 5235, (t0 - 3892, t0 - 3860, t0 - 3674, 3)),
+        (t0, (t0 + 2214, t0 - 3860, t0 - 3674, 1)),  # signaled; its wake-up and finish are never seen
+        (t0 + 5368, (t0 + 8293, t0 + 8847, t0 + 9203, 3)),
+        (t0 + 10679, (t0 + 10929, t0 + 10961, t0 + 11739, 3)),
+        # Stalled through the cycle started near t0 + 16000 (never seen): its values, read with the next.
+        (t0 + 21683, (t0 + 21686, t0 + 20125, t0 + 20962, 1)),
+        (t0 + 21683, (t0 + 21686, t0 + 21700, t0 + 21800, 3)),
+        (t0 + 27016, (t0 + 27020, t0 + 27030, t0 + 27100, 3)),
+    ]:
+        asm.observe(_slots(start, client), [2])
+    cycles, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
+    by_cycle = {n["t_ns"]: n for n in nodes}
+    assert by_cycle[t0]["awake_ns"] is None and by_cycle[t0]["finish_ns"] is None, by_cycle[t0]
+    assert by_cycle[t0 + 10679]["finish_ns"] == t0 + 11739
+    assert by_cycle[t0 + 21683]["awake_ns"] == t0 + 21700 and by_cycle[t0 + 21683]["finish_ns"] == t0 + 21800
+    late = _late(cycles, nodes, PERIOD_US)
+    assert late[t0] is None and True not in late.values(), late

@@ -91,20 +91,22 @@ class CycleAssembler:
                         here[ref] = node
                     client.records.append((key, node))
                     del client.records[:-16]
+            # A client runs its cycles one after the other: a wake-up or finish never belongs to a record
+            # older than one already woken or finished (a value of a cycle the poller never saw start
+            # would otherwise land cycles back, past that cycle's check: measured in CI, a false late).
             if a and a != la:
-                # The newest node signalled by then and not yet awake (records are in signal order).
-                woken = next((n for _, n in reversed(client.records) if n.signal_us <= a and n.awake_us is None), None)
-                if woken is not None:
+                # The newest node signalled by then, if it is not yet awake (records are in signal order).
+                woken = next((n for _, n in reversed(client.records) if n.signal_us <= a), None)
+                if woken is not None and woken.awake_us is None:
                     woken.awake_us = a
             if f and f != lf:
-                finished = next(
-                    (
-                        n
-                        for _, n in reversed(client.records)
-                        if n.finish_us is None and n.awake_us is not None and n.awake_us <= f
-                    ),
-                    None,
-                )
+                finished = None
+                for _, n in reversed(client.records):
+                    if n.finish_us is not None:
+                        break
+                    if n.awake_us is not None and n.awake_us <= f:
+                        finished = n
+                        break
                 if finished is not None:
                     finished.finish_us = f
             if client.records:
