@@ -67,10 +67,18 @@ class JackSource:
         self.pids_fd = pids_fd
         self.explicit = explicit
         self.rows: dict[str, list[dict[str, Any]]] = {}
-        self.events: queue.SimpleQueue[tuple[str, int, tuple[Any, ...]]] = queue.SimpleQueue()
-        self.stop_reason: str | None = None
-        self.client: Any = None
         self.jack: Any = None
+        self.pids_sent: set[int] = set()
+        self.lock = threading.Lock()
+        self.recording_ended = False  # the recorder asked us to end (SIGTERM)
+        self.gone_clients: list[Any] = []  # clients of servers that went away: never closed, never freed
+        self.stop_reason: str | None = None
+        self._forget_server()
+
+    def _forget_server(self) -> None:
+        """What belongs to one server: set at the start, and again to follow a restarted one."""
+        self.events: queue.SimpleQueue[tuple[str, int, tuple[Any, ...]]] = queue.SimpleQueue()
+        self.client: Any = None
         self.get_time: Any = None
         self.offset_ns = 0
         self.offsets: list[int] = []
@@ -78,17 +86,18 @@ class JackSource:
         self.assembler: Any = None
         self.names: dict[int, str] = {}  # refnum -> client name
         self.pids: dict[str, int | None] = {}
-        self.pids_sent: set[int] = set()
         self.jackd_pid: int | None = None
         self.driver_refnum = -1
-        self.meta: dict[str, Any] = {"kind": ENGINE, "server": server or "default"}
-        self.lock = threading.Lock()
+        self.meta: dict[str, Any] = {"kind": ENGINE, "server": self.server or "default"}
         self.last: tuple[float, tuple[int, int]] = (0.0, (0, 1))  # period us, (buffer size, rate) as last read
-        self.recording_ended = False  # the recorder asked us to end (SIGTERM)
-        self.gone_clients: list[Any] = []  # clients of servers that went away: never closed, never freed
 
     def server_went_away(self) -> bool:
         return (self.stop_reason or "").startswith(SERVER_GONE)
+
+    @staticmethod
+    def _gone_reason(args: tuple[Any, ...]) -> str:
+        """An end by the server's shutdown callback, with the reason it gave (the queued event's args)."""
+        return f"{SERVER_GONE} ({args[0] or 'no reason given'})"
 
     def next_server(self) -> None:
         """After the server went away: forget it (its client, clock offsets, clients, graph and cycle
@@ -97,12 +106,7 @@ class JackSource:
         libjack cleans up after a server that closed (it says so), and a close could wait on it."""
         if self.client is not None:
             self.gone_clients.append(self.client)
-        self.client = self.get_time = self.timing = self.assembler = self.jackd_pid = None
-        self.offset_ns, self.offsets, self.driver_refnum = 0, [], -1
-        self.names, self.pids = {}, {}
-        self.meta = {"kind": ENGINE, "server": self.server or "default"}
-        self.events = queue.SimpleQueue()
-        self.last = (0.0, (0, 1))
+        self._forget_server()
         self.stop_reason = "recording ended" if self.recording_ended else None
 
     # output ------------------------------------------------------------------------------------
@@ -154,8 +158,9 @@ class JackSource:
         except ImportError:
             return "no JACK data recorded: the JACK-Client Python package is not installed"
         self.jack = jack
-        libjack_errors: list[str] = []
-        jack.set_error_function(libjack_errors.append)  # libjack's own lines would clutter the terminal
+        # libjack's own lines would clutter the terminal, and kept they would grow while a stale socket is
+        # retried: dropped (what went wrong is said by this source's own event).
+        jack.set_error_function(lambda _m: None)
         jack.set_info_function(lambda _m: None)
         deadline = time.monotonic() + wait_s
         server = self.server or os.environ.get("JACK_DEFAULT_SERVER", "default")
@@ -374,7 +379,7 @@ class JackSource:
                 except queue.Empty:
                     break
                 if kind == "shutdown":
-                    self.stop_reason = f"{SERVER_GONE} ({args[0] or 'no reason given'})"
+                    self.stop_reason = self._gone_reason(args)
                     break
                 if kind == "client":
                     name, registered = args
@@ -429,7 +434,7 @@ class JackSource:
                 while True:
                     kind, _, args = self.events.get_nowait()
                     if kind == "shutdown":
-                        self.stop_reason = f"{SERVER_GONE} ({args[0] or 'no reason given'})"
+                        self.stop_reason = self._gone_reason(args)
                         break
         self._finish(period_us, last_status)
 
