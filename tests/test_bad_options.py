@@ -84,3 +84,28 @@ def test_without_force_an_existing_capture_is_refused_first(run_module, tmp_path
     result = run_module("forensics.cli.catch_load", "-q", "-o", str(out), "--lab")
     assert result.returncode != 0 and "--force" in result.stderr, result.stderr
     assert out.read_bytes() == b"kept"
+
+
+@pytest.mark.parametrize(
+    "args", [("--no-jack", "--jack", "x", "--lab"), ("--sampler", "ebpf", "--sched", "all", "--lab")]
+)
+def test_a_refused_lab_recording_leaves_no_truth_file(tmp_path: Path, args: tuple[str, ...]) -> None:
+    """The lab's truth file (a temporary file) is made once every option is checked: a refused command
+    line left an empty /tmp/lab-truth-*.json behind each time."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO, child_env
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(tmp_path / "x.ssf"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env(TMPDIR=str(temp)),
+        cwd=REPO,
+    )
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert list(temp.iterdir()) == [] and not (tmp_path / "x.ssf").exists()

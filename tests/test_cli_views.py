@@ -177,6 +177,8 @@ def test_compare_two_files(run_module, capture_file):
     out = run_module("forensics", "compare", capture_file, capture_file, check=True).stdout
     assert re.search(r"wake-ups per cycle\s+\S+\s+\S+\s+\+0\.0 %", out)
     assert re.search(r"RSS peak\s+unknown\s+unknown", out)  # no memory reads in this capture: not a zero
+    # The title names both files on its first line, as printed (a newline in it came out as "\\n").
+    assert out.splitlines()[0] == f"A = {capture_file}   against   B = {capture_file}", out.splitlines()[0]
 
 
 def test_compare_uses_the_recorded_rss(run_module):

@@ -357,10 +357,7 @@ def catch_load(
     stdin_markers = sys.stdin.isatty()
     if lab_argv is not None:
         _check_lab_args(lab_argv)
-        truth_fd, truth_name = tempfile.mkstemp(prefix="lab-truth-", suffix=".json")
-        os.close(truth_fd)
-        truth_path = Path(truth_name)
-        command = (sys.executable, "-m", "forensics.lab", *lab_argv, "--truth", str(truth_path))
+        command = (sys.executable, "-m", "forensics.lab", *lab_argv)  # --truth FILE added once all is checked
     if no_jack and (jack is not None or jack_log):
         raise ForensicsError("--no-jack contradicts --jack/--jack-log: give one")
     jack_choice = choose_jack(jack, no_jack, command, pids, later=bool(match or command), by_name=bool(match))
@@ -374,6 +371,11 @@ def catch_load(
             raise ForensicsError("--sched reads /proc at the /proc sampler's tick: with --sampler ebpf leave it out")
     if flight_setup is None:  # every option checked: only now may --force remove the old capture
         _prepare_output(out, force)
+    if lab_argv is not None:  # ... and only now is the lab's truth file made (a refused command leaves none)
+        truth_fd, truth_name = tempfile.mkstemp(prefix="lab-truth-", suffix=".json")
+        os.close(truth_fd)
+        truth_path = Path(truth_name)
+        command = (*command, "--truth", str(truth_path))
     options = RecorderOptions(
         output=str(out),
         interval_ns=interval,

@@ -32,7 +32,8 @@ def compare(capture_a: str, capture_b: str, fmt: str | None, as_json: bool, outp
     a, b = load(capture_a), load(capture_b)
     table = run_compare(a, b)
     table["change"] = [_change_text(row.a, row.b, row.change_pct) for row in table.itertuples(index=False)]
-    report = Report(title=f"A = {capture_a}\nB = {capture_b}")
+    # One line, as the plot titles it: the table renderer escapes control characters in a title.
+    report = Report(title=f"A = {capture_a}   against   B = {capture_b}")
     report.sections.append(Section("figures", "A against B", table, COLUMNS))
     emit(report, fmt=fmt, as_json=as_json, output=output)
 
