@@ -91,3 +91,29 @@ def test_a_span_keeps_the_whole_captures_periods():
     pd.testing.assert_series_equal(part.loc[periodic, "period_ns"], whole.loc[periodic, "period_ns"])
     # The totals are the span's: the span is a fraction of the capture.
     assert (part.loc[periodic, "wall_ns"] < whole.loc[periodic, "wall_ns"] / 2).all()
+
+
+@pytest.mark.parametrize(("path", "span", "verdict"), CASES)
+def test_a_span_keeps_verdicts_when_periods_are_measured_from_proc(monkeypatch, path, span, verdict):
+    # The sample captures hold the lab's cycles, whose exact periods would hide a span-local period
+    # estimate: without them the period is measured from /proc's switch-ins, which a span under ~1.2 s
+    # cannot give (issue 14, item 1).
+    import numpy as np
+
+    from analyses import threads
+
+    monkeypatch.setattr(threads, "lab_periods", lambda cap: pd.Series(dtype=np.float64))
+    cap = load(path)
+    t_range = resolve_span(cap, span)
+    profiles = threads.thread_profiles(cap).set_index("tid")
+    audio = profiles.index[profiles["comm"] == "lab-audio"]
+    assert profiles.loc[audio, "period_source"].str.startswith("/proc").all()
+    part = threads.thread_profiles(cap, t_range=t_range).set_index("tid")
+    pd.testing.assert_series_equal(part.loc[audio, "period_ns"], profiles.loc[audio, "period_ns"])
+    whole = find_stalls(cap)
+    inside = whole[overlaps_span(whole["start_ns"], whole["end_ns"], t_range)]
+    shown = find_stalls(cap, t_range=t_range)
+    assert set(map(tuple, shown[KEY].astype(object).to_numpy().tolist())) == set(
+        map(tuple, inside[KEY].astype(object).to_numpy().tolist())
+    )
+    assert verdict in set(shown["verdict"])
