@@ -1660,6 +1660,16 @@ def load(path: str | os.PathLike[str]) -> Capture:
     p = Path(path)
     with open_capture(p) as fh:
         contents = _scan(fh, p, os.fstat(fh.fileno()).st_size)
+    window = contents.meta.get("window")
+    inherited = (window.get("damage") if isinstance(window, dict) else None) or []  # checked by capture.shape
+    for lost in inherited:  # a flight window cut from a damaged recording (capture.window.cut)
+        contents.damage.append(Damage(lost["table"], lost.get("after_ns"), lost.get("before_ns")))
+    if inherited:
+        tables = ", ".join(sorted({lost["table"] for lost in inherited}))
+        contents.warnings.append(
+            f"the recording this window was cut from had lost {tables} rows to damaged bytes in or near it: "
+            "its views say where there is no verdict"
+        )
     for message in contents.warnings:
         warnings.warn(f"{p}: {message}", CaptureWarning, stacklevel=2)
     return Capture(

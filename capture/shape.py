@@ -126,6 +126,15 @@ META = Obj(
                 "end_ns": NS,
                 "triggers": COUNT,
                 "trigger": Obj({"t_ns": NS, "text": text}, null=True),
+                # What the recording it was cut from had lost there (capture.window.cut).
+                "damage": list_of(
+                    lambda v: (
+                        isinstance(v, dict)
+                        and isinstance(v.get("table"), str)
+                        and NS(v.get("after_ns"))
+                        and NS(v.get("before_ns"))
+                    )
+                ),
             },
             null=True,
         ),

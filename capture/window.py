@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from capture.errors import CaptureFormatError
-from capture.format import Capture, CaptureWriter, load
+from capture.format import Capture, CaptureWriter, Damage, load
 
 # Tables that hold the state as it changed (a snapshot at start, then changes): kept up to the window's
 # end, not from its start, so a window knows the threads and the graph it shows.
@@ -54,7 +54,8 @@ def join(paths: Iterable[str | os.PathLike[str]]) -> Capture:
             frame = frame.drop_duplicates(ignore_index=True)
         tables[name] = frame
     warnings = [w for cap in caps for w in cap.warnings]
-    return Capture(None, meta, caps[-1].trailer, {}, tables, warnings)
+    damage = [d for cap in caps for d in cap.damage]
+    return Capture(None, meta, caps[-1].trailer, {}, tables, warnings, damage)
 
 
 def cut_tables(cap: Capture, t0: int, t1: int) -> dict[str, pd.DataFrame]:
@@ -77,9 +78,29 @@ def cut_tables(cap: Capture, t0: int, t1: int) -> dict[str, pd.DataFrame]:
 
 
 def cut(cap: Capture, t0: int, t1: int, meta: Mapping[str, Any] | None = None) -> Capture:
-    """`cap` as if it held [t0, t1] only (`meta` keys added)."""
+    """`cap` as if it held [t0, t1] only (`meta` keys added). Rows lost to damage that may lie in it are
+    kept in the metadata's `window` (`damage`): the window's own file is whole, yet its views must still
+    say "no verdict" where the recording lost rows (capture.format.load reads them back as its damage)."""
     trailer = {"end_reason": "window", "duration_ns": t1 - t0}
-    return Capture(None, {**cap.meta, **(meta or {})}, trailer, {}, cut_tables(cap, t0, t1), list(cap.warnings))
+    damage = [d for d in cap.damage if _may_touch(d, t0, t1)]
+    out_meta: dict[str, Any] = {**cap.meta, **(meta or {})}
+    if damage:
+        out_meta["window"] = {
+            **(out_meta.get("window") or {}),
+            "damage": [{"table": d.table, "after_ns": d.after_ns, "before_ns": d.before_ns} for d in damage],
+        }
+    return Capture(None, out_meta, trailer, {}, cut_tables(cap, t0, t1), list(cap.warnings), damage)
+
+
+def _may_touch(damage: Damage, t0: int, t1: int) -> bool:
+    """Whether rows lost between damage.after_ns and damage.before_ns may lie in [t0, t1]: a hole between
+    two rows read that overlaps it, or one at an unknown time (both None). Damage before the first row or
+    after the last one read (a killed recorder's cut last record) is where the recording began or ended:
+    no row of the window lay there (forensics.describe.damage_notes reads it so too)."""
+    low, high = damage.after_ns, damage.before_ns
+    if low is None or high is None:
+        return low is None and high is None
+    return low < t1 and high > t0
 
 
 class TooLarge(CaptureFormatError):

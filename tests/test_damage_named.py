@@ -247,3 +247,33 @@ def test_info_counts_the_rows_that_read_back_beside_the_trailers(tmp_path: Path)
     assert processes.split() == ["processes", str(len(load(MARKERS).processes))]  # as the trailer says
     as_json = json.loads(forensics("info", str(path), "--json").stdout)
     assert as_json["sections"]["rows"][0]["samples"] == read
+
+
+def test_a_flight_window_cut_from_a_damaged_recording_keeps_the_damage(tmp_path: Path) -> None:
+    """A flight window is written whole from what the ring's segments read back: rows a segment lost to
+    damaged bytes were gone from the window without a word, so its `stalls` gave verdicts over the hole.
+    The window keeps the damage that may touch it (capture.window.cut), and its views say no verdict."""
+    from capture.window import cut, write_capture
+
+    data = MARKERS.read_bytes()
+    offset = [o for o, tag, p in records(data) if tag == TAG_TABLE and chunk(p)[0] == "samples"][
+        1
+    ]  # rows on both sides
+    damaged = bytearray(data)
+    damaged[offset + 2000 : offset + 2000 + 4096] = bytes(4096)
+    cap, _ = loaded(bytes(damaged), tmp_path / "segment.ssf")
+    [hole] = cap.damage
+    assert hole.after_ns is not None and hole.before_ns is not None
+    mid = (hole.after_ns + hole.before_ns) // 2
+    touching = tmp_path / "window-001.ssf"
+    write_capture(touching, cut(cap, mid - 1_000_000_000, mid + 1_000_000_000, {"window": {"origin_ns": 0}}))
+    away = tmp_path / "window-002.ssf"
+    last = int(cap.samples["t_ns"].max())
+    write_capture(away, cut(cap, hole.before_ns + 1_000_000, last, {"window": {"origin_ns": 0}}))
+    window, messages = loaded(touching.read_bytes(), tmp_path / "copy.ssf")
+    assert window.damage == [hole]
+    assert any("this window was cut from had lost samples rows" in m for m in messages), messages
+    shown = " ".join(forensics("stalls", str(touching)).stdout.split())
+    assert "No verdict for" in shown and "the capture is damaged there (samples rows lost)" in shown, shown
+    assert loaded(away.read_bytes(), tmp_path / "copy2.ssf")[0].damage == []
+    assert "No verdict" not in forensics("stalls", str(away)).stdout
