@@ -124,6 +124,32 @@ def test_output_file_format_from_suffix(run_module, capture_file, tmp_path):
 
 
 @pytest.mark.parametrize(
+    ("command", "column"),
+    [
+        (["stalls"], "root_verdict"),  # the incidents: the main section, as in --json
+        (["xruns"], None),
+        (["spikes"], None),
+        (["summarize"], "section"),
+        (["system"], "section"),
+        (["jitter"], "section"),
+        (["info"], "section"),
+    ],
+)
+def test_every_command_writes_its_csv(run_module, capture_file, tmp_path, command, column):
+    # `stalls -o s.csv` (incidents, the default view) once failed with a KeyError: only --episodes was tried.
+    table = tmp_path / f"{command[0]}.csv"
+    run_module("forensics", *command, capture_file, "-o", str(table), check=True)
+    main = json.loads(run_module("forensics", *command, capture_file, "--json", check=True).stdout)
+    rows = pd.read_csv(table) if table.stat().st_size > 1 else pd.DataFrame()
+    if main["main"] is not None:
+        assert len(rows) == len(main["sections"][main["main"]])
+    if column is not None:
+        assert column in rows.columns
+    if command == ["stalls"]:
+        assert rows["root_verdict"].tolist() == ["run", "io", "lock"]
+
+
+@pytest.mark.parametrize(
     ("args", "message"),
     [
         (["-o", "{tmp}/stalls.out"], "the suffix picks the format"),

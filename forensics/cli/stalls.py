@@ -147,7 +147,8 @@ def stalls(
         t_range=t_range,
         with_truth=with_truth,
         incidents=not flat,
-        for_json=choose_format(fmt, as_json, output) == "json",
+        # CSV holds the raw rows the JSON envelope holds (its main section: the incidents).
+        for_json=choose_format(fmt, as_json, output) in ("json", "csv"),
     )
     emit(report, fmt=fmt, as_json=as_json, output=output)
     if fail_on is not None and report.found.get(fail_on, 0) > 0:
