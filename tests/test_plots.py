@@ -227,3 +227,26 @@ def test_compare_plot_without_episodes_has_sensible_axes():
     assert ax.get_ylim() == (0.0, 1.1)
     assert "no stall episode in A or B" in _texts(fig)
     assert figure_bytes(fig)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_jitter_draws_the_engines_cycle_starts_first():
+    """Where the capture has engine cycles the jitter picture leads with the driver's own cycle starts
+    (analyses.jitter.engine_jitter, exact): in captures/jack-starved-ebpf.ssf 9 starts came 2 periods
+    apart (the starvations) and 3 far later (the longest 1.6 s): those 3 share the last bin, which says
+    so, instead of stretching the bins over 1.6 s and lumping every ordinary start into one."""
+    from tests.helpers import REPO
+
+    data = jitter_data(forensics.load(REPO / "captures" / "jack-starved-ebpf.ssf"), "jack")
+    fig = draw_jitter(data)
+    assert (
+        fig.axes[0].get_title(loc="left").startswith("jack engine, driver system: 1425 intervals between cycle starts")
+    )
+    bars = [p for p in fig.axes[0].patches if p.get_gid() == "engine-histogram"]
+    assert sum(p.get_height() for p in bars) == 1425
+    hist = data.engine_histogram
+    assert int(hist.loc[hist["multiple"] == 2, "count"].sum()) == 9
+    assert hist["beyond"].tolist()[-1] == 3 and hist["hi_ns"].max() < 6 * 2_666_667
+    assert "3 of them longer ->" in _texts(fig)
+    assert len(fig.axes) == 1 + len(data.stats)
+    lab = jitter_data(forensics.load(EPISODES), "episodes")  # no engine cycles: threads only
+    assert lab.engine_stats.empty and not _gids(draw_jitter(lab), "engine")

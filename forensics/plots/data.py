@@ -284,6 +284,9 @@ class JitterData:
     stats: pd.DataFrame  # analyses.jitter stats
     histogram: pd.DataFrame  # analyses.jitter histogram
     interval_ns: int
+    # analyses.jitter.engine_jitter starts and histogram: the driver's cycle starts (empty: no engine cycles)
+    engine_stats: pd.DataFrame = field(default_factory=pd.DataFrame)
+    engine_histogram: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def jitter_data(
@@ -294,16 +297,26 @@ def jitter_data(
     t_range: tuple[int | None, int | None] | None = None,
     tids: tuple[int, ...] = (),
 ) -> JitterData:
-    from analyses.jitter import jitter
+    from analyses.jitter import engine_jitter, jitter
     from analyses.source import capture_interval_ns
     from capture.errors import ForensicsError
 
     stats, hist = jitter(cap, pattern=pattern, t_range=t_range, tids=tids)
-    if stats.empty or hist.empty:
+    # The engine's own cycle starts lead (a thread pattern or --tid picks threads: then only those).
+    engine_stats, engine_hist = pd.DataFrame(), pd.DataFrame()
+    if not (pattern or tids):
+        engine_stats, engine_hist, _ = engine_jitter(cap, t_range=t_range)
+    has_engine = len(engine_stats) > 0 and len(engine_hist) > 0
+    if (stats.empty or hist.empty) and not has_engine:
         hint = "" if pattern or tids else " (try --thread REGEX)"
         raise ForensicsError(f"{name} has no periodic thread whose wake-ups can be timed{hint}: no jitter to plot")
     return JitterData(
-        title=f"{name}: intervals between wake-ups", stats=stats, histogram=hist, interval_ns=capture_interval_ns(cap)
+        title=f"{name}: intervals between wake-ups",
+        stats=stats,
+        histogram=hist,
+        interval_ns=capture_interval_ns(cap),
+        engine_stats=engine_stats if has_engine else pd.DataFrame(),
+        engine_histogram=engine_hist if has_engine else pd.DataFrame(),
     )
 
 

@@ -53,7 +53,10 @@ def _bars(hist: pd.DataFrame, key: str) -> pd.DataFrame:
     peak = hist.groupby(key)["count"].transform("max").replace(0, 1)
     return hist.assign(
         bar=["█" * max(round(30 * c / p), 1 if c else 0) for c, p in zip(hist["count"], peak, strict=True)],
-        mark=np.where(hist["multiple"] > 0, hist["multiple"].astype(str) + "x period", ""),
+        mark=[
+            ", ".join(([f"{int(m)}x period"] if m > 0 else []) + ([f"{int(b)} of them longer"] if b > 0 else []))
+            for m, b in zip(hist["multiple"], hist["beyond"] if "beyond" in hist else np.zeros(len(hist)), strict=True)
+        ],
     )
 
 
