@@ -37,7 +37,7 @@ def build_report(
     """The report's sections, from the same builders the analysis commands print (stalls, summarize,
     spikes, jitter, system) and the plots; nothing here decides a verdict."""
     from analyses.engine import engine_overview
-    from analyses.jitter import jitter
+    from analyses.jitter import engine_jitter, jitter
     from analyses.source import capture_origin_ns
     from analyses.span import resolve_span
     from analyses.system import system_figures
@@ -173,12 +173,14 @@ def build_report(
 
     step("wake-up jitter")
     stats, hist = jitter(cap, t_range=t_range)
+    engine_starts, engine_hist, _ = engine_jitter(cap, t_range=t_range)  # the engine's panel leads the picture
     jitter_image = None
-    if len(stats) and len(hist):
+    if (len(stats) and len(hist)) or (len(engine_starts) and len(engine_hist)):
         from forensics.plots.data import JitterData
         from forensics.plots.jitter import draw_jitter
 
-        jitter_image = figure_bytes(draw_jitter(JitterData(f"{name}: intervals between wake-ups", stats, hist, 0)))
+        jitter_data = JitterData(f"{name}: intervals between wake-ups", stats, hist, 0, engine_starts, engine_hist)
+        jitter_image = figure_bytes(draw_jitter(jitter_data))
     out.sections.append(
         Section(
             "jitter",
