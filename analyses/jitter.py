@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.engine import SUMMARY_COLUMNS, cycle_starts, engine_cycle_summary, xrun_figures
-from analyses.rules import LOST_WAKEUP_TOLERANCE
+from analyses.rules import LOST_WAKEUP_TOLERANCE, lost_wakeups_resolvable
 from analyses.source import capture_interval_ns
 from analyses.span import in_span
 from analyses.threads import select_threads, thread_profiles
@@ -109,6 +109,13 @@ def jitter(
             )  # fmt: skip
             continue
         figures, hist = _period_figures(mine, nominal, resolution, bins)
+        if not lost_wakeups_resolvable(nominal, resolution):  # the spread is the sampling's rounding
+            figures.update({f"lost_{k}x": np.nan for k in MULTIPLES})
+            figures["flag"] = (
+                "lost wake-ups unknown: the period is under twice the sampling interval (record with eBPF "
+                "or at a shorter --interval)"
+            )
+            hist = hist.assign(multiple=0)
         stats.append({"tid": row.tid, "comm": row.comm, "source": source, **figures})
         hists.append(hist.assign(tid=row.tid, comm=row.comm)[HIST_COLUMNS])
     stats_df = pd.DataFrame(stats)

@@ -248,5 +248,7 @@ def test_jitter_draws_the_engines_cycle_starts_first():
     assert hist["beyond"].tolist()[-1] == 3 and hist["hi_ns"].max() < 6 * 2_666_667
     assert "3 of them longer ->" in _texts(fig)
     assert len(fig.axes) == 1 + len(data.stats)
+    # Its threads (2.667 ms periods timed by /proc at 2 ms) cannot tell a lost wake-up: unknown, not 346.
+    assert all(f.startswith("lost wake-ups unknown") for f in data.stats["flag"]) and data.stats["lost_2x"].isna().all()
     lab = jitter_data(forensics.load(EPISODES), "episodes")  # no engine cycles: threads only
     assert lab.engine_stats.empty and not _gids(draw_jitter(lab), "engine")

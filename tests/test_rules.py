@@ -132,3 +132,12 @@ def test_cycles_missed_in_a_gap_off_the_drivers_grid_of_whole_periods() -> None:
     # started; a starved driver's 14.3 ms: four; a 1.6 s hole on the grid: none; no period: none
     assert rules.missed_cycles(ratios * period, A([period] * 8)).tolist() == [0, 0, 0, 0, 1, 4, 0, 0]
     assert rules.CYCLE_GRID_TOLERANCE == 0.02
+
+
+def test_lost_wake_ups_are_judged_only_where_the_timing_tells_them_apart() -> None:
+    """A /proc-timed wake-up reads as period +- one sampling interval: at a period of at most twice the
+    interval, on-time wake-ups alias onto 2x the period (a 2.667 ms JACK period at 2 ms reads 2, 2, 4 ms)."""
+    assert rules.lost_wakeups_resolvable(5.333 * MS, 2 * MS)
+    assert not rules.lost_wakeups_resolvable(2.667 * MS, 2 * MS)
+    assert not rules.lost_wakeups_resolvable(4 * MS, 2 * MS)
+    assert rules.lost_wakeups_resolvable(2.667 * MS, 0)  # exact timing (the lab's clock, eBPF)
