@@ -14,6 +14,7 @@ from capture.format import Capture
 from forensics.describe import asked_threads, damage_notes
 from forensics.render import Report, Section
 from forensics.render.jsonout import rows
+from forensics.views.thresholds import xrun_thresholds
 
 INCIDENT_TABLE = {
     "label": "#",
@@ -189,4 +190,5 @@ def xruns_report(
         Section("xruns", "Xruns (engine-reported) and missed deadlines", frame, XRUN_TABLE, empty=why or "(none)")
     )
     report.notes += damage_notes(cap, origin_ns, t_range)  # an xrun there has no incident: nothing was read
+    report.notes.append(xrun_thresholds())
     return report

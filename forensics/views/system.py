@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from capture.format import Capture
 from forensics.render import Report, Section
+from forensics.views.thresholds import system_thresholds
 
 COLUMNS = {"figure": "figure", "value": "value", "unit": "unit", "source": "source"}
 
@@ -19,4 +20,5 @@ def system_report(
     figures = system_figures(cap, t_range=t_range, tids=tids)
     report = Report(title=f"System figures of {name}", origin_ns=capture_origin_ns(cap))
     report.sections.append(Section("figures", "Benchmark figures", figures, COLUMNS))
+    report.notes.append(system_thresholds())
     return report

@@ -38,3 +38,19 @@ def jitter_thresholds(interval_ns: int) -> str:
         f"resolution: exact for lab cycles, {fmt_ns(interval_ns)} from /proc) of 2x, 3x or 4x the period is a "
         "lost wake-up."
     )
+
+
+def system_thresholds() -> str:
+    return (
+        "Thresholds: an XRUN is a cycle that ended after its deadline (its nominal start + the period); a "
+        "delay (how late a cycle began after its nominal start) is counted above the cycle's spare time (the "
+        "period less its run time) and above 1000 us."
+    )
+
+
+def xrun_thresholds() -> str:
+    return (
+        f"Thresholds: an engine's reports within {R.XRUN_REPORT_GAP_PERIODS:g} periods of the one before are "
+        "one xrun; a missed deadline is a cycle that ended after its period; incidents are those `forensics "
+        "stalls` finds with its default thresholds."
+    )
