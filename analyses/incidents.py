@@ -151,7 +151,7 @@ def _engine_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> 
 
 def _server_pid(cap: Capture) -> int | None:
     """The engine server's pid as its source recorded it (jackd), or None."""
-    pid = (cap.sources.get("engine") or {}).get("jackd_pid")
+    pid = (cap.engine_sources.get("jack") or {}).get("jackd_pid")
     return pid if pid else None
 
 

@@ -241,7 +241,7 @@ def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
     if not np.isfinite(period) or period <= 0:
         return profiles
     pids = set(pd.to_numeric(cap.table("engine_clients")["pid"], errors="coerce").dropna().astype(np.int64))
-    jackd = (cap.sources.get("engine") or {}).get("jackd_pid")
+    jackd = (cap.engine_sources.get("jack") or {}).get("jackd_pid")
     if jackd:
         pids.add(jackd)
     measured = pd.to_numeric(profiles["period_ns"], errors="coerce").to_numpy(dtype=np.float64)

@@ -1566,6 +1566,17 @@ class Capture:
         return dict(self.meta.get("sources") or {})
 
     @property
+    def engine_sources(self) -> dict[str, dict[str, Any]]:
+        """Each engine source's metadata by kind ("jack", "pipewire"; samplers/engine): sources["engines"],
+        else, in a capture from before it, the one sources["engine"]."""
+        sources = self.sources
+        engines = sources.get("engines")
+        if isinstance(engines, dict) and engines:
+            return {str(k): v for k, v in engines.items() if isinstance(v, dict)}
+        engine = sources.get("engine")
+        return {str(engine.get("kind")): engine} if isinstance(engine, dict) else {}
+
+    @property
     def cpus(self) -> dict[str, Any]:
         """The CPUs: online (list), core_types (cpu -> label) and what else the recorder learned."""
         return dict(self.meta.get("cpus") or {})

@@ -103,7 +103,14 @@ META = Obj(
                 "resampled_from_ns": integer(1),
             }
         ),
-        "sources": Obj({"engine": ENGINE, "delayacct_since_ns": NS, "sysctl_changes": any_object}),
+        "sources": Obj(
+            {
+                "engine": ENGINE,
+                "engines": Obj({"jack": ENGINE, "pipewire": ENGINE}, null=True),  # each engine source by kind
+                "delayacct_since_ns": NS,
+                "sysctl_changes": any_object,
+            }
+        ),
         "host": Obj({"clk_tck": integer(1, 1_000_000), "page_size": integer(1)}),
         "cpus": Obj(
             {

@@ -179,9 +179,17 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
         "Contents (rows)": content,
     }
     sections["Markers"] = marker_rows(cap)
-    engine = sources.get("engine")
-    if isinstance(engine, dict):
-        sections["Engine"] = engine_rows(engine, counts)
+    engines = cap.engine_sources
+    for kind, engine in engines.items():  # a section per engine source (a JACK server beside PipeWire: two)
+        if len(engines) == 1:
+            sections["Engine"] = engine_rows(engine, counts)
+            continue
+        own: dict[str, int] = {  # each source's own rows (the engine column)
+            name: int((cap.table(name, ["engine"])["engine"].astype(str) == kind).sum())
+            for name in ("xruns", "engine_cycles")
+            if name in cap.table_names
+        }
+        sections[f"Engine ({kind})"] = engine_rows(engine, own)
     if cap.warnings:
         sections["Warnings"] = {str(i + 1): w for i, w in enumerate(cap.warnings)}
     return {"sections": sections, "meta": meta, "trailer": trailer, "rows": counts}

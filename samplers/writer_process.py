@@ -30,6 +30,7 @@ from capture.format import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SC
 from capture.segments import SegmentedWriter
 from capture.vocabulary import policy_name
 from samplers import frames
+from samplers.engine import merge_sources
 from samplers.procfs import STAT_NUMERIC, parse_sched_batch, parse_schedstat_blob, parse_stat, parse_stat_blob
 from samplers.system import PRESSURE_FILES, system_rows
 from samplers.unseen import UnseenThreads
@@ -131,7 +132,7 @@ class CaptureSink:
                 self.engine_rows.setdefault(spec["name"], []).append(spec["rows"])
             elif kind == frames.META:
                 patch = json.loads(payload)
-                self.sources = {**self.sources, **patch.get("sources", {})}
+                self.sources = merge_sources(self.sources, patch.get("sources", {}))
                 if self.writer is not None:
                     self.writer.update_meta({**patch, "sources": self.sources})
             elif kind == frames.EVENT:
@@ -173,7 +174,7 @@ class CaptureSink:
             }
         elif kind == frames.META:
             patch = json.loads(payload)
-            self.sources = {**self.sources, **patch.get("sources", {})}
+            self.sources = merge_sources(self.sources, patch.get("sources", {}))
             if "ebpf_sampler" in patch and self.ebpf_rows is None:
                 from samplers.ebpf.sampler_rows import rows_for
 

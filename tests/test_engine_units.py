@@ -323,3 +323,45 @@ def test_a_wake_up_or_finish_of_a_missed_cycle_goes_to_no_older_cycle() -> None:
     assert by_cycle[t0 + 21683]["awake_ns"] == t0 + 21700 and by_cycle[t0 + 21683]["finish_ns"] == t0 + 21800
     late = _late(cycles, nodes, PERIOD_US)
     assert late[t0] is None and True not in late.values(), late
+
+
+def test_a_recording_with_a_jack_and_a_pipewire_source_keeps_both(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A JACK server beside PipeWire: both sources run and each sends its metadata as
+    meta["sources"]["engine"]; the second replaced the first (jackd's pid, clock offset and version were
+    lost, and with them the server's threads in the incidents). Now each is kept by kind, and "engine"
+    is the one that recorded (the last that spoke, unless it could not record and another did)."""
+    import json
+
+    from analyses.incidents import _server_pid
+    from capture.errors import CaptureWarning
+    from capture.format import load
+    from forensics.describe import describe_capture
+    from samplers import frames
+    from samplers.engine import merge_sources
+    from samplers.writer_process import CaptureSink
+
+    jack = {"kind": "jack", "version": "jack2 1.9.21", "server": "studio", "jackd_pid": 4242, "clock_offset_ns": 7}
+    pipewire = {"kind": "pipewire", "version": "0.3.65", "server": "pipewire-0", "clock_offset_ns": 9}
+    out = tmp_path / "both.ssf"
+    sink = CaptureSink(str(out))
+    sink.handle(frames.META, json.dumps({"format_version": 3, "sources": {"ebpf": False}}).encode())
+    read_end, write_end = os.pipe()  # the JACK source's own pipe to the writer
+    sink.follow_engine(read_end)
+    frames.write_all(write_end, frames.encode_json(frames.META, {"sources": {"engine": jack}}))
+    os.close(write_end)
+    sink.take_engine(wait_end_s=5.0)
+    sink.handle(frames.META, json.dumps({"sources": {"engine": pipewire}}).encode())  # via the recorder
+    sink.close()
+    with pytest.warns(CaptureWarning, match="no trailer"):  # no recorder here to end it
+        cap = load(out)
+    assert cap.engine_sources == {"jack": jack, "pipewire": pipewire}
+    assert cap.sources["engine"] == pipewire and cap.sources["ebpf"] is False
+    assert _server_pid(cap) == 4242  # jackd's, though PipeWire spoke last
+    sections = describe_capture(cap)["sections"]
+    assert sections["Engine (jack)"]["source"] == "jack jack2 1.9.21"
+    assert sections["Engine (pipewire)"]["server"] == "pipewire-0" and "Engine" not in sections
+    # A source that could not record never hides one that did; an older capture reads as before.
+    merged = merge_sources({"engine": pipewire}, {"engine": {"kind": "jack", "unavailable": "no JACK server"}})
+    assert merged["engine"] == pipewire and set(merged["engines"]) == {"jack", "pipewire"}
+    alone = merge_sources({}, {"engine": {"kind": "jack", "unavailable": "no JACK server"}})
+    assert alone["engine"]["unavailable"] == "no JACK server"
