@@ -135,6 +135,7 @@ def test_export_tid_keeps_those_threads(run_module, tmp_path):
         ["spikes", LAB],
         ["jitter", LAB],
         ["dump", LAB],
+        ["report", LAB, "-o", "{tmp}/r.md"],
     ],
     ids=lambda args: "-".join(a for a in args[:3] if not a.startswith(("captures", "{", "-"))),
 )
@@ -149,3 +150,21 @@ def test_an_unknown_tid_is_a_one_line_error_naming_it(run_module, tmp_path, args
         == f"forensics: error: --tid 4242: no such thread in {LAB} (`forensics dump --table threads` lists them)"
     )
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_report_tid_watches_those_threads_in_every_section():
+    # Issue 14 item 7: `--tid N` in every analysis command, the report too (its sections are the commands').
+    from capture.format import load
+    from forensics.views.report import build_report
+
+    cap = load(LAB)
+    built = build_report(cap, LAB, tids=(HOG,))
+    frames = {s.name: s.frame for s in built.sections if s.frame is not None}
+    assert _tids(frames["threads"].to_dict("records")) == {HOG}
+    assert len(frames["stalls"]) and set(frames["stalls"]["tid"]) == {HOG}
+    assert set(frames["spikes"]["tid"]) <= {HOG}  # lab-hog has none of its own (it burned lab-audio's CPU)
+    assert set(frames["placement"]["tid"]) == {HOG}
+    system = frames["system"].set_index("figure")
+    assert "lab-hog (18769)" in str(system.loc["Cycle maximum", "source"])
+    whole = {s.name: s.frame for s in build_report(cap, LAB).sections if s.frame is not None}
+    assert AUDIO in set(whole["stalls"]["tid"])  # without --tid: the real-time and periodic threads

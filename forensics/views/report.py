@@ -30,12 +30,14 @@ def build_report(
     name: str,
     *,
     span: str | None = None,
+    tids: tuple[int, ...] = (),
     top: int = 4,
     spike_limit: int = 10,
     progress: Progress | None = None,
 ) -> Report:
     """The report's sections, from the same builders the analysis commands print (stalls, summarize,
-    spikes, jitter, system) and the plots; nothing here decides a verdict."""
+    spikes, jitter, system) and the plots; nothing here decides a verdict. `tids`: the threads watched
+    instead of the real-time and periodic ones, as each of those commands takes them."""
     from analyses.engine import engine_overview
     from analyses.jitter import engine_jitter, jitter
     from analyses.source import capture_origin_ns
@@ -61,7 +63,7 @@ def build_report(
     out = Report(title=f"Spike and stall report: {name}{where}", origin_ns=capture_origin_ns(cap))
     step("finding stalls")
     profiles = thread_profiles(cap, t_range=t_range)
-    stalls = stalls_report(cap, name, t_range=t_range, profiles=profiles)
+    stalls = stalls_report(cap, name, t_range=t_range, profiles=profiles, tids=tids)
     episodes = stalls.section("stalls").frame
 
     # Incidents first (as `forensics stalls` prints them, numbered alike): the episodes of one late cycle
@@ -72,9 +74,9 @@ def build_report(
     from forensics.views.incidents import add_incident_sections
 
     grouped = Report(title="")
-    whole = episodes if t_range is None else find_stalls(cap, profiles=profiles)
+    whole = episodes if t_range is None else find_stalls(cap, profiles=profiles, tids=tids)
     listed = add_incident_sections(
-        grouped, cap, whole, select_threads(profiles), interval_ns=capture_interval_ns(cap), t_range=t_range
+        grouped, cap, whole, select_threads(profiles, tids=tids), interval_ns=capture_interval_ns(cap), t_range=t_range
     )
     incidents = _part(grouped.section("incidents"), 2, "The answer: incidents, each root with its evidence")
     incidents.note = " ".join([incidents.note, *grouped.notes]).strip()
@@ -94,7 +96,7 @@ def build_report(
         from forensics.plots.timeline import draw_timeline
 
         data = timeline_data(
-            cap, name + where, top=top, t_range=t_range, profiles=profiles, stalls=episodes, incidents=listed
+            cap, name + where, top=top, t_range=t_range, tids=tids, profiles=profiles, stalls=episodes, incidents=listed
         )
         image: bytes | None = figure_bytes(draw_timeline(data))
         alt = (
@@ -153,7 +155,7 @@ def build_report(
         )
 
     step("summarising (the five views)")
-    summary = summary_report(cap, name + where, t_range=t_range)
+    summary = summary_report(cap, name + where, t_range=t_range, tids=tids)
     if summary.sections:
         out.sections.append(Section("views", "The five views", None, empty="", text=(
             "The views of `forensics summarize`: (1) when the busiest threads ran, (2) run against wait per "
@@ -165,14 +167,14 @@ def build_report(
         out.sections.append(Section("views", "The five views", None, empty="; ".join(summary.notes)))
 
     step("finding spikes")
-    spikes = spikes_report(cap, name, t_range=t_range, limit=spike_limit, top=3)
+    spikes = spikes_report(cap, name, t_range=t_range, limit=spike_limit, top=3, tids=tids)
     out.sections.append(
         _part(spikes.section("spikes"), 2, f"Worst CPU spikes (up to {spike_limit}, by how far they stand out)")
     )
     out.sections.append(_part(spikes.section("burners"), 3, "Evidence: who burned the CPU in each spike"))
 
     step("wake-up jitter")
-    stats, hist = jitter(cap, t_range=t_range)
+    stats, hist = jitter(cap, t_range=t_range, tids=tids)
     engine_starts, engine_hist, _ = engine_jitter(cap, t_range=t_range)  # the engine's panel leads the picture
     jitter_image = None
     if (len(stats) and len(hist)) or (len(engine_starts) and len(engine_hist)):
@@ -194,7 +196,7 @@ def build_report(
         )
     )
     step("benchmark figures")
-    figures = system_figures(cap, t_range=t_range, profiles=profiles)
+    figures = system_figures(cap, t_range=t_range, profiles=profiles, tids=tids)
     out.sections.append(Section("system", "Benchmark figures (as `forensics system`)", figures, SYSTEM_COLUMNS))
     out.sections.append(
         Section(
