@@ -212,6 +212,33 @@ def jack_client_late(
 
 
 # --------------------------------------------------------------------------------------------------
+# Engine threads (analyses/threads.py, engine_periods): which threads of an engine's processes run its cycle
+
+# A thread of an engine's process is switched in once a cycle or a few times (PipeWire's data loop: by its
+# timer, then by its client's finish), and its period measured from /proc is no k-th of the engine's: the
+# windows with a switch-in (analyses/threads.py) count the wake-ups of one cycle that fall in one sampling
+# window as one. The data loop's two wake-ups, 0.3-0.6 ms apart (the Python test client's callback), read
+# 4.0-5.3 ms for a 5.333 ms quantum in seven recordings here (2.69-2.86 ms by switch-ins), anywhere between
+# a half and one period as that gap varies: a range, not the k-th fractions. Read so, a thread at up to
+# ENGINE_WAKES_MAX wake-ups a cycle (less the agreement of one graph's threads) runs the engine's cycle.
+ENGINE_WAKES_MAX = 4
+ENGINE_PERIOD_FRACTION = 0.02  # as IncidentRules.same_period_fraction: one graph's threads agree within 0.4 %
+# Above the period: on a loaded machine the driver skips cycles (recorded cycle starts 5.42-5.48 ms apart on
+# average at a 5.333 ms quantum) and a late tick's window holds two wake-ups: the test client, woken once a
+# cycle, measured 5.37-5.88 ms (up to 10.2 % over). 48 kHz and 44.1 kHz graphs differ by 8.8 %, but only
+# the engine's own processes are matched here.
+ENGINE_SLOW_FRACTION = 0.15
+
+
+def runs_engine_cycle(measured_ns: np.ndarray, period_ns: float) -> np.ndarray:
+    """Per thread of an engine's process: whether its measured period (NaN: not periodic) is that of a
+    thread switched in one to ENGINE_WAKES_MAX times each engine cycle of `period_ns`."""
+    measured = np.asarray(measured_ns, dtype=np.float64)
+    low = period_ns / ENGINE_WAKES_MAX * (1.0 - ENGINE_PERIOD_FRACTION)
+    return (measured >= low) & (measured <= period_ns * (1.0 + ENGINE_SLOW_FRACTION))
+
+
+# --------------------------------------------------------------------------------------------------
 # Incidents (analyses/incidents.py): grouping the episodes of one late engine cycle
 
 

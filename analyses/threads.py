@@ -31,6 +31,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from analyses import rules
 from analyses.source import capture_interval_ns, iter_samples
 from capture.errors import ForensicsError
 from capture.format import Capture
@@ -221,16 +222,14 @@ def _profiles(cap: Capture, *, t_range: tuple[int | None, int | None] | None, bl
     return engine_periods(cap, out[keep]).sort_values("tid").reset_index(drop=True)
 
 
-ENGINE_WAKES_PER_CYCLE = (2, 3, 4)
-ENGINE_PERIOD_FRACTION = 0.02  # as IncidentRules.same_period_fraction: one graph's threads agree within 0.4 %
-
-
 def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
     """Threads of an engine's processes switched in k times a cycle (PipeWire's data loop: by its timer,
-    then by its clients' finish) show a k-th of the engine's period: where the capture has the engine's
-    own cycles, such a thread's period is the engine's (its stall limits then follow the cycle, not
-    the mean gap between its two wake-ups). Threads at the engine's period, or at no fraction of it,
-    are left as measured."""
+    then by its clients' finish) show a period between a k-th of the engine's and the engine's (the
+    wake-ups of one cycle that fall in one sampling window count once): where the capture has the
+    engine's own cycles, such a thread's period is the engine's (its stall limits then follow the cycle,
+    and it is a link of the chain: analyses.incidents). Which measured periods are so is
+    rules.runs_engine_cycle; threads at the engine's period (within rules.ENGINE_PERIOD_FRACTION) or at
+    other periods are left as measured."""
     names = set(cap.table_names)
     if not {"engine_cycles", "engine_clients"} <= names:
         return profiles
@@ -246,10 +245,9 @@ def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
         pids.add(jackd)
     measured = pd.to_numeric(profiles["period_ns"], errors="coerce").to_numpy(dtype=np.float64)
     mine = profiles["pid"].isin(pids).to_numpy() & profiles["periodic"].to_numpy(dtype=bool)
-    fraction = np.zeros(len(profiles), dtype=bool)
-    for k in ENGINE_WAKES_PER_CYCLE:
-        fraction |= np.abs(measured * k - period) <= ENGINE_PERIOD_FRACTION * period
-    fix = mine & fraction
+    # Threads that already agree with the engine's period (as one graph's threads do) keep their own.
+    agrees = np.abs(measured - period) <= rules.ENGINE_PERIOD_FRACTION * period
+    fix = mine & rules.runs_engine_cycle(measured, period) & ~agrees
     if not fix.any():
         return profiles
     out = profiles.copy()

@@ -394,3 +394,87 @@ def test_stalls_and_xruns_number_incidents_alike_with_a_real_time_thread_outside
     assert shown["root_tid"].tolist() == incidents["root_tid"].tolist() == [700, 500]
     starved = xruns.loc[xruns["kind"] == "xrun", "incident"].tolist()
     assert starved == [2] and shown.set_index("incident").loc[2, "root_tid"] == 500
+
+
+FINISH = 1 * MS  # the client's finish wakes the data loop again this long after the cycle's start
+
+
+def _pipewire_graph(starved_ms: float = 12.0) -> tuple[list[Timeline], dict[str, pd.DataFrame]]:
+    """PipeWire in miniature, as the real causes test records it: the daemon's data loop (tid 500 of pid
+    499, FIFO 88) runs the driver: its timer wakes it at each cycle's start, it signals the client (tid
+    600, FIFO 88), and the client's finish wakes it again FINISH later (two switch-ins a cycle, 1 ms apart:
+    on the 2 ms read grid one cycle in three puts them in two windows, so its windows read 4.0 ms, as
+    4.035 ms was read on a real recording). In STARVED_CYCLE a FIFO hog above them keeps the
+    data loop runnable `starved_ms` from its timer; the client sleeps that long and is woken by it late.
+    The two cycles due meanwhile never start. Returns the timelines and their eBPF tables."""
+    loop = Timeline(tid=500, comm="pipewire", pid=499, policy=1, rtprio=88, cpu=0)
+    client = Timeline(tid=600, comm="python", pid=600, policy=1, rtprio=88, cpu=1)
+    loop_wakers, client_wakers = [], [Waker(T0, T0 + 2 * DURATION, 500, "pipewire")]
+    late = int(starved_ms * MS)
+    for k in range(int(DURATION // PERIOD)):
+        if STARVED_CYCLE < k < STARVED_CYCLE + 3:
+            continue  # due while the driver was starved: never started
+        start = T0 + k * PERIOD
+        delay = late if k == STARVED_CYCLE else 15 * US
+        t = loop.add(loop.ends[-1] if loop.ends else start, start, synth.SLEEP)
+        t = loop.add(t, start + delay, synth.RUNNABLE)  # its timer fired: runnable (starved: the hog ran)
+        signal = loop.add(t, t + 60 * US, synth.USER)
+        c = client.add(client.ends[-1] if client.ends else T0, signal, synth.SLEEP)  # woken by the data loop
+        c = client.add(c, c + 10 * US, synth.RUNNABLE)
+        finish = client.add(c, start + delay + FINISH - 20 * US, synth.USER)
+        loop.add(signal, finish + 5 * US, synth.SLEEP)
+        loop_wakers.append(Waker(finish + 5 * US, finish + 5 * US, 600, "python"))  # the client's finish
+        loop.add(finish + 5 * US, finish + 35 * US, synth.USER)
+    loop.add(loop.ends[-1], T0 + DURATION + PERIOD, synth.SLEEP)
+    client.add(client.ends[-1], T0 + DURATION + PERIOD, synth.SLEEP)
+    tables: dict[str, list[pd.DataFrame]] = {}
+    for tl, wakers in ((loop, loop_wakers), (client, client_wakers)):
+        for name, frame in synth.ebpf_tables([tl], wakers=wakers).items():
+            tables.setdefault(name, []).append(frame)
+    ebpf = {
+        n: pd.concat(f, ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
+        for n, f in tables.items()
+    }
+    return [loop, client], ebpf
+
+
+def _pipewire_tables() -> dict[str, pd.DataFrame]:
+    """The PipeWire source's tables of _pipewire_graph: the Dummy-Driver in the daemon (pid 499), the client
+    `cue` (pid 600) linked to itself, the cycles at the quantum."""
+    clients = pd.DataFrame(
+        {"t_ns": T0, "engine": "pipewire", "event": "present", "name": ["Dummy-Driver", "cue"], "pid": [499, 600],
+         "node_id": [27, 31]}
+    )  # fmt: skip
+    graph = pd.DataFrame(
+        {"t_ns": [T0], "engine": "pipewire", "event": "snapshot", "src_client": ["cue"], "src_port": ["out"],
+         "dst_client": ["cue"], "dst_port": ["in"]}
+    )  # fmt: skip
+    k = np.array([k for k in range(int(DURATION // PERIOD)) if not STARVED_CYCLE < k < STARVED_CYCLE + 3])
+    t = T0 + k * PERIOD + np.where(k == STARVED_CYCLE, 12 * MS, 0)
+    cycles = pd.DataFrame(
+        {"t_ns": t, "engine": "pipewire", "driver": "Dummy-Driver", "cycle": k, "quantum_frames": 256,
+         "rate_hz": 48000, "period_ns": PERIOD, "delay_ns": 0, "end_ns": t + FINISH, "xruns_total": 0}
+    )  # fmt: skip
+    return {"engine_clients": clients, "engine_graph": graph, "engine_cycles": cycles}
+
+
+def test_pipewire_data_loop_woken_twice_a_cycle_within_a_window_is_the_driver_of_the_chain():
+    """The eBPF PipeWire causes test read all 10 hog starvations of the data loop as `lock` rooted at the
+    client (the data loop, measured by its windows at 4.035 ms for a 5.333 ms quantum, was no link: the
+    client's wake-up by it read as a lock held outside the chain). Its two wake-ups a cycle fall in one
+    sampling window or two, so its measured period lies between a half and one quantum, no k-th of it:
+    with the engine's cycles it takes the engine's period, is the chain's driver, and the starvation is
+    rooted at it, runqueue; the client only waited for it."""
+    links, ebpf = _pipewire_graph()
+    measured = thread_profiles(_capture(links)).set_index("tid")["period_ns"]
+    assert abs(measured[500] - 4 * MS) < 0.01 * PERIOD, measured[500]  # a blend of one and two wake-ups a cycle
+    cap = _capture(links, ebpf=ebpf, **_pipewire_tables())
+    chain = chain_links(cap, select_threads(thread_profiles(cap))).set_index("tid")
+    assert 500 in chain.index, "the data loop is no link: its client's wait for it reads as a lock"
+    assert bool(chain.loc[500, "driver"]) and chain.loc[600, "upstream"] == (500,)
+    _, incidents, members = _analyse(cap)
+    assert len(incidents) == 1, incidents[["root_comm", "root_verdict", "evidence"]]
+    row = incidents.iloc[0]
+    assert (row.root_tid, row.root_verdict, row.chain_source) == (500, "runqueue", "engine"), row.evidence
+    client = members[members["tid"] == 600]
+    assert len(client) and (client["incident_verdict"] == "upstream").all()

@@ -141,3 +141,14 @@ def test_lost_wake_ups_are_judged_only_where_the_timing_tells_them_apart() -> No
     assert not rules.lost_wakeups_resolvable(2.667 * MS, 2 * MS)
     assert not rules.lost_wakeups_resolvable(4 * MS, 2 * MS)
     assert rules.lost_wakeups_resolvable(2.667 * MS, 0)  # exact timing (the lab's clock, eBPF)
+
+
+def test_a_thread_of_an_engine_process_runs_its_cycle_from_a_quarter_period_to_fifteen_percent_over() -> None:
+    period = 5_333_333.0
+    low = period / 4 * 0.98
+    measured = A([low - 1, low, period / 2, 4.035 * MS, period, 1.15 * period, 1.15 * period + 1, 100 * MS, np.nan])
+    # below four wake-ups a cycle, at it, the data loop by switch-ins, by its windows (a recording here),
+    # once a cycle, a loaded machine's skipped cycles at the bar, beyond, a housekeeping thread, not periodic
+    expected = [False, True, True, True, True, True, False, False, False]
+    assert rules.runs_engine_cycle(measured, period).tolist() == expected
+    assert (rules.ENGINE_WAKES_MAX, rules.ENGINE_PERIOD_FRACTION, rules.ENGINE_SLOW_FRACTION) == (4, 0.02, 0.15)
