@@ -38,7 +38,8 @@ timeline, with exact starts and ends; /proc decides only where the timeline has 
    intervals otherwise: the same bar as the /proc rules; or any run of a span whose runs add up to it
    and that has no other significant segment),
    or any other cause at least MINOR_NS (0.1 ms:
-   wake-up latency here is 2-30 us, measured). The callback's ordinary work around a stall is trimmed
+   wake-up latency here is 2-30 us, measured), or any D wait of a span whose D waits add up to the run's
+   bar (back-to-back requests to a fast disk: 40-60 us each). The callback's ordinary work around a stall is trimmed
    off; what lies inside the core counts. Components (ns per cause) are summed over the core's segments;
    then, per episode, from the counters that bracket it (the last read at or before its start, the
    first at or after its end):
@@ -498,7 +499,12 @@ def episodes_from_segments(segments: pd.DataFrame, long_run_ns: pd.Series) -> tu
     span_run = pd.Series(np.where(cause == "run", duration, 0)).groupby(busy).transform("sum").to_numpy()
     other = pd.Series(~separator & (cause != "run") & (duration >= MINOR_NS)).groupby(busy).transform("max")
     run_long = (duration >= long_run) | ((span_run >= long_run) & ~other.to_numpy(dtype=bool))
-    significant = ~separator & np.where(cause == "run", run_long, duration >= MINOR_NS)
+    # Likewise the D waits of a span that add up to the bar: a 20 ms O_DIRECT read on a disk that answers
+    # in tens of us is 40-60 us D waits between 20 us runs (a PipeWire client's read, measured here): the
+    # one or two waits of 0.1 ms and more made a core of under a millisecond and no episode of the read.
+    span_io = pd.Series(np.where(cause == "io", duration, 0)).groupby(busy).transform("sum").to_numpy()
+    io_adds_up = (cause == "io") & (span_io >= long_run)
+    significant = ~separator & np.where(cause == "run", run_long, (duration >= MINOR_NS) | io_adds_up)
     position = np.arange(len(seg))
     frame = pd.DataFrame({"busy": busy, "pos": np.where(significant, position, np.nan)})
     grouped = frame[busy >= 0].groupby("busy")["pos"]

@@ -345,3 +345,34 @@ def test_back_to_back_short_runs_that_add_up_are_one_episode() -> None:
     assert episodes["run_ns"].iloc[0] == 10 * 330 * us
     episodes, _ = episodes_from_segments(segments, pd.Series({5: 4_000_000.0}))  # 3.3 ms of runs: under the bar
     assert episodes.empty
+
+
+def test_back_to_back_short_d_waits_that_add_up_are_one_episode() -> None:
+    """A 20 ms O_DIRECT read as a PipeWire client's callback made it on this VM's disk: one 259 us D wait,
+    then 300 requests of a 45 us D wait after a 20 us run (and 3 us runnable at each wake-up). Only the
+    first wait is significant alone (0.1 ms): its core was 0.26 ms and the read no episode (the eBPF
+    causes test missed 1 of 10 reads so). The span's D waits add up to more than half the period: one
+    episode from the first wait to the last, io most of it. Under the bar they stay none."""
+    from analyses.exact_stalls import episodes_from_segments
+
+    us = 1_000
+    t = 1_000_000 * us
+
+    def seg(cause: str, length: int, state: str = "") -> dict[str, object]:
+        nonlocal t
+        row = {"tid": 5, "cause": cause, "start_ns": t, "end_ns": t + length, "faults": 0, "state": state, "cpu": 0}
+        t += length
+        return row
+
+    rows = [seg("idle", 3_000 * us, "S"), seg("run", 340 * us), seg("io", 259 * us, "D")]
+    for _ in range(300):
+        rows += [seg("runqueue", 3 * us, "D"), seg("run", 20 * us), seg("io", 45 * us, "D")]
+    rows += [seg("runqueue", 3 * us, "D"), seg("run", 100 * us), seg("idle", 3_000 * us, "S")]
+    segments = pd.DataFrame(rows)
+    episodes, _ = episodes_from_segments(segments, pd.Series({5: 2_666_666.0}))
+    assert len(episodes) == 1
+    row = episodes.iloc[0]
+    assert row["d_ns"] == (259 + 300 * 45) * us and row["duration_ns"] == (259 + 300 * (3 + 20 + 45)) * us
+    assert row["d_ns"] > row["run_ns"] + row["runqueue_ns"]
+    episodes, _ = episodes_from_segments(segments, pd.Series({5: 14_000_000.0}))  # 13.8 ms of D: under the bar
+    assert len(episodes) == 1 and episodes["duration_ns"].iloc[0] == 259 * us  # the one long wait alone
