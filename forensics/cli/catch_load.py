@@ -22,7 +22,14 @@ from capture.format import SUFFIX
 from capture.vocabulary import file_kind, parse_duration_ns
 from forensics import __version__
 from forensics.cli import run_cli
-from forensics.cli.flight_options import flight_config, flight_options, start_watcher, status_text, summary_lines
+from forensics.cli.flight_options import (
+    flight_config,
+    flight_options,
+    make_flight_directories,
+    start_watcher,
+    status_text,
+    summary_lines,
+)
 from forensics.cli.options import DURATION, INTERVAL
 from forensics.describe import fmt_ns
 from forensics.flight.run import WatcherProcess
@@ -371,6 +378,8 @@ def catch_load(
             raise ForensicsError("--sched reads /proc at the /proc sampler's tick: with --sampler ebpf leave it out")
     if flight_setup is None:  # every option checked: only now may --force remove the old capture
         _prepare_output(out, force)
+    else:  # ... or the flight recorder's directories be made
+        make_flight_directories(out, flight_setup[1], force)
     if lab_argv is not None:  # ... and only now is the lab's truth file made (a refused command leaves none)
         truth_fd, truth_name = tempfile.mkstemp(prefix="lab-truth-", suffix=".json")
         os.close(truth_fd)

@@ -75,8 +75,12 @@ def flight_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def flight_config(out: str | None, force: bool, flight: dict[str, Any]) -> tuple[Path, dict[str, Any]] | None:
-    """None without --ring; else the output directory (created) and the watcher's configuration (without
-    the writer's pid). Every option is checked before anything starts."""
+    """None without --ring; else the output directory (checked, not made yet: make_flight_directories) and
+    the watcher's configuration (without the writer's pid). Every option is checked before anything starts."""
+    try:  # checked with or without --ring: a bad value is refused, never ignored
+        max_disk = parse_size_bytes(flight["max_disk"])
+    except ValueError as err:
+        raise ForensicsError(f"--max-disk: {err}") from None
     ring_ns = flight["ring_ns"]
     if ring_ns is None:
         given = [name for name, key in (("--trigger", "triggers"), ("--keep-ring", "keep_ring")) if flight.get(key)]
@@ -92,7 +96,6 @@ def flight_config(out: str | None, force: bool, flight: dict[str, Any]) -> tuple
     before, after = flight["before_ns"], flight["after_ns"]
     try:
         rules = [parse_trigger(t) for t in (flight["triggers"] or DEFAULT_TRIGGERS)]
-        max_disk = parse_size_bytes(flight["max_disk"])
     except ValueError as err:
         raise ForensicsError(str(err)) from None
     # The ring must hold a window's whole span until the watcher saves it: the longest merged window, the
@@ -105,14 +108,9 @@ def flight_config(out: str | None, force: bool, flight: dict[str, Any]) -> tuple
             "plus the writer's lag and two segments)"
         )
     directory = Path(out or f"flight-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}")
-    _prepare_directory(directory, force)
-    ring = ring_directory(directory)
-    try:
-        ring.mkdir(mode=0o755)
-    except FileExistsError:
-        raise ForensicsError(f"{ring} exists already (an earlier ring?): remove it, or give another -o") from None
+    _check_directory(directory, force)
     config = {
-        "ring": str(ring),
+        "ring": str(ring_directory(directory)),
         "out": str(directory),
         "before_ns": before,
         "after_ns": after,
@@ -126,8 +124,32 @@ def flight_config(out: str | None, force: bool, flight: dict[str, Any]) -> tuple
     return directory, config
 
 
+def _check_directory(directory: Path, force: bool) -> None:
+    """-o is a directory with --ring: a new one, or an empty one (or one with windows, with --force).
+    Checked with the other options; made by make_flight_directories once every option is checked."""
+    if not os.path.lexists(directory):
+        return
+    if directory.is_symlink() or not directory.is_dir():
+        raise ForensicsError(f"-o {directory}: with --ring, -o names a directory for the windows, not a file")
+    if any(directory.iterdir()) and not force:
+        raise ForensicsError(f"{directory} holds files already: give a new directory, or --force to add to it")
+    if os.path.lexists(ring_directory(directory)):
+        ring = ring_directory(directory)
+        raise ForensicsError(f"{ring} exists already (an earlier ring?): remove it, or give another -o")
+
+
+def make_flight_directories(directory: Path, config: dict[str, Any], force: bool) -> None:
+    """The windows' directory and the ring in it (flight_config's), once the whole command line is checked:
+    a refused command leaves no directory behind."""
+    _prepare_directory(directory, force)
+    ring = Path(config["ring"])
+    try:
+        ring.mkdir(mode=0o755)
+    except FileExistsError:
+        raise ForensicsError(f"{ring} exists already (an earlier ring?): remove it, or give another -o") from None
+
+
 def _prepare_directory(directory: Path, force: bool) -> None:
-    """-o is a directory with --ring: a new one, or an empty one (or one with windows, with --force)."""
     try:
         directory.mkdir(mode=0o755)
         return
@@ -135,10 +157,7 @@ def _prepare_directory(directory: Path, force: bool) -> None:
         pass
     except OSError as err:
         raise ForensicsError(f"cannot create the directory {directory}: {err.strerror}") from None
-    if directory.is_symlink() or not directory.is_dir():
-        raise ForensicsError(f"-o {directory}: with --ring, -o names a directory for the windows, not a file")
-    if any(directory.iterdir()) and not force:
-        raise ForensicsError(f"{directory} holds files already: give a new directory, or --force to add to it")
+    _check_directory(directory, force)  # again: it may have changed since
     from forensics.flight.watch import FLIGHT_FILE
 
     stale = [directory / FLIGHT_FILE, *directory.glob("window-*.ssf")]

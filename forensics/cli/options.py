@@ -77,5 +77,6 @@ capture_argument = click.argument("capture", type=click.Path(dir_okay=False, pat
 
 def tid_option(help_text: str) -> Callable[[F], F]:
     """`--tid N` (repeatable, the `tids` tuple) as every analysis command takes it; `help_text` says what it
-    selects there. The command checks the tids with analyses.threads.check_tids once the capture is read."""
-    return click.option("--tid", "tids", type=int, multiple=True, metavar="N", help=help_text)
+    selects there. A tid is a positive integer (`--tid 0` is refused with the other options, before the capture
+    is read); the command checks the tids with analyses.threads.check_tids once the capture is read."""
+    return click.option("--tid", "tids", type=click.IntRange(min=1), multiple=True, metavar="N", help=help_text)

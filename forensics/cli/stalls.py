@@ -36,7 +36,7 @@ Examples:
 )
 @click.option(
     "--busy-fraction",
-    type=click.FloatRange(0.05, 1.0),
+    type=FiniteRange(0.05, 1.0),
     default=DEFAULT_RULES.busy_fraction,
     show_default=True,
     help="A window is hot when the thread was on CPU or runnable this much of it.",
