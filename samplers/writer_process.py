@@ -26,7 +26,15 @@ import numpy as np
 import pyarrow as pa
 
 from capture.errors import ForensicsError
-from capture.format import SCHED_FIELDS, SCHED_SCHEMA, SYSTEM_SCHEMA, THREADS_SCHEMA, TIERS_SCHEMA, CaptureWriter
+from capture.format import (
+    SCHED_FIELDS,
+    SCHED_SCHEMA,
+    SYSTEM_SCHEMA,
+    THREADS_SCHEMA,
+    TIERS_SCHEMA,
+    CaptureWriter,
+    exit_without_teardown,
+)
 from capture.segments import SegmentedWriter
 from capture.vocabulary import policy_name
 from samplers import frames
@@ -657,4 +665,4 @@ def _start_ebpf() -> Any:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main())  # capture.format: Arrow's teardown can abort a process that wrote parquet
