@@ -199,7 +199,7 @@ def off_cpu_intervals(
         }
     )
     off = off.sort_values("end_ns", kind="stable").reset_index(drop=True)
-    sleeping = ~off["state"].str.startswith("R")
+    sleeping = ~off["state"].str.startswith("R", na=False)  # a null state (pandas 3 keeps it through astype(str))
 
     wake_cols = ["waking_ns", "waker_tid", "waker_pid", "waker_comm", "waker_context", "waker_function"]
     if sched_wakeup is not None and not sched_wakeup.empty:

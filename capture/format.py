@@ -1417,6 +1417,44 @@ class Capture:
             self.warnings.append(message)
             warnings.warn(message, CaptureWarning, stacklevel=4)
 
+    def _concat(self, name: str, tables: list[pa.Table]) -> pa.Table:
+        """The chunks as one table. Chunks whose columns have types the others' cannot take (a hand-made
+        capture: a number column written as text) are skipped with a warning: of the groups of chunks
+        that agree, the one with the table's own types (capture.format's schema), then the fewest text
+        columns, then the most rows is kept."""
+        try:
+            return pa.concat_tables(tables, promote_options="permissive")
+        except pa.ArrowException:
+            pass
+        schema = SCHEMAS.get(name)
+
+        def own_types(table: pa.Table) -> bool:
+            return schema is None or all(
+                table.schema.field(c).type == schema.field(c).type for c in table.column_names if c in schema.names
+            )
+
+        groups: list[list[pa.Table]] = []
+        for table in tables:
+            for group in groups:
+                try:
+                    pa.concat_tables([group[0].slice(0, 0), table.slice(0, 0)], promote_options="permissive")
+                except pa.ArrowException:
+                    continue
+                group.append(table)
+                break
+            else:
+                groups.append([table])
+
+        def text_columns(table: pa.Table) -> int:  # a number written as text is the usual odd one out
+            return sum(pa.types.is_string(f.type) or pa.types.is_large_string(f.type) for f in table.schema)
+
+        best = max(
+            groups, key=lambda g: (all(own_types(t) for t in g), -text_columns(g[0]), sum(t.num_rows for t in g))
+        )
+        skipped = len(tables) - len(best)
+        self._warn(f"{skipped} {name} chunk(s) have columns of other types than the rest of the table: skipped")
+        return pa.concat_tables(best, promote_options="permissive")
+
     def _read_table(self, name: str, columns: list[str] | None) -> pd.DataFrame:
         import pandas as pd
 
@@ -1428,7 +1466,7 @@ class Capture:
             if columns is not None:
                 schema = pa.schema([schema.field(c) for c in columns if c in schema.names])
             return _to_pandas(schema.empty_table())
-        table = pa.concat_tables(tables, promote_options="permissive")
+        table = self._concat(name, tables)
         # Time order (chunks are stored by thread inside, for compression); only by the keys loaded.
         keys = ["tick", "tid"] if name in ("samples", "sched") else ["t_ns"]
         keys = [k for k in keys if k in table.column_names]

@@ -285,3 +285,16 @@ def test_fuzzed_contents_end_in_warnings_or_one_line(tmp_path: Path) -> None:
     print(f"capture content fuzzer: {cases} cases, seed {FUZZ_SEED}, {len(failures)} failures")
     assert not failures, "\n".join(failures)
     assert capture_fuzz.BASES  # every base was loaded by some case: the bases stay readable
+
+
+# The cases of bench/capture_fuzz.py's 2000 (seed 23) that gave a traceback, each kept as a test once fixed:
+# a plot whose rows lost their CPUs (a legend of nothing), a null scheduler state under pandas 3, a chunk
+# with a number column written as text (the table's chunks no longer concatenated), an export chunk with a
+# column more than the first.
+FUZZ_FOUND = (500, 767, 848, 879, 1695)
+
+
+@pytest.mark.parametrize("number", FUZZ_FOUND)
+def test_what_the_long_fuzz_found_stays_fixed(tmp_path: Path, number: int) -> None:
+    case, outcome = run_case(FUZZ_SEED, number, tmp_path, HANG_S)
+    assert outcome.failure is None, f"case {number} ({case.base}, {case.command[0]}: {case.changes}): {outcome.failure}"

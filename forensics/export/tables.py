@@ -73,7 +73,15 @@ class TableWriter:
         if first:
             self._schemas[name] = table.schema
         else:
-            table = table.cast(self._schemas[name])
+            schema = self._schemas[name]
+            if table.schema.names != schema.names:  # a chunk with a column more or less (a hand-made capture)
+                table = pa.table(
+                    {
+                        f.name: table[f.name] if f.name in table.column_names else pa.nulls(len(table), f.type)
+                        for f in schema
+                    }
+                )
+            table = table.cast(schema)
         try:
             if self.fmt == "csv":
                 # Through pandas: pyarrow's CSV writer quotes every header name. Integers with gaps stay

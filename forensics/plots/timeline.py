@@ -129,15 +129,16 @@ def draw_timeline(data: TimelineData) -> Figure:
     axes[-1].set_xlabel("seconds since the first sample")
     header.text(0.5, 1.0, data.title, ha="center", va="top", fontsize=13, fontweight="bold")
     header.text(0.5, 0.68, data.subtitle, ha="center", va="top", fontsize=9.5, color="#444444")
-    header.legend(
-        list(legend.values()),
-        list(legend.keys()),
-        loc="lower center",
-        bbox_to_anchor=(0.5, -0.15),
-        ncol=min(len(legend), 6),
-        fontsize=9,
-        frameon=False,
-    )
+    if legend:  # nothing drawn that needs one (a capture whose rows lost their CPUs): none
+        header.legend(
+            list(legend.values()),
+            list(legend.keys()),
+            loc="lower center",
+            bbox_to_anchor=(0.5, -0.15),
+            ncol=min(len(legend), 6),
+            fontsize=9,
+            frameon=False,
+        )
     return fig
 
 
