@@ -74,30 +74,34 @@ def test_spins_are_xruns_and_late_cycles_naming_the_client(tmp_path: Path) -> No
     callbacks = xruns[xruns["source"] == "callback"]["t_ns"].to_numpy()
     nodes = capture.engine_nodes
     assert nodes["xrun"].isna().all()  # the source records times; lateness is the analysis'
-    late_flag = node_lateness(nodes, capture.engine_cycles)["late"].fillna(False).astype(bool)
-    late = nodes[(nodes["name"] == "cue") & late_flag]
+    judged = node_lateness(nodes, capture.engine_cycles)["late"]
     log_blames = xruns[(xruns["source"] == "server-log") & (xruns["client"] == "cue")]["t_ns"].to_numpy()
-    cue_rows = nodes[nodes["name"] == "cue"]
-    seen_xrun = seen_late = seen_log = unpolled = 0
+    cue = nodes["name"] == "cue"
+    cue_rows, cue_late = nodes[cue], judged[cue]
+    seen_xrun = seen_late = seen_log = unknown = unpolled = 0
     for spin in truth:
         start, end = int(spin["start_ns"]), int(spin["end_ns"])  # type: ignore[call-overload]
         seen_xrun += bool(((callbacks >= start) & (callbacks <= end + 50_000_000)).any())
         seen_log += bool(((log_blames >= start) & (log_blames <= end + 200_000_000)).any())
-        # The cycle whose callback ran the spin: it started at most one period before the spin began.
-        in_spin = (cue_rows["t_ns"] >= start - 6_000_000) & (cue_rows["t_ns"] <= end)
-        if not (in_spin & cue_rows["finish_ns"].notna()).any():
-            # The source's poller never read that cycle's finish (it was kept off the CPU meanwhile): the
-            # capture cannot tell that cycle's lateness; counted, not scored.
-            unpolled += 1
-            continue
-        seen_late += bool(((late["t_ns"] >= start - 6_000_000) & (late["t_ns"] <= end)).any())
+        # The cycles whose callback ran the spin: started at most one period before the spin began.
+        in_spin = ((cue_rows["t_ns"] >= start - 6_000_000) & (cue_rows["t_ns"] <= end)).to_numpy()
+        # Printed only: the spin's own finish stamp lives ~0.7 ms before the client's next cycle writes over
+        # it, and the poller reads every quarter period (CI: 4 of 10 unread, each still late by its re-signal).
+        unpolled += not cue_rows["finish_ns"].notna().to_numpy()[in_spin].any()
+        flags = cue_late.to_numpy(dtype=object)[in_spin]
+        if any(flag is True for flag in flags):
+            seen_late += 1
+        elif all(flag is pd.NA for flag in flags):
+            # Neither the finish nor the re-signal read: the poller was kept off the CPU through the spin's
+            # cycles. Unobservable, counted apart, not scored.
+            unknown += 1
     print(
         f"of 10 spins: {seen_xrun} xrun callbacks, {seen_late} late cycles naming cue, {seen_log} log lines; "
-        f"{unpolled} cycles the poller did not read to their finish"
+        f"{unknown} spins whose cycles the capture cannot judge; {unpolled} finishes the poller did not read"
     )
     assert seen_xrun >= 9, f"xrun callbacks for {seen_xrun} of 10 spins"
-    assert unpolled <= 3, f"the source's poller missed the cycles of {unpolled} of 10 spins"
-    assert seen_late >= 10 - unpolled - 1, f"late cycles naming the client for {seen_late} of {10 - unpolled} spins"
+    assert unknown <= 5, f"the source's poller read nothing of the cycles of {unknown} of 10 spins"
+    assert seen_late >= 10 - unknown - 1, f"late cycles naming the client for {seen_late} of {10 - unknown} spins"
     assert seen_log >= 9, f"server-log lines naming the client for {seen_log} of 10 spins"
     # The client became a recording target although it is not jackd's child.
     cue_pid = capture.engine_clients.query("name == 'cue'")["pid"].dropna().iloc[0]
