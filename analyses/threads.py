@@ -228,30 +228,50 @@ def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
     wake-ups of one cycle that fall in one sampling window count once): where the capture has the
     engine's own cycles, such a thread's period is the engine's (its stall limits then follow the cycle,
     and it is a link of the chain: analyses.incidents). Which measured periods are so is
-    rules.runs_engine_cycle; threads at the engine's period (within rules.ENGINE_PERIOD_FRACTION) or at
-    other periods are left as measured."""
+    rules.runs_engine_cycle; threads at their engine's period (within rules.ENGINE_PERIOD_FRACTION) or at
+    other periods are left as measured.
+
+    Each engine source (the `engine` column: JACK and PipeWire can be recorded together, at different
+    periods) gives its median period to its own clients' processes (and JACK's to jackd's, the driver's
+    thread). A process that is a client of both (PipeWire's JACK layer) takes the shorter period that fits
+    it: the fewer wake-ups a cycle; one that agrees with either engine's period keeps its own."""
     names = set(cap.table_names)
     if not {"engine_cycles", "engine_clients"} <= names:
         return profiles
-    cycles = cap.table("engine_cycles")
+    cycles = cap.table("engine_cycles", columns=["engine", "period_ns"])
     if cycles.empty:
         return profiles
-    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").astype("float64").median())  # NaN: none
-    if not np.isfinite(period) or period <= 0:
+    periods = (
+        pd.to_numeric(cycles["period_ns"], errors="coerce")
+        .astype("float64")
+        .groupby(cycles["engine"].astype(object), dropna=True)
+        .median()
+    )
+    periods = periods[np.isfinite(periods) & (periods > 0)].sort_values()  # shortest first: it wins a tie
+    if periods.empty:
         return profiles
-    pids = set(pd.to_numeric(cap.table("engine_clients")["pid"], errors="coerce").dropna().astype(np.int64))
+    clients = cap.table("engine_clients", columns=["engine", "pid"])
+    client_pids = pd.to_numeric(clients["pid"], errors="coerce")
     jackd = (cap.engine_sources.get("jack") or {}).get("jackd_pid")
-    if jackd:
-        pids.add(jackd)
     measured = pd.to_numeric(profiles["period_ns"], errors="coerce").to_numpy(dtype=np.float64)
-    mine = profiles["pid"].isin(pids).to_numpy() & profiles["periodic"].to_numpy(dtype=bool)
-    # Threads that already agree with the engine's period (as one graph's threads do) keep their own.
-    agrees = np.abs(measured - period) <= rules.ENGINE_PERIOD_FRACTION * period
-    fix = mine & rules.runs_engine_cycle(measured, period) & ~agrees
+    periodic = profiles["periodic"].to_numpy(dtype=bool)
+    pid = profiles["pid"]
+    agrees = np.zeros(len(profiles), dtype=bool)
+    fixed = np.full(len(profiles), np.nan)
+    for engine, period in periods.items():
+        pids = set(client_pids[clients["engine"].astype(object) == engine].dropna().astype(np.int64))
+        if engine == "jack" and jackd:
+            pids.add(int(jackd))
+        mine = pid.isin(pids).to_numpy() & periodic
+        # Threads that already agree with their engine's period (as one graph's threads do) keep their own.
+        agrees |= mine & (np.abs(measured - period) <= rules.ENGINE_PERIOD_FRACTION * period)
+        fits = mine & rules.runs_engine_cycle(measured, float(period)) & np.isnan(fixed)
+        fixed[fits] = period
+    fix = ~np.isnan(fixed) & ~agrees
     if not fix.any():
         return profiles
     out = profiles.copy()
-    out.loc[fix, "period_ns"] = period
+    out.loc[fix, "period_ns"] = fixed[fix]
     return out
 
 

@@ -343,6 +343,79 @@ def test_an_engine_thread_woken_twice_a_cycle_takes_the_engines_period():
     assert abs(period[700] - PERIOD / 2) < 0.01 * PERIOD  # no engine process: as measured
 
 
+JACK_PERIOD = 2_666_667  # 128 frames at 48 kHz
+PW_PERIOD = 5_333_333  # 256 frames at 48 kHz
+
+
+def _cycles(engine: str, period: int, every: int) -> pd.DataFrame:
+    """One engine's cycles over the capture, every `every`-th one recorded (JACK's are polled)."""
+    k = np.arange(0, int(DURATION // period), every)
+    return pd.DataFrame(
+        {"t_ns": T0 + k * period, "engine": engine, "driver": "system" if engine == "jack" else "Dummy-Driver",
+         "cycle": k, "quantum_frames": 128 if engine == "jack" else 256, "rate_hz": 48000, "period_ns": period,
+         "delay_ns": 0, "end_ns": T0 + k * period + 300 * US, "xruns_total": 0}
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("jack_every", [1, 3], ids=["jack-every-cycle", "jack-every-third-cycle"])
+def test_each_engine_gives_its_own_period_to_its_own_threads(jack_every):
+    """JACK at 2.667 ms and PipeWire at 5.333 ms in one capture: jackd's thread (its pid from the JACK
+    source's jackd_pid) woken twice a JACK cycle takes JACK's period, PipeWire's data loop woken twice a
+    quantum takes PipeWire's, a JACK client at JACK's period keeps its own. One median over both engines'
+    cycles is JACK's when it has the most rows (the data loop kept at 2.667 ms) and PipeWire's when
+    JACK's poller saw a third of its cycles (jackd's thread and the JACK client given 5.333 ms)."""
+
+    def thread(tid, comm, period, cpu):
+        tl = Timeline(tid=tid, comm=comm, pid=tid, policy=1, rtprio=80, cpu=cpu)
+        synth.periodic(tl, t0=T0, duration_ns=DURATION, period_ns=period, work_ns=50 * US, seed=tid)
+        return tl
+
+    jackd = thread(400, "jackd", JACK_PERIOD // 2, 0)
+    client = thread(410, "jack-client", JACK_PERIOD, 1)
+    data_loop = thread(500, "data-loop.0", PW_PERIOD // 2, 0)
+    other = thread(700, "other", PW_PERIOD // 2, 1)
+    links = [jackd, client, data_loop, other]
+    cycles = pd.concat(
+        [_cycles("jack", JACK_PERIOD, jack_every), _cycles("pipewire", PW_PERIOD, 1)], ignore_index=True
+    ).sort_values("t_ns", kind="stable")
+    clients = pd.DataFrame(
+        {"t_ns": T0, "engine": ["jack", "pipewire"], "event": "present", "name": ["jack-client", "Dummy-Driver"],
+         "pid": [410, 500], "node_id": [None, 27]}
+    )  # fmt: skip
+    engines = {
+        "jack": {"kind": "jack", "server": "default", "jackd_pid": 400, "clock_offset_ns": 0},
+        "pipewire": {"kind": "pipewire", "server": "pipewire-0", "clock_offset_ns": 0},
+    }
+    cap = _capture(links, engine_cycles=cycles, engine_clients=clients)
+    cap = cap.without([], meta={"sources": {**cap.sources, "engines": engines}})
+    measured = thread_profiles(_capture(links)).set_index("tid")["period_ns"]
+    for tid, period in [(400, JACK_PERIOD / 2), (410, JACK_PERIOD), (500, PW_PERIOD / 2), (700, PW_PERIOD / 2)]:
+        assert abs(measured[tid] - period) < 0.01 * period, (tid, measured[tid])
+    period = thread_profiles(cap).set_index("tid")["period_ns"]
+    assert period[400] == JACK_PERIOD  # jackd's thread: JACK's cycle
+    assert period[410] == measured[410]  # at JACK's period already: as measured
+    assert period[500] == PW_PERIOD  # PipeWire's data loop: PipeWire's cycle
+    assert period[700] == measured[700]  # no engine's process: as measured
+
+
+def test_a_process_client_of_both_engines_takes_the_shorter_period_that_fits():
+    """A process in both engines' client tables (PipeWire's JACK layer): a thread that agrees with either
+    engine's period keeps its own; one that fits both takes the shorter (fewer wake-ups a cycle); one
+    that fits only PipeWire's takes PipeWire's."""
+    from analyses.threads import engine_periods
+
+    cycles = pd.concat([_cycles("jack", JACK_PERIOD, 1), _cycles("pipewire", PW_PERIOD, 1)], ignore_index=True)
+    clients = pd.DataFrame(
+        {"t_ns": T0, "engine": ["jack", "pipewire"], "event": "present", "name": "both", "pid": 800,
+         "node_id": [None, 31]}
+    )  # fmt: skip
+    cap = forensics.Capture.from_frames(meta=synth.meta(), engine_cycles=cycles, engine_clients=clients)
+    measured = [1_400_000.0, 2_700_000.0, 4_000_000.0, 5_300_000.0]
+    profiles = pd.DataFrame({"tid": [801, 802, 803, 804], "pid": 800, "periodic": True, "period_ns": measured})
+    period = engine_periods(cap, profiles).set_index("tid")["period_ns"]
+    assert period.to_dict() == {801: JACK_PERIOD, 802: 2_700_000.0, 803: PW_PERIOD, 804: 5_300_000.0}
+
+
 def _system(rows: list[tuple[int, int, int]]) -> pd.DataFrame:
     """A system table of (t_ns, cpu, steal ticks) reads: machine row -1 and per-CPU rows."""
     return pd.DataFrame([{"t_ns": t, "cpu": cpu, "steal": steal, "irq": 0, "softirq": 0} for t, cpu, steal in rows])
