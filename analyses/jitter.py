@@ -123,7 +123,7 @@ def jitter(
     return stats_df, hist_df
 
 
-HIST_COLUMNS = ["tid", "comm", "lo_ns", "hi_ns", "count", "multiple"]
+HIST_COLUMNS = ["tid", "comm", "lo_ns", "hi_ns", "count", "multiple", "beyond"]
 
 
 def _period_figures(mine: np.ndarray, nominal: float, resolution: float, bins: int) -> tuple[dict, pd.DataFrame]:

@@ -252,3 +252,19 @@ def test_jitter_draws_the_engines_cycle_starts_first():
     assert all(f.startswith("lost wake-ups unknown") for f in data.stats["flag"]) and data.stats["lost_2x"].isna().all()
     lab = jitter_data(forensics.load(EPISODES), "episodes")  # no engine cycles: threads only
     assert lab.engine_stats.empty and not _gids(draw_jitter(lab), "engine")
+
+
+def test_a_threads_histogram_says_how_many_intervals_lay_past_its_last_bin():
+    """A thread's histogram stops a period past 4x its period as the engine's does, and its last bin says
+    how many of its intervals lay beyond (analyses.jitter HIST_COLUMNS keeps `beyond`): a 40 ms and a
+    35 ms wait of a 5.333 ms callback are 2 of them, in the table's mark and on the picture."""
+    from forensics.views.jitter import jitter_report
+
+    cap = synth.audio_capture([Episode("lock", 200, 40), Episode("io", 400, 35)], seconds=3)
+    data = jitter_data(cap, "synthetic")
+    hist = data.histogram
+    assert hist["beyond"].tolist()[-1] == 2 and hist["beyond"].sum() == 2
+    assert hist["hi_ns"].max() < 6 * 5_333_333
+    assert "2 of them longer ->" in _texts(draw_jitter(data))
+    section = next(s for s in jitter_report(cap, "synthetic").sections if s.name == "histogram")
+    assert section.frame["mark"].tolist()[-1] == "2 of them longer"

@@ -75,8 +75,7 @@ def _panel(ax: Any, hist: pd.DataFrame, nominal: float, kind: str) -> None:
     for x0, x1, c, m in zip(lo, hi, counts, multiple, strict=True):
         if m > 0 and c > 0:
             ax.text((x0 + x1) / 2, c * 1.15, f"{int(c)}", ha="center", va="bottom", fontsize=9, color=LOST)
-    beyond = hist["beyond"].to_numpy() if "beyond" in hist else np.zeros(len(hist), dtype=np.int64)
-    for x1, c, n in zip(hi, counts, beyond, strict=True):
+    for x1, c, n in zip(hi, counts, hist["beyond"].to_numpy(), strict=True):
         if n > 0:  # the last bin holds the intervals past it (analyses.jitter: the bins stop there)
             ax.text(x1, c * 1.15, f"{int(n)} of them longer ->", ha="right", va="bottom", fontsize=9, gid="beyond")
     ax.set_yscale("log")

@@ -3,7 +3,6 @@ prints them; `forensics report` embeds the periods)."""
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from capture.format import Capture
@@ -55,7 +54,7 @@ def _bars(hist: pd.DataFrame, key: str) -> pd.DataFrame:
         bar=["█" * max(round(30 * c / p), 1 if c else 0) for c, p in zip(hist["count"], peak, strict=True)],
         mark=[
             ", ".join(([f"{int(m)}x period"] if m > 0 else []) + ([f"{int(b)} of them longer"] if b > 0 else []))
-            for m, b in zip(hist["multiple"], hist["beyond"] if "beyond" in hist else np.zeros(len(hist)), strict=True)
+            for m, b in zip(hist["multiple"], hist["beyond"], strict=True)
         ],
     )
 
