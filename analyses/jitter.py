@@ -167,7 +167,7 @@ def _period_figures(mine: np.ndarray, nominal: float, resolution: float, bins: i
     nonzero = (counts > 0) | (multiple > 0)
     past = np.zeros(len(counts), dtype=np.int64)
     if beyond:
-        past[np.searchsorted(edges, ceiling, side="right") - 1 if ceiling < edges[-1] else len(counts) - 1] = beyond
+        past[np.clip(np.searchsorted(edges, ceiling, side="right") - 1, 0, len(counts) - 1)] = beyond
     hist = pd.DataFrame(
         {
             "lo_ns": edges[:-1][nonzero],

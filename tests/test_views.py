@@ -181,6 +181,17 @@ def test_jitter_flags_lost_wakeups_from_proc_and_from_cycles():
     assert exact["jitter_pct"] > 0
 
 
+def test_intervals_past_the_ceiling_land_in_the_last_bin_when_the_ceiling_is_its_edge():
+    """The bins stop at 5 periods (analyses.jitter._period_figures): 5 x 5.4 ms is 27 ms, the last edge
+    of 2 ms bins centred on multiples of 2 ms, exactly. The interval of 40 ms is counted in the last bin
+    (np.histogram closes it on the right) and said there, not indexed one past it."""
+    from analyses.jitter import _period_figures
+
+    _, hist = _period_figures(np.r_[np.full(50, 5.4e6), 40e6], 5.4e6, 2e6, 24)
+    assert hist["hi_ns"].iloc[-1] == 27e6
+    assert hist["count"].iloc[-1] == 1 and hist["beyond"].tolist() == [0] * (len(hist) - 1) + [1]
+
+
 def test_compare_wakeups_per_cycle_series_against_chain():
     def engine(stages: int) -> synth.Capture:
         threads = []
