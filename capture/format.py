@@ -34,7 +34,6 @@ version; changing the meaning or unit of an existing column, or the container's 
 from __future__ import annotations
 
 import bisect
-import contextlib
 import functools
 import io
 import json
@@ -559,18 +558,6 @@ def _to_arrow(name: str, data: pa.Table | pd.DataFrame | Mapping[str, Any]) -> p
 
 
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def exit_without_teardown(code: int) -> None:
-    """End a process that wrote parquet, once all it writes is written and closed: flush Python's own
-    streams and leave at once, without the interpreter's teardown. Arrow's thread pools torn down at exit
-    can abort the process ("terminate called without an active exception", SIGABRT; apache/arrow#34314):
-    a CI run saw the capture writer do so after its capture was whole, trailer and all, and catch-load,
-    rightly judging the writer by its exit, reported the recording as failed."""
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(code)
 
 
 class CaptureWriter:

@@ -33,8 +33,8 @@ from capture.format import (
     THREADS_SCHEMA,
     TIERS_SCHEMA,
     CaptureWriter,
-    exit_without_teardown,
 )
+from capture.process_exit import exit_without_teardown
 from capture.segments import SegmentedWriter
 from capture.vocabulary import policy_name
 from samplers import frames
@@ -665,4 +665,4 @@ def _start_ebpf() -> Any:
 
 
 if __name__ == "__main__":
-    exit_without_teardown(main())  # capture.format: Arrow's teardown can abort a process that wrote parquet
+    exit_without_teardown(main())  # capture.process_exit: Arrow's teardown can abort a process that wrote parquet

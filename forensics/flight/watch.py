@@ -32,7 +32,8 @@ from typing import Any
 import pandas as pd
 
 from capture.errors import CaptureFormatError
-from capture.format import Capture, exit_without_teardown, load
+from capture.format import Capture, load
+from capture.process_exit import exit_without_teardown
 from capture.segments import Segment, closed_segments, list_segments
 from capture.window import TooLarge, cut, join, write_capture
 from forensics.flight.plan import BURST_GAP_NS, Counters, Planner, Window
@@ -448,4 +449,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    exit_without_teardown(main())  # capture.format: Arrow's teardown can abort a process that wrote parquet
+    exit_without_teardown(main())  # capture.process_exit: Arrow's teardown can abort a process that wrote parquet
