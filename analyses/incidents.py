@@ -44,7 +44,13 @@ import pandas as pd
 from analyses import rules
 from analyses.engine import cycle_starts, engine_cycle_ends, engine_xruns, node_lateness
 from analyses.machine import held_one_cpu_ns, machine_growth
-from analyses.rules import USUAL_WAKER_SHARE, XRUN_JOIN_NS, IncidentRules, period_limit_ns
+from analyses.rules import (
+    USUAL_WAKER_SHARE,
+    XRUN_JOIN_NS,
+    IncidentRules,
+    period_limit_ns,
+    runs_engine_cycle_by_rate,
+)
 from capture.format import Capture
 
 # --------------------------------------------------------------------------------------------------
@@ -121,9 +127,13 @@ def _engine_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> 
         pid_of[driver_name] = server
     order = _graph_order(cap, list(pid_of), driver_name)
     periodic = _periodic(threads)
+    # Threads /proc found no period for, that still run the cycle by their mean rate (a loaded machine).
+    unsteady = threads[threads["period_ns"].isna()] if "wakeups_per_s" in threads else threads.iloc[0:0]
+    by_rate = unsteady[runs_engine_cycle_by_rate(unsteady["wakeups_per_s"].to_numpy(), period)]
     rows = []
     for name, pid in pid_of.items():
         mine = periodic[(periodic["pid"] == pid) & _same_period(periodic["period_ns"].to_numpy(), period, rules)]
+        mine = pd.concat([mine, by_rate[by_rate["pid"] == pid]]) if (by_rate["pid"] == pid).any() else mine
         for tid in mine["tid"].astype(np.int64).tolist():  # a client's process thread(s)
             rows.append(
                 {
@@ -133,6 +143,7 @@ def _engine_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> 
                     "order": float(order.get(name, np.nan)),
                     "driver": name == driver_name,
                     "client": name,
+                    "period_ns": period,
                 }
             )
     if not rows:
@@ -356,6 +367,9 @@ def find_incidents(
     engine = link["engine"].reindex(tid).astype(object).to_numpy() if link is not None else np.full(len(tid), None)
     members["inc_engine"] = engine
     period = pd.to_numeric(members["period_ns"], errors="coerce").to_numpy(dtype=np.float64)
+    if link is not None and "period_ns" in link:  # a link known by its rate alone joins at its engine's period
+        engine_period = pd.to_numeric(link["period_ns"], errors="coerce").reindex(tid).to_numpy(dtype=np.float64)
+        period = np.where(np.isnan(period), engine_period, period)
     members = members.assign(inc_period=period).sort_values(["start_ns", "tid"], kind="stable").reset_index(drop=True)
     incident = np.full(len(members), -1, dtype=np.int64)
     cause_of = _caused_by(members)

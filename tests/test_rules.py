@@ -152,3 +152,14 @@ def test_a_thread_of_an_engine_process_runs_its_cycle_from_a_quarter_period_to_f
     expected = [False, True, True, True, True, True, False, False, False]
     assert rules.runs_engine_cycle(measured, period).tolist() == expected
     assert (rules.ENGINE_WAKES_MAX, rules.ENGINE_PERIOD_FRACTION, rules.ENGINE_SLOW_FRACTION) == (4, 0.02, 0.15)
+
+
+def test_a_thread_without_a_period_runs_the_engine_cycle_by_its_mean_switch_in_rate() -> None:
+    period = 5_333_333.0
+    top = 1e9 / (period / 4 * 0.98)  # four wake-ups a cycle, less the agreement of one graph's threads
+    bottom = 1e9 / (1.15 * period)
+    rate = A([top + 1, top, 340.9, 170.8, bottom, bottom - 0.01, 13.4, 0.0, np.nan])
+    # beyond four a cycle, at it, the data loop and the client on the loaded recording, at the slow bar,
+    # under it, the daemon's main loop there, never switched in, unknown
+    expected = [False, True, True, True, True, False, False, False, False]
+    assert rules.runs_engine_cycle_by_rate(rate, period).tolist() == expected
