@@ -21,6 +21,9 @@ client or the hog around it; else between the capture's reads around it: analyse
 is the machine's: left out, counted per cause (`machine`), with the incidents over it. Incidents away
 from every injection are the shared machine's own late cycles (other processes, the VM's stalls): not
 ground truth the test controls; they are listed apart (`extra`).
+
+The truth is kept beside the capture (HOG_SPANS: the hog's spans, written as each one ends; CUE_TRUTH: the
+client's cues), so that a failed run's recording can be scored again offline: `recorded(capture)`.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ CAUSES = {"hog": "runqueue", "spin": "run", "lock": "lock", "read": "io", "touch
 HOG_PRIORITY = 95  # above jackd -R (10) and its clients (5), and PipeWire's data loops (88 as root)
 MATCH_MARGIN_NS = 3_000_000  # an incident within this of an injection is that injection's
 READ_FILE_BYTES = 64 << 20
+HOG_SPANS = "hog.spans"  # JSON beside the capture: [[start_ns, end_ns, steal_ns or null], ...]
+CUE_TRUTH = "cue.truth"  # the cue client's truth (JSON lines) beside the capture
 
 
 @dataclass
@@ -77,16 +82,17 @@ class Recording:
 
 
 def _inject(
-    cue: CueClient, hog: Path, scratch: Path, per_cause: int, ms: int, gap_s: float
+    cue: CueClient, hog: Path, scratch: Path, per_cause: int, ms: int, gap_s: float, spans_path: Path
 ) -> list[tuple[int, int, int | None]]:
     """Every cause per_cause times, interleaved; returns the hog's spans with the steal over each (the
-    cues' truth comes from the client)."""
+    cues' truth comes from the client), also written to `spans_path` as each ends (HOG_SPANS)."""
     hog_spans: list[tuple[int, int, int | None]] = []
     for _ in range(per_cause):
         for cause in CAUSES:
             if cause == "hog":
                 # The hog measures the steal over its own spin: its children take 300 ms to get ready.
                 hog_spans += run_hog(hog, priority=HOG_PRIORITY, spin_ms=ms, count=1, gap_ms=ms)
+                spans_path.write_text(json.dumps([list(span) for span in hog_spans]))
             elif cause == "read":
                 cue.cue(f"read {scratch} {ms}")
             elif cause == "lock":
@@ -153,17 +159,18 @@ def record_jack(
         try:
             wait_capture_growing(out, recorder, timeout_s=90.0, growths=2, poll_s=0.5)
             time.sleep(1.0)
-            hog_spans = _inject(cue, hog, scratch, per_cause, ms, gap_s)
+            hog_spans = _inject(cue, hog, scratch, per_cause, ms, gap_s, workdir / HOG_SPANS)
             time.sleep(1.0)
         finally:
             err = _stop_recorder(recorder)
         lines = cue.quit()  # after the recording: deactivating the client is no injection
+        (workdir / CUE_TRUTH).write_text("".join(json.dumps(line) + "\n" for line in lines))  # jackd's dir goes
         return Recording(out, "jack", _truth(lines, hog_spans), server.process.pid, cue.process.pid, err)
 
 
 @contextlib.contextmanager
 def _pw_cue(env: dict[str, str], workdir: Path) -> Iterator[CueClient]:
-    control, truth = workdir / "cue.ctl", workdir / "cue.truth"
+    control, truth = workdir / "cue.ctl", workdir / CUE_TRUTH
     os.mkfifo(control)
     process = subprocess.Popen(
         ["pw-jack", sys.executable, str(CUE_CLIENT), "--name", "cue", "--control", str(control),
@@ -203,12 +210,27 @@ def record_pipewire(
             daemon.wait_for_client("catch-load", timeout_s=90)
             wait_capture_growing(out, recorder, timeout_s=90.0, growths=2, poll_s=0.5)
             time.sleep(1.0)
-            hog_spans = _inject(cue, hog, scratch, per_cause, ms, gap_s)
+            hog_spans = _inject(cue, hog, scratch, per_cause, ms, gap_s, workdir / HOG_SPANS)
             time.sleep(2.5)  # the profiler module sends its records once a second
         finally:
             err = _stop_recorder(recorder)
         lines = cue.quit()  # after the recording: deactivating the client is no injection
         return Recording(out, "pipewire", _truth(lines, hog_spans), daemon.pid, cue.process.pid, err)
+
+
+def recorded(capture: Path) -> Recording:
+    """The Recording of a capture made by record_jack or record_pipewire, from the files beside it
+    (HOG_SPANS, CUE_TRUTH) and the engine source's metadata (the server's pid): to score a failed run
+    again offline."""
+    cap = forensics.load(capture)
+    lines = [json.loads(line) for line in (capture.parent / CUE_TRUTH).read_text().splitlines() if line.strip()]
+    stored = json.loads((capture.parent / HOG_SPANS).read_text())
+    spans = [(int(s), int(e), None if st is None else int(st)) for s, e, st in stored]
+    engine = "pipewire" if "pipewire" in cap.engine_sources else "jack"
+    meta = cap.engine_sources[engine]
+    server = int(meta["daemon_pid" if engine == "pipewire" else "jackd_pid"])
+    client = next(int(line["pid"]) for line in lines if "pid" in line)
+    return Recording(capture, engine, _truth(lines, spans), server, client)
 
 
 # --------------------------------------------------------------------------------------------------
