@@ -126,15 +126,23 @@ def engine_cycle_ends(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame
     out["engine"] = out["engine"].astype(str)
     out["end_ns"] = pd.to_numeric(out["end_ns"]).astype("Int64")
     if not nodes.empty:
-        late = node_lateness(nodes, cycles)["late"]
-        per_cycle = nodes.assign(engine=nodes["engine"].astype(str), late=late).groupby(["engine", "t_ns"])
+        late = node_lateness(nodes, cycles)["late"].astype("boolean")
+        per_cycle = nodes.assign(
+            engine=nodes["engine"].astype(str), late_true=late.fillna(False), late_known=late.notna()
+        ).groupby(["engine", "t_ns"])
         # The last finish ends the cycle only when every node of it finished: a node never seen finishing
         # (a client signaled and never woken, observed: jalv starved or stuck through a whole recording)
         # leaves the end unknown, not the other nodes' last finish (early: an on-time cycle the engine
         # reported as an xrun). Its lateness then comes from the nodes' flags.
         complete = per_cycle["finish_ns"].count() == per_cycle.size()
         last = per_cycle["finish_ns"].max().where(complete).rename("last_finish_ns")
-        late = per_cycle["late"].apply(_any_known).astype("boolean").rename("node_late")
+        # True if any node was counted late, False if all were counted on time, else NA (a node whose
+        # lateness is unknown may have been the late one). Aggregated, not applied per cycle: a Python
+        # call per cycle was half of `compare`'s time (12.8 of 25 s on two 25 s JACK captures).
+        any_late = per_cycle["late_true"].any()
+        late = pd.Series(pd.NA, index=any_late.index, dtype="boolean").rename("node_late")
+        late[per_cycle["late_known"].all().to_numpy()] = False
+        late[any_late.to_numpy()] = True
         out = out.join(last, on=["engine", "t_ns"]).join(late, on=["engine", "t_ns"])
         out["end_ns"] = out["end_ns"].fillna(pd.to_numeric(out["last_finish_ns"]).astype("Int64"))
     else:
@@ -186,15 +194,6 @@ def cycle_starts(cycles: pd.DataFrame) -> pd.DataFrame:
             )
         )
     return pd.concat(out, ignore_index=True)[columns]
-
-
-def _any_known(flags: pd.Series) -> object:
-    """True if any node was counted late, False if all were counted on time, else NA (a node whose
-    lateness is unknown may have been the late one)."""
-    known = flags.dropna()
-    if known.astype(bool).any():
-        return True
-    return False if len(known) == len(flags) and len(flags) else pd.NA
 
 
 def engine_cycle_summary(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame:
