@@ -48,11 +48,64 @@ def pytest_configure(config: pytest.Config) -> None:
 # @pytest.mark.needs_root and @pytest.mark.needs_bcc: the one way a test says it needs root or BCC. It
 # skips (with the reason) where the facility is missing; in CI such a skip fails (above).
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    _set_lane_niceness(item)
     for marker, missing in (("needs_root", root_missing), ("needs_bcc", bcc_missing)):
         if item.get_closest_marker(marker) is not None:
             reason = missing()
             if reason is not None:
                 pytest.skip(reason)
+
+
+# Two lanes (pytest-xdist, `-n 2 --dist loadgroup` in pyproject.toml). The tests of these modules record a
+# live target (the lab, jackd, PipeWire, eBPF, signals to a recorder) or change the machine's settings
+# (sysctls, delay accounting): they run one after the other in one lane ("live"), so that no two
+# recordings share the CPUs and no setting changes under another test. Every other test is a check of
+# the code (canned /proc text, synthetic timelines, stored captures) whose answer does not depend on the
+# machine: those share both lanes at nice 10 (as root), so that beside a recording they take the CPU
+# the recorder leaves, as the README's test under load does with stress-ng.
+LIVE_MODULES = frozenset(
+    f"test_{name}"
+    for name in (
+        "accuracy_lab", "bad_captures", "discovery", "doctor", "ebpf_live", "ebpf_sampler", "engine_jack",
+        "exact_accuracy_lab", "exit_codes", "flight_lab", "flight_live", "incident_causes_real",
+        "incidents_real", "lab", "markers", "output_safety", "periods", "pipewire_live", "record_e2e",
+        "record_exact", "small_lies", "stop_signals", "sysctl_guard", "taskstats", "tid_reuse", "tiers",
+        "writer_errors",
+    )
+)  # fmt: skip
+
+
+def is_live(item: pytest.Item) -> bool:
+    return Path(str(item.fspath)).stem in LIVE_MODULES
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's scheduler by scope, with every live module in one scope ("live") and each other
+    module a scope of its own (its module-scoped fixtures are then made once). A worker takes one scope
+    at a time, and the next one only when it has two tests or fewer left: the live lane runs nothing
+    else until its end. (`--dist loadgroup` would do this with marks, but its group names go into
+    `item._nodeid`, which pytest 9.2 no longer reads: every test was scheduled on its own.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Lanes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "live" if Path(module).stem in LIVE_MODULES else module
+
+    return Lanes(config, log)  # type: ignore[arg-type]
+
+
+_NICE_CHECKS = 10  # the checks' niceness beside a recording (stress-ng at nice 10 in the README's load test)
+_NICE_START = os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def _set_lane_niceness(item: pytest.Item) -> None:
+    """A live test (and its module's recordings, made in its setup) runs at the worker's own niceness, a
+    check of the code at _NICE_CHECKS: only as root, who may lower it again, and only under xdist, where
+    the other lane may be recording."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or os.geteuid() != 0:
+        return
+    os.setpriority(os.PRIO_PROCESS, 0, _NICE_START if is_live(item) else max(_NICE_START, _NICE_CHECKS))
 
 
 @pytest.hookimpl(hookwrapper=True)
