@@ -56,7 +56,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
                 pytest.skip(reason)
 
 
-# Two lanes (pytest-xdist, `-n 2 --dist loadgroup` in pyproject.toml). The tests of these modules record a
+# Two lanes (pytest-xdist, `-n 2` in pyproject.toml, scheduled below). The tests of these modules record a
 # live target (the lab, jackd, PipeWire, eBPF, signals to a recorder) or change the machine's settings
 # (sysctls, delay accounting): they run one after the other in one lane ("live"), so that no two
 # recordings share the CPUs and no setting changes under another test. Every other test is a check of
@@ -75,8 +75,12 @@ LIVE_MODULES = frozenset(
 )  # fmt: skip
 
 
+def _is_live_module(path: str) -> bool:
+    return Path(path).stem in LIVE_MODULES
+
+
 def is_live(item: pytest.Item) -> bool:
-    return Path(str(item.fspath)).stem in LIVE_MODULES
+    return _is_live_module(str(item.fspath))
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
@@ -90,7 +94,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     class Lanes(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return "live" if Path(module).stem in LIVE_MODULES else module
+            return "live" if _is_live_module(module) else module
 
     return Lanes(config, log)  # type: ignore[arg-type]
 
