@@ -278,29 +278,34 @@ def _period_ns(cap: Capture, engine: str) -> float:
 def _xruns_of(reports: pd.DataFrame, engine: str, period_ns: float) -> list[dict[str, Any]]:
     """engine_xruns' rows of one engine's reports (sorted by time)."""
     log = (reports["source"].astype(str) == "server-log").to_numpy()
-    counted = reports[~log] if (~log).any() else reports
-    late_lines = reports[log] if (~log).any() else reports.iloc[0:0]
-    t = counted["t_ns"].to_numpy(np.int64)
+    counted = np.flatnonzero(~log) if (~log).any() else np.arange(len(reports))
+    late_lines = np.flatnonzero(log) if (~log).any() else np.zeros(0, np.int64)
+    t_all = reports["t_ns"].to_numpy(np.int64)
+    t = t_all[counted]
     group = np.cumsum(np.r_[True, ~same_xrun(np.diff(t), period_ns)]) - 1 if len(t) else np.zeros(0, np.int64)
+    # Each xrun as the positions of its reports in `reports`, in the order they joined it; its first and
+    # last report's times kept beside it (plain ints: a pandas lookup per part and per line was quadratic).
     members: list[list[int]] = [[] for _ in range(int(group.max()) + 1 if len(group) else 0)]
-    for i, g in enumerate(group):
-        members[int(g)].append(i)
-    parts = [counted.iloc[m] for m in members]
+    for position, g in zip(counted.tolist(), group.tolist(), strict=True):
+        members[g].append(position)
+    first_t = [int(t_all[m[0]]) for m in members]
+    last_t = [int(t_all[m[-1]]) for m in members]
     # A log line joins the latest xrun that began before it (or within a report gap after it: a pipe is
     # read at once, a callback arrives through libjack's notification thread) and ended at most
     # SERVER_LOG_LAG_NS before it.
     lead_ns = XRUN_REPORT_GAP_PERIODS * period_ns if np.isfinite(period_ns) else 0.0
-    for _, line in late_lines.iterrows():
-        at = int(line["t_ns"])
-        fits = [
-            k for k, p in enumerate(parts)
-            if int(p["t_ns"].iloc[0]) <= at + lead_ns and at <= int(p["t_ns"].iloc[-1]) + SERVER_LOG_LAG_NS
-        ]  # fmt: skip
+    for position in late_lines.tolist():
+        at = int(t_all[position])
+        fits = [k for k in range(len(members)) if first_t[k] <= at + lead_ns and at <= last_t[k] + SERVER_LOG_LAG_NS]
         if fits:
-            k = max(fits, key=lambda k: int(parts[k]["t_ns"].iloc[0]))
-            parts[k] = pd.concat([parts[k], line.to_frame().T])
+            k = max(fits, key=lambda k: first_t[k])
+            members[k].append(position)
+            last_t[k] = at
         else:
-            parts.append(line.to_frame().T)
+            members.append([position])
+            first_t.append(at)
+            last_t.append(at)
+    parts = [reports.iloc[m] for m in members]
     rows = []
     for part in parts:
         blamed = [str(c) for c in part["client"].tolist() if c is not None and not pd.isna(c)]

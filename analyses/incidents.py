@@ -939,16 +939,14 @@ def _machine_covers(cap: Capture, row: pd.Series, sampler_gap_ns: int) -> bool:
 
 
 def _sampler_gap(cap: Capture, start: int, end: int, interval_ns: int) -> int | None:
-    """The longest time between two consecutive ticks of the sampler within [start, end] (one column)."""
-    from analyses.source import iter_samples
+    """The longest time between two consecutive ticks of the sampler that began within [start, end]
+    (give or take two intervals), or None with fewer than two there."""
+    from analyses.source import tick_start_times
 
-    ticks = []
-    for batch in iter_samples(cap, ["tid"], t_range=(start - 2 * interval_ns, end + 2 * interval_ns)):
-        ticks.append(batch.groupby("tick")["t_ns"].min())
-    if not ticks:
-        return None
-    t = np.sort(pd.concat(ticks).groupby(level=0).min().to_numpy(np.int64))
-    return int(np.diff(t).max()) if len(t) >= 2 else None
+    t = tick_start_times(cap)
+    lo = int(np.searchsorted(t, start - 2 * interval_ns, side="left"))
+    hi = int(np.searchsorted(t, end + 2 * interval_ns, side="right"))
+    return int(np.diff(t[lo:hi]).max()) if hi - lo >= 2 else None
 
 
 def _overlaps(row: pd.Series, late: tuple[int, int, int]) -> bool:

@@ -8,6 +8,7 @@ concatenated, and turn the state letter into a one-byte code.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -156,6 +157,22 @@ class _Fill:
         alive = last & (grid[-1] - tick < self.keyframe)
         self.carry = rows[alive].reset_index(drop=True)
         return out
+
+
+_TICK_STARTS: weakref.WeakKeyDictionary[Capture, np.ndarray] = weakref.WeakKeyDictionary()
+
+
+def tick_start_times(cap: Capture) -> np.ndarray:
+    """When each tick of the sampler began: the earliest read time (t_ns) among its rows, sorted. Read once
+    per capture object and kept while it lives: incidents ask it for every candidate's sampler gap, and
+    reading the samples each time cost 20 of 42 s on a 40 s PipeWire recording with eBPF."""
+    known = _TICK_STARTS.get(cap)
+    if known is not None:
+        return known
+    starts = [batch.groupby("tick")["t_ns"].min() for batch in iter_samples(cap, [])]
+    t = np.sort(pd.concat(starts).groupby(level=0).min().to_numpy(np.int64)) if starts else np.zeros(0, np.int64)
+    _TICK_STARTS[cap] = t
+    return t
 
 
 def load_samples(

@@ -62,7 +62,7 @@ def _recorded(engine: str, tmp_path: Path) -> tuple[injections.Recording, forens
         counts = pd.Series([i.cause for i in rec.injections]).value_counts().to_dict()
         assert counts == dict.fromkeys(injections.CAUSES, 10), counts  # every cue carried out
         cap = forensics.load(rec.path)
-        machine = injections.score(cap, rec, injections.incidents_of(cap, ebpf=False)).machine
+        machine = injections.score(cap, rec, _incidents_of(cap, ebpf=False)).machine
         print(f"attempt {attempt}: injections over hypervisor steal per cause {machine}")
         if max(machine.values()) <= MAX_MACHINE:
             break
@@ -70,6 +70,16 @@ def _recorded(engine: str, tmp_path: Path) -> tuple[injections.Recording, forens
 
 
 _recordings: dict[str, tuple[injections.Recording, forensics.Capture]] = {}
+_incidents: dict[tuple[Path | None, bool], pd.DataFrame] = {}
+
+
+def _incidents_of(cap: forensics.Capture, *, ebpf: bool) -> pd.DataFrame:
+    """injections.incidents_of once per recording and view (each takes 5-20 s here, and every test asks
+    for the /proc view to measure the machine's steal)."""
+    key = (cap.path, ebpf)  # each attempt records into a directory of its own
+    if key not in _incidents:
+        _incidents[key] = injections.incidents_of(cap, ebpf=ebpf)
+    return _incidents[key]
 
 
 def _check(engine: str, tmp_path_factory: pytest.TempPathFactory, ebpf_views: tuple[bool, ...] = (True, False)) -> None:
@@ -77,13 +87,13 @@ def _check(engine: str, tmp_path_factory: pytest.TempPathFactory, ebpf_views: tu
     if engine not in _recordings:
         _recordings[engine] = _recorded(engine, tmp_path_factory.mktemp(engine))
     rec, cap = _recordings[engine]
-    disturbed = injections.score(cap, rec, injections.incidents_of(cap, ebpf=False)).machine
+    disturbed = injections.score(cap, rec, _incidents_of(cap, ebpf=False)).machine
     scored = pd.Series({cause: 10 - disturbed[cause] for cause in injections.CAUSES})
     judged = judged_causes(scored, tuple(injections.CAUSES), f"{engine}: ")
     failures = []
     for ebpf in ebpf_views:
         label = "eBPF" if ebpf else "/proc"
-        score = injections.score(cap, rec, injections.incidents_of(cap, ebpf=ebpf))
+        score = injections.score(cap, rec, _incidents_of(cap, ebpf=ebpf))
         with pd.option_context("display.width", 200):
             print(f"\n{engine}, {label}:\n{score.confusion.to_string()}")
             print(f"recall {score.recall}\nprecision {score.precision}")
