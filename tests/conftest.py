@@ -67,7 +67,7 @@ LIVE_MODULES = frozenset(
     f"test_{name}"
     for name in (
         "accuracy_lab", "discovery", "doctor", "ebpf_live", "ebpf_sampler", "engine_jack",
-        "exact_accuracy_lab", "exit_codes", "flight_lab", "flight_live", "incident_causes_real",
+        "exact_accuracy_lab", "flight_lab", "flight_live", "incident_causes_real",
         "incidents_real", "lab", "markers", "output_safety", "periods", "pipewire_live", "record_e2e",
         "record_exact", "small_lies", "stop_signals", "sysctl_guard", "taskstats", "tid_reuse", "tiers",
         "writer_errors",
