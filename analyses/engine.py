@@ -22,6 +22,8 @@ node_lateness(nodes, cycles)      per node row: late (nullable), next_start_ns (
 engine_cycle_ends(cycles, nodes)  every cycle: t_ns engine period_ns end_rel_ns missed (both nullable)
 engine_cycle_summary(...)         per engine: cycles, ends known, end p50/p99/max, misses, unknown misses,
                                   cycles the driver never started (rules.missed_cycles)
+engine_period_medians(cycles)     engine -> the median period of its cycles, shortest first: each engine's
+                                  own (JACK and PipeWire may run at once, each at its period)
 cycle_starts(cycles)              every recorded cycle start: its number (the engine's counter, else
                                   counted on the driver's clock) and the cycles due before it that never
                                   started
@@ -32,8 +34,9 @@ engine_xruns(cap)                 one row per xrun the engine reported: its repo
                                   blamed (jack2's "was not finished" log lines, PipeWire's unfinished
                                   nodes), the largest delay it reported
 distinct_xrun_times(cap)          the time of each xrun (its first report)
-xrun_figures(cap)                 what the engine reported: reports (rows), xruns (engine_xruns), their
-                                  span and rate, the largest delay it reported, the clients it named
+xrun_figures(cap, t_range, engine)  what an engine reported (every engine that recorded, without
+                                  `engine`): reports (rows), xruns (engine_xruns), their span and rate,
+                                  the largest delay it reported, the clients it named
 engine_overview(cap)              the engine, its version and settings, its cycle ends and xruns: what
                                   the report's engine section shows
 
@@ -151,6 +154,23 @@ def engine_cycle_ends(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame
     by_end = out["end_rel_ns"] > out["period_ns"]
     out["missed"] = by_end.astype("boolean").where(out["end_rel_ns"].notna(), out["node_late"].astype("boolean"))
     return out[CYCLE_COLUMNS].reset_index(drop=True)
+
+
+def engine_period_medians(cycles: pd.DataFrame) -> pd.Series:
+    """engine -> the median period_ns of its cycles (finite and positive only), shortest first (a tie by
+    name). JACK and PipeWire can be recorded together at different periods: one median over both
+    engines' cycles is the period of whichever recorded more rows (JACK's poller sees only some of its
+    cycles), and the other engine's cycles would be judged against it."""
+    if cycles.empty:
+        return pd.Series(dtype=np.float64)
+    period = pd.to_numeric(cycles["period_ns"], errors="coerce")
+    engine = cycles["engine"].astype(str)
+    # Series.median per engine: the value a median over a one-engine capture's cycles always was.
+    medians = {str(e): float(period[(engine == e).to_numpy()].median()) for e in sorted(set(engine))}
+    out = pd.Series(medians, dtype=np.float64)
+    out = out[np.isfinite(out.to_numpy()) & (out.to_numpy() > 0)]
+    order = sorted(out.index, key=lambda e: (out[e], e))
+    return out.reindex(order)
 
 
 def cycle_starts(cycles: pd.DataFrame) -> pd.DataFrame:
@@ -333,26 +353,36 @@ def _xruns_of(reports: pd.DataFrame, engine: str, period_ns: float) -> list[dict
     return rows
 
 
-def xrun_figures(cap: Capture, t_range: tuple[int | None, int | None] | None = None) -> dict[str, Any] | None:
-    """None when the capture has no engine source; else the figures above (rates NaN when the span is 0)."""
-    engine = cap.sources.get("engine")
-    if not isinstance(engine, dict) or engine.get("unavailable"):
+def xrun_figures(
+    cap: Capture, t_range: tuple[int | None, int | None] | None = None, engine: str | None = None
+) -> dict[str, Any] | None:
+    """None when no engine source recorded (or `engine`'s did not: it could not run, or the capture has
+    none); else the figures above, of `engine`'s reports alone, or of every engine's that recorded (each
+    engine's reports counted as it counts them: rates NaN when the span is 0)."""
+    recorded = {kind: meta for kind, meta in cap.engine_sources.items() if not meta.get("unavailable")}
+    if engine is not None:
+        recorded = {kind: meta for kind, meta in recorded.items() if kind == engine}
+    if not recorded:
         return None
     xruns = cap.table("xruns")
     xruns = xruns[in_span(xruns["t_ns"].to_numpy(), t_range)]
-    status = cap.table("engine_status", ["t_ns", "quantum_frames", "rate_hz"])
+    status = cap.table("engine_status", ["t_ns", "engine", "quantum_frames", "rate_hz"])
     status = status[in_span(status["t_ns"].to_numpy(), t_range)]
+    distinct = engine_xruns(cap, t_range)
+    if engine is not None:
+        xruns = xruns[(xruns["engine"].astype(str) == engine).to_numpy()]
+        status = status[(status["engine"].astype(str) == engine).to_numpy()]
+        distinct = distinct[(distinct["engine"].astype(str) == engine).to_numpy()]
     span_ns = float(status["t_ns"].max() - status["t_ns"].min()) if len(status) > 1 else float("nan")
     counted = _counted(xruns)
-    distinct = len(engine_xruns(cap, t_range))
     delays = xruns["delay_us"].dropna()
     blamed = xruns["client"].dropna()
     return {
-        "engine": engine.get("kind", "?"),
+        "engine": ", ".join(sorted(str(meta.get("kind", "?")) for meta in recorded.values())),
         "reports": len(counted),
-        "xruns": distinct,
+        "xruns": len(distinct),
         "span_ns": span_ns,
-        "per_hour": distinct * HOUR_NS / span_ns if span_ns and not np.isnan(span_ns) else float("nan"),
+        "per_hour": len(distinct) * HOUR_NS / span_ns if span_ns and not np.isnan(span_ns) else float("nan"),
         "delay_max_us": float(delays.max()) if len(delays) else float("nan"),
         "blamed": blamed.value_counts().to_dict(),
         "counted_from": ", ".join(sorted(set(counted["source"].astype(str)))) or "none reported",
@@ -360,8 +390,13 @@ def xrun_figures(cap: Capture, t_range: tuple[int | None, int | None] | None = N
 
 
 def _counted(xruns: pd.DataFrame) -> pd.DataFrame:
-    """The callback is the engine's count; log lines (when present) add who it blamed."""
-    return xruns[xruns["source"] == "callback"] if (xruns["source"] == "callback").any() else xruns
+    """Each engine's callbacks are its count; log lines (when present) add who it blamed. Per engine: JACK's
+    callbacks beside PipeWire's profiler reports leave PipeWire's counted."""
+    if xruns.empty:
+        return xruns
+    callback = xruns["source"].astype(str) == "callback"
+    has_callback = callback.groupby(xruns["engine"].astype(str)).transform("any").astype(bool)
+    return xruns[(callback | ~has_callback).to_numpy()]
 
 
 def distinct_xrun_times(cap: Capture) -> np.ndarray:

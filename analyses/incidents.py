@@ -9,7 +9,8 @@ downstream of it waits longer than usual, and each of those waits is a stall epi
    source the capture holds:
    - `engine`: the engine's own tables (engine_clients, engine_nodes, engine_graph, engine_cycles;
      capture.format). A client's process thread is the periodic thread of its pid at the engine's
-     period; graph order comes from the connections (the driver first).
+     period; graph order comes from the connections (the driver first). Each engine (JACK and PipeWire
+     may be recorded together) is a chain of its own, at its own median period, with its own driver.
    - `ebpf`: sched_wakeup. A thread's usual wakers (tasks that end at least USUAL_WAKER_SHARE of its
      wake-ups, analyses.exact_stalls) are its upstream links when they are watched periodic threads too;
      the links joined that way are one engine. The driver is the link woken by an interrupt (its timer).
@@ -42,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import rules
-from analyses.engine import cycle_starts, engine_cycle_ends, engine_xruns, node_lateness
+from analyses.engine import cycle_starts, engine_cycle_ends, engine_period_medians, engine_xruns, node_lateness
 from analyses.machine import held_one_cpu_ns, machine_growth
 from analyses.rules import (
     USUAL_WAKER_SHARE,
@@ -108,7 +109,8 @@ def _same_period(period: np.ndarray, target: float, rules: IncidentRules) -> np.
 
 
 def _engine_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> pd.DataFrame | None:
-    """Links from the engine's own tables (ENGINE_TABLES contract), or None without them."""
+    """Links from the engine's own tables (ENGINE_TABLES contract), or None without them: each engine's
+    (JACK and PipeWire may be recorded together) at its own median period, with its own driver and graph."""
     names = set(cap.table_names)
     if not {"engine_clients", "engine_cycles"} <= names:
         return None
@@ -116,25 +118,53 @@ def _engine_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> 
     cycles = cap.table("engine_cycles")
     if clients.empty or cycles.empty:
         return None
-    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
-    engine = str(cycles["engine"].astype(str).iloc[0])
-    driver_name = str(cycles["driver"].astype(str).mode().iloc[0]) if cycles["driver"].notna().any() else None
-    present = clients[clients["pid"].notna()].drop_duplicates("name", keep="last")
-    pid_of = dict(zip(present["name"].astype(str), present["pid"].astype(np.int64), strict=True))
-    server = _server_pid(cap)
-    if driver_name is not None and driver_name not in pid_of and server is not None:
-        # JACK's driver ("system") is a client of no process of its own: it runs in the server's thread.
-        pid_of[driver_name] = server
-    order = _graph_order(cap, list(pid_of), driver_name)
     periodic = _periodic(threads)
     # Threads /proc found no period for, that still run the cycle by their mean rate (a loaded machine).
     unsteady = threads[threads["period_ns"].isna()] if "wakeups_per_s" in threads else threads.iloc[0:0]
+    chains = []
+    claimed: set[int] = set()
+    # Shortest period first: a thread of a client of both engines (PipeWire's JACK layer) that fits both is
+    # the shorter one's link, as analyses.threads.engine_periods gives it the shorter period that fits.
+    for engine, period in engine_period_medians(cycles).items():
+        links = _links_of_engine(cap, str(engine), float(period), cycles, clients, periodic, unsteady, rules, claimed)
+        if links is not None:
+            chains.append(links)
+            claimed |= set(links["tid"].tolist())
+    return pd.concat(chains, ignore_index=True) if chains else None
+
+
+def _links_of_engine(
+    cap: Capture,
+    engine: str,
+    period: float,
+    cycles: pd.DataFrame,
+    clients: pd.DataFrame,
+    periodic: pd.DataFrame,
+    unsteady: pd.DataFrame,
+    rules: IncidentRules,
+    claimed: set[int],
+) -> pd.DataFrame | None:
+    """One engine's links (_engine_links): the threads of its clients' processes at its period (or at its
+    rate), leaving out those `claimed` by an engine before it; None when it has none."""
+    own = cycles[(cycles["engine"].astype(str) == engine).to_numpy()]
+    driver_name = str(own["driver"].astype(str).mode().iloc[0]) if own["driver"].notna().any() else None
+    mine_clients = clients[(clients["engine"].astype(str) == engine).to_numpy()]
+    present = mine_clients[mine_clients["pid"].notna()].drop_duplicates("name", keep="last")
+    pid_of = dict(zip(present["name"].astype(str), present["pid"].astype(np.int64), strict=True))
+    # jackd_pid is the JACK source's: PipeWire's driver runs in a client of its own (the daemon).
+    server = _server_pid(cap) if engine == "jack" else None
+    if driver_name is not None and driver_name not in pid_of and server is not None:
+        # JACK's driver ("system") is a client of no process of its own: it runs in the server's thread.
+        pid_of[driver_name] = server
+    order = _graph_order(cap, list(pid_of), driver_name, engine)
     by_rate = unsteady[runs_engine_cycle_by_rate(unsteady["wakeups_per_s"].to_numpy(), period)]
     rows = []
     for name, pid in pid_of.items():
         mine = periodic[(periodic["pid"] == pid) & _same_period(periodic["period_ns"].to_numpy(), period, rules)]
         mine = pd.concat([mine, by_rate[by_rate["pid"] == pid]]) if (by_rate["pid"] == pid).any() else mine
         for tid in mine["tid"].astype(np.int64).tolist():  # a client's process thread(s)
+            if tid in claimed:
+                continue
             rows.append(
                 {
                     "tid": tid,
@@ -151,7 +181,7 @@ def _engine_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> 
     links = pd.DataFrame(rows).drop_duplicates("tid")
     # A client's upstream: the clients connected into it (engine_graph), as their process threads.
     tids_of = links.groupby("client")["tid"].apply(tuple).to_dict()
-    feeds = _graph_edges(cap)
+    feeds = _graph_edges(cap, engine)
     driver_tids = tuple(links.loc[links["driver"], "tid"].tolist())
     links["upstream"] = [
         tuple(t for src in feeds.get(c, ()) for t in tids_of.get(src, ())) or (() if d else driver_tids)
@@ -166,11 +196,13 @@ def _server_pid(cap: Capture) -> int | None:
     return pid if pid else None
 
 
-def _graph_edges(cap: Capture) -> dict[str, tuple[str, ...]]:
-    """dst client -> src clients of the last connection snapshot (engine_graph), self-loops left out."""
+def _graph_edges(cap: Capture, engine: str) -> dict[str, tuple[str, ...]]:
+    """dst client -> src clients of the last connection snapshot (engine_graph) of `engine`, self-loops left
+    out (a client of both engines may bear one name in each, its connections differ)."""
     if "engine_graph" not in cap.table_names:
         return {}
     graph = cap.table("engine_graph")
+    graph = graph[(graph["engine"].astype(str) == engine).to_numpy()]
     if graph.empty:
         return {}
     event = graph["event"].astype(str)
@@ -183,9 +215,9 @@ def _graph_edges(cap: Capture) -> dict[str, tuple[str, ...]]:
     return {k: tuple(sorted(v)) for k, v in out.items()}
 
 
-def _graph_order(cap: Capture, clients: list[str], driver: str | None) -> dict[str, int]:
-    """Position of each client in graph order: the driver 0, then by longest path from a source."""
-    feeds = _graph_edges(cap)
+def _graph_order(cap: Capture, clients: list[str], driver: str | None, engine: str) -> dict[str, int]:
+    """Position of each client of `engine` in graph order: the driver 0, then by longest path from a source."""
+    feeds = _graph_edges(cap, engine)
     depth: dict[str, int] = {}
 
     def walk(name: str, seen: frozenset[str]) -> int:
@@ -745,7 +777,7 @@ def _head_verdict(
     text = f"every member only waited for its upstream; the head of the chain {name} has no episode"
     text += " and no switch record" if timing is None else " and no late switch-in"
     drivers = chain.loc[chain["driver"].astype(bool), "tid"].astype(int).tolist() if len(chain) else []
-    gap = _cycle_start_gap(cap, start, end)
+    gap = _cycle_start_gap(cap, start, end, _chain_engine(chain))
     if timing is None and drivers and gap is not None and gap[0] > float(period_limit_ns(np.array([gap[1]]), 0.0)[0]):
         # No switch record, but the engine's own stamps: the cycle began late, so its driver woke late.
         head = drivers[0]
@@ -775,37 +807,61 @@ def _engine_slow_wakeup(
     awake - signal beyond a periodic thread's tolerance (rules.wake_limit_ns less the period, the bar of
     a missed wake-up), as (its thread, its client name, awake - signal); None without engine nodes or
     such a link. Below the engine's own late share (IncidentRules.engine_late_share) the cycle can still
-    end in time, yet the links after it were woken that much late: what their episodes show."""
+    end in time, yet the links after it were woken that much late: what their episodes show. Each node is
+    judged against its own engine's period, and only the chain's engine's nodes when the chain is from
+    the engine's tables (_chain_engine)."""
     if "engine_nodes" not in cap.table_names or "engine_clients" not in cap.table_names or chain.empty:
         return None
-    cycles = cap.table("engine_cycles", columns=["period_ns"]) if "engine_cycles" in cap.table_names else None
+    cycles = cap.table("engine_cycles", columns=["engine", "period_ns"]) if "engine_cycles" in cap.table_names else None
     if cycles is None or cycles.empty:
         return None
-    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
-    if not np.isfinite(period):
+    periods = _periods_of(cycles, _chain_engine(chain))
+    if periods.empty:
         return None
-    every = cap.table("engine_nodes", columns=["t_ns", "name", "signal_ns", "awake_ns", "finish_ns"])
+    every = cap.table("engine_nodes", columns=["t_ns", "engine", "name", "signal_ns", "awake_ns", "finish_ns"])
+    period = every["engine"].astype(str).map(periods).to_numpy(np.float64)  # NaN: a node of no engine in scope
+    every = every.assign(inc_period=period)
     every = every[((every["t_ns"] >= start - 3 * period) & (every["t_ns"] <= end)).to_numpy(dtype=bool)]
     every = every.sort_values("t_ns", kind="stable")
-    nodes = every[(every["t_ns"] >= start - period).to_numpy(dtype=bool)]
+    nodes = every[(every["t_ns"] >= start - every["inc_period"]).to_numpy(dtype=bool)]
     woke = (nodes["awake_ns"].astype("Float64") - nodes["signal_ns"].astype("Float64")).astype(np.float64)
-    tolerance = float(rules.wake_limit_ns(np.array([period]), interval_ns)[0]) - period
+    node_period = nodes["inc_period"].to_numpy(np.float64)
+    tolerance = rules.wake_limit_ns(node_period, interval_ns) - node_period
     late = nodes[(woke > tolerance).fillna(False).to_numpy(dtype=bool)]
     for _, node in late.sort_values(["t_ns", "signal_ns"]).iterrows():
         before = every[
-            (every["name"].astype(str) == str(node["name"])).to_numpy() & (every["t_ns"] < node["t_ns"]).to_numpy()
+            (every["name"].astype(str) == str(node["name"])).to_numpy()
+            & (every["engine"].astype(str) == str(node["engine"])).to_numpy()
+            & (every["t_ns"] < node["t_ns"]).to_numpy()
         ]
         if before.empty or pd.isna(before["finish_ns"].iloc[-1]) or before["finish_ns"].iloc[-1] > node["signal_ns"]:
             continue  # still inside its previous callback (blocked there, on a lock): not woken late
-        tid = _link_of_client(cap, str(node["name"]), chain)
+        tid = _link_of_client(cap, str(node["name"]), chain, str(node["engine"]))
         if tid is not None:
             return tid, str(node["name"]), float(node["awake_ns"] - node["signal_ns"])
     return None
 
 
-def _link_of_client(cap: Capture, name: str, chain: pd.DataFrame) -> int | None:
-    """The chain link (process thread) of an engine client, by its pid (engine_clients); None if none."""
+def _chain_engine(chain: pd.DataFrame) -> str | None:
+    """The engine whose tables a chain was built from (its links' `engine`), else None (a chain from eBPF
+    wake-ups or /proc periods: of no engine the capture names)."""
+    if chain.empty or "source" not in chain or not (chain["source"] == "engine").all():
+        return None
+    return str(chain["engine"].iloc[0])
+
+
+def _periods_of(cycles: pd.DataFrame, engine: str | None) -> pd.Series:
+    """engine -> its median period (analyses.engine.engine_period_medians): `engine`'s alone when known."""
+    periods = engine_period_medians(cycles)
+    return periods[periods.index == engine] if engine is not None else periods
+
+
+def _link_of_client(cap: Capture, name: str, chain: pd.DataFrame, engine: str | None = None) -> int | None:
+    """The chain link (process thread) of an engine client (of `engine`, when given: the two engines may
+    each have a client of that name), by its pid (engine_clients); None if none."""
     clients = cap.table("engine_clients")
+    if engine is not None:
+        clients = clients[(clients["engine"].astype(str) == engine).to_numpy()]
     pid = clients.loc[clients["name"].astype(str) == name, "pid"].dropna()
     if pid.empty:
         return None
@@ -814,12 +870,18 @@ def _link_of_client(cap: Capture, name: str, chain: pd.DataFrame) -> int | None:
     return min(tids) if tids else None
 
 
-def _cycle_start_gap(cap: Capture, start: int, end: int) -> tuple[float, float] | None:
-    """The longest time between two consecutive cycle starts of the engine (its own stamps) that ends
-    within a period of [start, end], and the engine's period; None without engine cycles there."""
+def _cycle_start_gap(cap: Capture, start: int, end: int, engine: str | None) -> tuple[float, float] | None:
+    """The longest time between two consecutive cycle starts of `engine` (its own stamps) that ends within
+    its period of [start, end], and that period; None without its cycles there. `engine` None (a chain not
+    from the engine's tables): the one engine of the capture; with several, which one the chain runs is
+    unknown, and None."""
     if "engine_cycles" not in cap.table_names:
         return None
-    cycles = cap.table("engine_cycles", columns=["t_ns", "period_ns"])
+    cycles = cap.table("engine_cycles", columns=["t_ns", "engine", "period_ns"])
+    names = set(cycles["engine"].astype(str))
+    if engine is None and len(names) == 1:
+        engine = names.pop()
+    cycles = cycles[(cycles["engine"].astype(str) == engine).to_numpy()]
     if len(cycles) < 2:
         return None
     period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
@@ -962,19 +1024,23 @@ def _engine_first_late(
     driver woke late: nothing downstream could run), else the first node in signal order woken
     (awake - signal) or running (finish - awake) at least engine_late_share of the period. Its thread's
     tid and the span of its late cycle (its start to its finish, or to the incident's end unfinished),
-    or None."""
+    or None. The chain's engine's records alone (_chain_engine), each engine's against its own period:
+    a PipeWire cycle at 5.333 ms is not late by JACK's 2.667 ms, nor are two engines' starts one series."""
     if "engine_nodes" not in cap.table_names or "engine_clients" not in cap.table_names:
         return None
     nodes = cap.table("engine_nodes")
     cycles = cap.table("engine_cycles")
     if nodes.empty or cycles.empty:
         return None
-    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
+    periods = _periods_of(cycles, _chain_engine(chain))
+    nodes = nodes[nodes["engine"].astype(str).isin(periods.index).to_numpy()]
+    cycles = cycles[cycles["engine"].astype(str).isin(periods.index).to_numpy()]
+    period = pd.Series(nodes["engine"].astype(str).map(periods).to_numpy(np.float64), index=nodes.index)
     # Cycles that ran over [start, end]: a /proc episode of a callback blocked inside its call may only
     # begin a period or more after its cycle started (its missed wake-ups are what /proc sees).
     finish = nodes["finish_ns"].astype("Float64").fillna(nodes["t_ns"].astype("Float64") + period)
     nodes = nodes[((nodes["t_ns"] <= end) & (finish >= start)).to_numpy(dtype=bool)]
-    finish = finish[nodes.index]
+    finish, period = finish[nodes.index], period[nodes.index]
     woken = nodes["awake_ns"].astype("Float64") - nodes["signal_ns"].astype("Float64")
     ran = nodes["finish_ns"].astype("Float64") - nodes["awake_ns"].astype("Float64")
     # Awake and never seen finishing, and late (the next cycle came before it finished): it ran past its period.
@@ -984,24 +1050,30 @@ def _engine_first_late(
     late = nodes[
         ((woken >= rules.engine_late_share * period) | (ran >= rules.engine_late_share * period)).fillna(False)
     ]
-    starts = np.sort(cycles["t_ns"].to_numpy(np.int64))
-    k = np.flatnonzero((starts[1:] >= start) & (starts[:-1] <= end)) + 1
-    slow = k[starts[k] - starts[k - 1] >= (1 + rules.engine_late_share) * period]
+    # The earliest cycle of an engine in scope that started late: (its due time, its start).
+    slow_start: tuple[int, int] | None = None
+    for name, engine_period in periods.items():
+        starts = np.sort(cycles.loc[(cycles["engine"].astype(str) == name).to_numpy(), "t_ns"].to_numpy(np.int64))
+        k = np.flatnonzero((starts[1:] >= start) & (starts[:-1] <= end)) + 1
+        slow = k[starts[k] - starts[k - 1] >= (1 + rules.engine_late_share) * engine_period]
+        if len(slow) and (slow_start is None or int(starts[slow[0]]) < slow_start[1]):
+            slow_start = int(starts[slow[0] - 1] + engine_period), int(starts[slow[0]])
     drivers = chain.loc[chain["driver"].astype(bool), "tid"].astype(int).tolist() if len(chain) else []
-    if len(slow) and drivers and (late.empty or starts[slow[0]] <= int(late["t_ns"].min())):
-        return drivers[0], int(starts[slow[0] - 1] + period), int(starts[slow[0]])
+    if slow_start is not None and drivers and (late.empty or slow_start[1] <= int(late["t_ns"].min())):
+        return drivers[0], *slow_start
     if late.empty:
         return None
     first = late.sort_values(["t_ns", "signal_ns"]).iloc[0]
     span_end = max(int(finish.loc[first.name]), end) if pd.isna(first["finish_ns"]) else int(first["finish_ns"])
-    tid = _link_of_client(cap, str(first["name"]), chain)
+    tid = _link_of_client(cap, str(first["name"]), chain, str(first["engine"]))
     return (tid, int(first["t_ns"]), span_end) if tid is not None else None
 
 
 def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
     """The engine cycle an incident is about and whether the engine reported it late.
 
-    With the engine's cycles: `cycle` is the first cycle the engine's records show late near the
+    With the engine's cycles: `cycle` is the first cycle of the incident's own engine (of the capture's
+    one engine when the incident is of no engine's chain; NA with several) its records show late near the
     incident (ended past its period, a node counted late, or started after cycles that never started:
     analyses.engine.cycle_starts), else the cycle running when it began; its number is the engine's own
     counter, else counted on the driver's clock (jack2 has none). `xruns` counts the engine's xruns
@@ -1021,11 +1093,26 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
         ended = engine_cycle_ends(cycles, cap.engine_nodes)
         begun = begun.merge(ended[["t_ns", "engine", "missed"]], on=["t_ns", "engine"], how="left")
         begun = begun.sort_values("t_ns", kind="stable").reset_index(drop=True)
-        t = begun["t_ns"].to_numpy(np.int64)
-        period = float(pd.to_numeric(begun["period_ns"], errors="coerce").median())
-        late = (begun["missed_before"].to_numpy(np.int64) > 0) | begun["missed"].fillna(False).to_numpy(dtype=bool)
-        numbers = begun["cycle"].to_numpy(np.int64)
+        # Each engine's cycles against its own period, numbered by its own counter: an incident's cycle is
+        # one of its own engine's (JACK and PipeWire may run at once).
+        per_engine = {}
+        for name, mine in begun.groupby(begun["engine"].astype(str), sort=True):
+            per_engine[str(name)] = (
+                mine["t_ns"].to_numpy(np.int64),
+                float(pd.to_numeric(mine["period_ns"], errors="coerce").median()),
+                (mine["missed_before"].to_numpy(np.int64) > 0) | mine["missed"].fillna(False).to_numpy(dtype=bool),
+                mine["cycle"].to_numpy(np.int64),
+            )
+        engines = incidents["engine"].tolist() if "engine" in incidents else [None] * n
         for i in range(n):
+            # An incident of no engine's chain (a thread of no client, a chain from eBPF or /proc) is of the
+            # capture's one engine; with several, whose cycle it is is unknown.
+            engine = engines[i] if engines[i] in per_engine else None
+            if engine is None and len(per_engine) == 1:
+                engine = next(iter(per_engine))
+            if engine is None:
+                continue
+            t, period, late, numbers = per_engine[engine]
             near = np.flatnonzero(late & (t >= starts[i] - period) & (t <= ends[i] + period))
             k = int(near[0]) if len(near) else int(np.searchsorted(t, starts[i], side="right")) - 1
             cycle[i] = int(numbers[max(k, 0)])

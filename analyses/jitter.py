@@ -212,19 +212,20 @@ def engine_jitter(
     summary = engine_cycle_summary(cycles, cap.engine_nodes)
     begun = cycle_starts(cycles)
     never = begun.groupby("engine")["missed_before"].sum() if len(begun) else pd.Series(dtype=np.int64)
-    xruns = xrun_figures(cap, t_range)
-    rows = [
-        {
-            "engine": row["engine"],
-            "source": f"{row['engine']} engine cycles (last node's finish after the driver's start)",
-            **{k: row[k] for k in SUMMARY_COLUMNS if k not in ("engine", "span_ns")},
-            "never_begun": int(never.get(row["engine"], 0)),
-            "xruns": float(xruns["xruns"]) if xruns else np.nan,
-            "xrun_reports": float(xruns["reports"]) if xruns else np.nan,
-            "xrun_delay_max_us": xruns["delay_max_us"] if xruns else np.nan,
-            "xruns_from": xruns["counted_from"] if xruns else "unknown: no engine source in the capture",
-        }
-        for row in summary.to_dict("records")
-    ]
+    rows = []
+    for row in summary.to_dict("records"):
+        xruns = xrun_figures(cap, t_range, str(row["engine"]))  # its own engine's: JACK's are not PipeWire's
+        rows.append(
+            {
+                "engine": row["engine"],
+                "source": f"{row['engine']} engine cycles (last node's finish after the driver's start)",
+                **{k: row[k] for k in SUMMARY_COLUMNS if k not in ("engine", "span_ns")},
+                "never_begun": int(never.get(row["engine"], 0)),
+                "xruns": float(xruns["xruns"]) if xruns else np.nan,
+                "xrun_reports": float(xruns["reports"]) if xruns else np.nan,
+                "xrun_delay_max_us": xruns["delay_max_us"] if xruns else np.nan,
+                "xruns_from": xruns["counted_from"] if xruns else "unknown: no engine source in the capture",
+            }
+        )
     hist_df = pd.concat(hists, ignore_index=True) if hists else pd.DataFrame()
     return pd.DataFrame(starts), hist_df, pd.DataFrame(rows)

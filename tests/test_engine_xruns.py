@@ -85,6 +85,49 @@ def test_pipewire_xrun_names_the_node_with_its_status_in_the_first_report():
     assert engine_xruns(cap)["client"].tolist() == ["cue (triggered)"]
 
 
+def test_xrun_figures_of_jack_and_pipewire_recorded_together_are_each_engines_own():
+    """JACK (two callbacks of one xrun, 128 frames) and PipeWire (one profiler report, 256 frames) in one
+    capture: each engine's figures are its own reports, counted as it counts them; all together they are
+    both engines' (was: the callbacks, JACK's count, left PipeWire's profiler report uncounted, and the
+    figures named only the engine recorded last)."""
+    jack = _engine("jack", [(100 * MS, "callback", 37.0, None), (100 * MS + 200 * US, "callback", 37.0, None)], 128)
+    pipewire = _engine("pipewire", [(300 * MS, "profiler", None, "cue")], 256)
+    engines = {"jack": {"kind": "jack"}, "pipewire": {"kind": "pipewire"}}
+    cap = Capture.from_frames(
+        meta={"sources": {"engine": {"kind": "pipewire"}, "engines": engines}},
+        **{t: pd.concat([jack.table(t), pipewire.table(t)], ignore_index=True) for t in ("xruns", "engine_status")},
+    )
+    mine = {e: xrun_figures(cap, engine=e) for e in ("jack", "pipewire")}
+    assert mine["jack"] is not None and mine["pipewire"] is not None
+    assert (mine["jack"]["engine"], mine["jack"]["reports"], mine["jack"]["xruns"]) == ("jack", 2, 1)
+    assert mine["jack"]["counted_from"] == "callback" and mine["jack"]["delay_max_us"] == 37.0
+    assert (mine["pipewire"]["engine"], mine["pipewire"]["reports"], mine["pipewire"]["xruns"]) == ("pipewire", 1, 1)
+    assert mine["pipewire"]["counted_from"] == "profiler" and mine["pipewire"]["blamed"] == {"cue": 1}
+    both = xrun_figures(cap)
+    assert both is not None and (both["engine"], both["reports"], both["xruns"]) == ("jack, pipewire", 3, 2)
+    assert both["counted_from"] == "callback, profiler"
+    # `forensics jitter`'s cycle ends, one row per engine: each with its own engine's xruns.
+    from analyses.jitter import engine_jitter
+
+    cycles = pd.concat(
+        [pd.DataFrame({"t_ns": np.arange(0, 400 * MS, period), "engine": engine, "driver": driver,
+                       "period_ns": period, "end_ns": np.arange(0, 400 * MS, period) + 300 * US})
+         for engine, driver, period in (("jack", "system", JACK_PERIOD), ("pipewire", "Dummy-Driver", PW_PERIOD))],
+        ignore_index=True,
+    )  # fmt: skip
+    with_cycles = Capture.from_frames(
+        meta=cap.meta, xruns=cap.table("xruns"), engine_status=cap.table("engine_status"), engine_cycles=cycles
+    )
+    ends = engine_jitter(with_cycles)[2].set_index("engine")
+    assert ends["xrun_reports"].to_dict() == {"jack": 2.0, "pipewire": 1.0}
+    assert ends["xruns_from"].to_dict() == {"jack": "callback", "pipewire": "profiler"}
+    unavailable = {**engines, "pipewire": {"kind": "pipewire", "unavailable": "no server"}}
+    alone = Capture.from_frames(
+        meta={"sources": {"engine": {"kind": "jack"}, "engines": unavailable}}, xruns=cap.table("xruns")
+    )
+    assert xrun_figures(alone, engine="pipewire") is None  # its source could not record
+
+
 def test_xrun_joins_the_incident_that_covers_it_not_the_last_in_its_window():
     """An xrun reported inside incident 2 belongs to 2, though incident 3 began within 20 ms after it
     (was: the last incident within the join window, 3). One reported 1 ms after incident 3 ended, with

@@ -632,3 +632,131 @@ def test_a_loaded_machines_data_loop_and_client_without_a_period_are_links_by_th
     row = incidents.iloc[0]
     assert (row.root_tid, row.root_verdict, row.chain_source) == (500, "runqueue", "engine"), row.evidence
     assert members.attrs["hidden"]["episodes"] == 1 and 499 not in set(members["tid"])
+
+
+# ---------------------------------------------------------------------------------------------------
+# JACK and PipeWire in one capture: each engine's chain, period and cycles (issue 22, real graphs)
+
+PW_LATE_START = 200  # PipeWire's cycle that started 4 ms late (its timer fired late)
+PW_LONG_RUN = 100  # PipeWire's cycle in which cue ran 2 ms: late by JACK's period, on time by its own
+PW_MISSED, JACK_MISSED = 300, 599  # a cycle of each engine that ended past its period, 2.4 ms apart
+
+
+def _two_engines() -> forensics.Capture:
+    """JACK at 2.667 ms (its driver `system` in jackd, pid 400; jack-client, pid 410) and PipeWire at 5.333
+    ms (its Dummy-Driver in the daemon's data loop, tid 500 of pid 499; cue, pid 600) in one capture,
+    every cycle of both recorded (JACK's are the most rows: one median over both is JACK's period). Each
+    client is signalled 60 us after the one above it, wakes 10 us later and runs 50 us, except: PipeWire's
+    cycle PW_LATE_START began 4 ms late, cue ran 2 ms in PW_LONG_RUN, and PW_MISSED and JACK_MISSED ended
+    past their periods."""
+
+    def thread(tid: int, pid: int, comm: str, period: int, cpu: int) -> Timeline:
+        tl = Timeline(tid=tid, comm=comm, pid=pid, policy=1, rtprio=80, cpu=cpu)
+        synth.periodic(tl, t0=T0, duration_ns=DURATION, period_ns=period, work_ns=50 * US, seed=tid)
+        return tl
+
+    links = [
+        thread(400, 400, "jackd", JACK_PERIOD, 0),
+        thread(410, 410, "jack-client", JACK_PERIOD, 1),
+        thread(500, 499, "data-loop.0", PW_PERIOD, 0),
+        thread(600, 600, "cue", PW_PERIOD, 1),
+    ]
+    jack, pw = _cycles("jack", JACK_PERIOD, 1), _cycles("pipewire", PW_PERIOD, 1)
+    late_start = (pw["cycle"] == PW_LATE_START).to_numpy()
+    pw.loc[late_start, ["t_ns", "end_ns"]] += 4 * MS
+    pw.loc[(pw["cycle"] == PW_MISSED).to_numpy(), "end_ns"] += 7 * MS
+    jack.loc[(jack["cycle"] == JACK_MISSED).to_numpy(), "end_ns"] += 4 * MS
+    cycles = pd.concat([jack, pw], ignore_index=True).sort_values("t_ns", kind="stable").reset_index(drop=True)
+    nodes = []
+    for engine, frame, names in (("jack", jack, ["system", "jack-client"]), ("pipewire", pw, ["Dummy-Driver", "cue"])):
+        for j, name in enumerate(names):
+            signal = frame["t_ns"].to_numpy(np.int64) + j * 60 * US
+            run = np.where((frame["cycle"] == PW_LONG_RUN).to_numpy() & (name == "cue"), 2 * MS, 50 * US)
+            nodes.append(
+                pd.DataFrame(
+                    {"t_ns": frame["t_ns"].to_numpy(np.int64), "engine": engine, "node_id": j, "name": name,
+                     "signal_ns": signal, "awake_ns": signal + 10 * US, "finish_ns": signal + 10 * US + run,
+                     "status": 0, "xrun": False}
+                )
+            )  # fmt: skip
+    clients = pd.DataFrame(
+        {"t_ns": T0, "engine": ["jack", "jack", "pipewire", "pipewire"], "event": "present",
+         "name": ["system", "jack-client", "Dummy-Driver", "cue"], "pid": [None, 410, 499, 600],
+         "node_id": [None, None, 27, 31]}
+    )  # fmt: skip
+    graph = pd.DataFrame(
+        {"t_ns": T0, "engine": ["jack", "pipewire"], "event": "snapshot", "src_client": ["system", "Dummy-Driver"],
+         "src_port": "out", "dst_client": ["jack-client", "cue"], "dst_port": "in"}
+    )  # fmt: skip
+    engines = {
+        "jack": {"kind": "jack", "server": "default", "jackd_pid": 400, "clock_offset_ns": 0},
+        "pipewire": {"kind": "pipewire", "server": "pipewire-0", "clock_offset_ns": 0},
+    }
+    cap = _capture(
+        links, engine_cycles=cycles, engine_nodes=pd.concat(nodes, ignore_index=True), engine_clients=clients,
+        engine_graph=graph,
+    )  # fmt: skip
+    return cap.without([], meta={"sources": {**cap.sources, "engines": engines}})
+
+
+def _pw_start(cap: forensics.Capture, cycle: int) -> int:
+    cycles = cap.table("engine_cycles")
+    return int(cycles.loc[(cycles["engine"] == "pipewire") & (cycles["cycle"] == cycle), "t_ns"].iloc[0])
+
+
+def test_each_engines_links_get_its_own_period_engine_and_driver():
+    """JACK's links (jackd's driver thread from jackd_pid, jack-client) are JACK's at 2.667 ms with `system`
+    their driver; PipeWire's (the data loop, cue) PipeWire's at 5.333 ms with the data loop its driver.
+    Was: one median over all cycles (JACK's: it had the most rows) and the first row's engine, so
+    PipeWire's threads, at 5.333 ms, were no link of any chain."""
+    cap = _two_engines()
+    chain = chain_links(cap, select_threads(thread_profiles(cap))).set_index("tid")
+    assert sorted(chain.index) == [400, 410, 500, 600], chain
+    assert chain.loc[[400, 410], "engine"].tolist() == ["jack", "jack"]
+    assert chain.loc[[500, 600], "engine"].tolist() == ["pipewire", "pipewire"]
+    assert chain.loc[[400, 410], "period_ns"].tolist() == [JACK_PERIOD, JACK_PERIOD]
+    assert chain.loc[[500, 600], "period_ns"].tolist() == [PW_PERIOD, PW_PERIOD]
+    assert chain["driver"].to_dict() == {400: True, 410: False, 500: True, 600: False}
+    assert chain.loc[410, "upstream"] == (400,) and chain.loc[600, "upstream"] == (500,)
+
+
+def test_a_pipewire_cycle_is_judged_by_pipewires_period_and_its_own_starts():
+    """cue running 2 ms is late by half of JACK's period, not of PipeWire's: no late link (was: cue, by one
+    median over both engines' cycles, JACK's). PipeWire's cycle that began 4 ms late (9.3 ms after the one
+    before, past 1.5 periods) makes its driver, the data loop, the first late link, though JACK's cycles
+    kept starting meanwhile (was: both engines' starts as one series, no gap). The gap between cycle
+    starts is each engine's own."""
+    from analyses.incidents import _cycle_start_gap, _engine_first_late
+
+    cap = _two_engines()
+    # PipeWire's chain as chain_links gives it (the test above), written out: judged here on its own.
+    pipewire = pd.DataFrame(
+        {"tid": [500, 600], "engine": "pipewire", "source": "engine", "order": [0.0, 1.0], "driver": [True, False],
+         "period_ns": float(PW_PERIOD), "upstream": [(), (500,)]}
+    )  # fmt: skip
+    long_run = _pw_start(cap, PW_LONG_RUN)
+    assert _engine_first_late(cap, long_run, long_run + 3 * MS, pipewire, rules.IncidentRules()) is None
+    late = _pw_start(cap, PW_LATE_START)
+    due = _pw_start(cap, PW_LATE_START - 1) + PW_PERIOD
+    first = _engine_first_late(cap, late - MS, late + 6 * MS, pipewire, rules.IncidentRules())
+    assert first == (500, due, late), first
+    gap, period = _cycle_start_gap(cap, late - MS, late + 6 * MS, "pipewire") or (None, None)
+    assert (gap, period) == (late - _pw_start(cap, PW_LATE_START - 1), PW_PERIOD)
+    assert _cycle_start_gap(cap, late - MS, late + 6 * MS, "jack") == (JACK_PERIOD, JACK_PERIOD)
+    assert _cycle_start_gap(cap, late - MS, late + 6 * MS, None) is None  # whose cycles: unknown
+
+
+def test_an_incidents_cycle_is_one_of_its_own_engines():
+    """A JACK cycle and a PipeWire cycle 2.4 ms apart both ended past their periods: the PipeWire incident's
+    cycle is PipeWire's (PW_MISSED), the JACK incident's JACK's (JACK_MISSED). Was: both engines' cycles as
+    one series at one median period, and the PipeWire incident given JACK's cycle, the earlier late one."""
+    from analyses.incidents import _add_cycles
+
+    cap = _two_engines()
+    pw_start = _pw_start(cap, PW_MISSED)
+    jack_start = T0 + JACK_MISSED * JACK_PERIOD
+    incidents = pd.DataFrame(
+        {"start_ns": [jack_start, pw_start - MS], "end_ns": [jack_start + 5 * MS, pw_start + 8 * MS],
+         "engine": ["jack", "pipewire"]}
+    )  # fmt: skip
+    assert _add_cycles(cap, incidents)["cycle"].tolist() == [JACK_MISSED, PW_MISSED]
