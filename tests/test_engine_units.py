@@ -365,3 +365,18 @@ def test_a_recording_with_a_jack_and_a_pipewire_source_keeps_both(tmp_path) -> N
     assert merged["engine"] == pipewire and set(merged["engines"]) == {"jack", "pipewire"}
     alone = merge_sources({}, {"engine": {"kind": "jack", "unavailable": "no JACK server"}})
     assert alone["engine"]["unavailable"] == "no JACK server"
+
+
+@pytest.mark.parametrize("client_status", [0, 3])
+def test_the_timing_array_is_found_once_on_a_machine_up_for_a_day(client_status: int) -> None:
+    """After 2**36 us of uptime the high half of a time word passes as fPortMax; 8 and 16 bytes into the
+    last used client's slot, with its status reset to NotTriggered, the shifted reads look like arrays of
+    their own. They lie inside the real one, which starts first: it is the one found."""
+    now_us = (17 << 32) + 5_000_000  # about 3.4 days of jack_get_time()
+    slots = np.zeros(CLIENT_NUM, dtype=_DTYPE)
+    slots[0] = (now_us - 100, 0, now_us - 100, 3)
+    slots[2] = (now_us - 96, now_us - 51, now_us - 6, client_status)
+    segment = bytes(1000) + (2048).to_bytes(4, "little") + slots.tobytes() + bytes(4000)
+    timing = GraphTiming.__new__(GraphTiming)
+    timing._map, timing.size, timing.path = segment, len(segment), "/dev/shm/jack-0-0"  # type: ignore[assignment]
+    assert timing._locate(now_us) == (1004, 2048)
