@@ -54,6 +54,7 @@ import pandas as pd
 from analyses.rules import (
     CYCLE_GRID_TOLERANCE,
     SERVER_LOG_LAG_NS,
+    SERVER_LOG_LEAD_NS,
     XRUN_REPORT_GAP_PERIODS,
     jack_client_late,
     missed_cycles,
@@ -270,7 +271,8 @@ def engine_xruns(cap: Capture, t_range: tuple[int | None, int | None] | None = N
     Reports of one engine a short gap apart are one xrun (rules.same_xrun). The server log's lines are
     read late from a followed file: where the engine's own count (callbacks, the profiler) is recorded,
     each log line joins the latest xrun whose reports began before it (within rules.SERVER_LOG_LAG_NS of
-    its last report) and only adds whom the engine blamed; a line that joins none is an xrun of its own."""
+    its last report), else the first that begins within rules.SERVER_LOG_LEAD_NS after it, and only adds
+    whom the engine blamed; a line that joins none is an xrun of its own."""
     if "xruns" not in cap.table_names:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in XRUN_COLUMNS})
     reports = cap.table("xruns")
@@ -317,10 +319,12 @@ def _xruns_of(reports: pd.DataFrame, engine: str, period_ns: float) -> list[dict
     for position in late_lines.tolist():
         at = int(t_all[position])
         fits = [k for k in range(len(members)) if first_t[k] <= at + lead_ns and at <= last_t[k] + SERVER_LOG_LAG_NS]
-        if fits:
-            k = max(fits, key=lambda k: first_t[k])
+        # Else the first xrun that begins within SERVER_LOG_LEAD_NS after it: its callbacks were held up.
+        ahead = [k for k in range(len(members)) if at < first_t[k] <= at + SERVER_LOG_LEAD_NS]
+        if fits or ahead:
+            k = max(fits, key=lambda k: first_t[k]) if fits else min(ahead, key=lambda k: first_t[k])
             members[k].append(position)
-            last_t[k] = at
+            first_t[k], last_t[k] = min(first_t[k], at), max(last_t[k], at)
         else:
             members.append([position])
             first_t.append(at)

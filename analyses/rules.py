@@ -302,6 +302,13 @@ XRUN_REPORT_GAP_PERIODS = 1.25
 # The server log is read at once from a pipe, within 50 ms from a followed file (samplers/engine/jack.py,
 # follow_log): a log line stamped up to this long after an xrun's last report belongs to that xrun.
 SERVER_LOG_LAG_NS = 100_000_000
+# A log line can also come before the xrun's first counted report. jack2 logs "client = X was not
+# finished" and queues the xrun notification in one step (JackEngine::CheckXRun); the server then calls
+# its clients one after the other, waiting for each, so a client that holds its notification thread
+# holds every later client's callback (captures/jack-client-spins.ssf: the cue client, Python spinning
+# 20 ms in its process callback with the GIL held; the recorder's callbacks came 15.8 ms after the line
+# that announced them). A line that follows no xrun joins the first one that begins this long after it.
+SERVER_LOG_LEAD_NS = 100_000_000
 
 
 def same_xrun(gap_ns: np.ndarray, period_ns: float) -> np.ndarray:

@@ -4,10 +4,12 @@ captures/ (tests/test_real_captures.py).
 
     python -m tests.real_captures captures/
 
-records captures/jack-starved-ebpf.ssf (catch-load --ebpf --jack) and captures/jack-starved-proc.ssf (the same
-graph and starvations, catch-load --jack from /proc alone). Each capture says in its metadata how it was made
-(meta["made_by"]: this command, the graph, the hog, and the CLOCK_MONOTONIC span of every starvation), so a test
-on the stored file can score the incidents against what was injected without the live graph.
+records captures/jack-starved-ebpf.ssf (catch-load --ebpf --jack), captures/jack-starved-proc.ssf (the same
+graph and starvations, catch-load --jack from /proc alone) and captures/jack-client-spins.ssf (a client
+spinning in its callback, with jackd's log followed: the client the engine blamed). Each capture says in its
+metadata how it was made (meta["made_by"]: this command, the graph, the hog or the spins, and the
+CLOCK_MONOTONIC span of every injection), so a test on the stored file can score the incidents against what was
+injected without the live graph.
 """
 
 from __future__ import annotations
@@ -32,7 +34,16 @@ from analyses.threads import select_threads, thread_profiles
 from analyses.truth import steal_around
 from capture.format import ENGINE_SCHEMAS, Capture, CaptureWriter
 from tests.helpers import REPO, child_env
-from tests.jack_fixtures import BALANCE_PLUGIN, build_hog, run_hog, series_graph
+from tests.jack_fixtures import (
+    BALANCE_PLUGIN,
+    build_hog,
+    catch_load,
+    jackd,
+    run_hog,
+    series_graph,
+    stop_recording,
+    wait_recording,
+)
 from tests.recording import catch_load_argv, wait_capture_growing
 
 HOG_PRIORITY = 80  # above jackd -R's default 10 and its clients' 5
@@ -101,6 +112,43 @@ def record_starved(
         "starvations": [{"start_ns": s, "end_ns": e, "steal_ns": st} for s, e, st in spans],
     }
     return Starved(out, spans, pids, made_by)
+
+
+def record_client_spins(workdir: Path, out: Path, *, spins: int = 3, spin_ms: int = 20, gap_s: float = 0.4) -> Starved:
+    """jackd (dummy, 128 frames) launched apart, the cue client between system:capture_1 and
+    system:playback_1, recorded by catch-load --ebpf --jack following jackd's log, while the cue client spins
+    `spins` times for spin_ms in its process callback: late cycles the engine reports twice, as xrun
+    callbacks and as jackd's "client = cue was not finished" log lines (the client the engine blamed)."""
+    with jackd(workdir, period=128) as server:
+        cue = server.cue_client("cue")
+        server.connect("system:capture_1", "cue:in")
+        server.connect("cue:out", "system:playback_1")
+        rec = catch_load(
+            server, out, "--ebpf", "--jack", server.name, "--jack-log", str(server.log), "--taskstats", "none",
+            "-p", str(server.process.pid),
+        )  # fmt: skip
+        wait_recording(out, rec)
+        time.sleep(gap_s)  # the graph's own rhythm before the first spin
+        for done in range(1, spins + 1):
+            cue.cue(f"spin {spin_ms}")
+            cue.wait_done(done)
+            time.sleep(gap_s)  # a spin's reports come up to 200 ms after it (the log is followed at 20 Hz)
+        truth = [t for t in cue.quit() if t["cue"] == "spin"]
+        pids = {"jackd": server.process.pid, "cue": cue.process.pid}
+        stop_recording(rec)
+    made_by = {
+        "how": (
+            "jackd -R dummy 48000 Hz 128 frames (tests/jack_fixtures.py jackd) with the cue client "
+            "(tests/workloads, between system:capture_1 and system:playback_1), recorded by catch-load --ebpf "
+            f"--jack NAME --jack-log LOG --taskstats none -p JACKD while the cue client spun {spins} times for "
+            f"{spin_ms} ms in its process callback, {gap_s} s apart"
+        ),
+        "script": "tests/real_captures.py",
+        "pids": pids,
+        # CLOCK_MONOTONIC, the capture's clock: the cue client's own record of each spin.
+        "spins": [{"start_ns": int(t["start_ns"]), "end_ns": int(t["end_ns"])} for t in truth],  # type: ignore[call-overload]
+    }
+    return Starved(out, [(int(t["start_ns"]), int(t["end_ns"]), None) for t in truth], pids, made_by)  # type: ignore[call-overload]
 
 
 def stamp(src: Path, dst: Path, made_by: dict[str, Any]) -> Path:
@@ -240,6 +288,7 @@ def cut(src: Path, dst: Path, from_ns: int, to_ns: int, made_by: dict[str, Any])
     return dst
 
 
+CLIENT_SPINS = "jack-client-spins.ssf"  # record_client_spins: jackd's log names the late client
 FIXTURES = {
     # name: (eBPF?) -- both with the JACK source, for `forensics xruns`
     "jack-starved-ebpf.ssf": True,
@@ -262,6 +311,12 @@ def main(argv: list[str]) -> int:
         rec.made_by["command"] = f"python -m tests.real_captures {target}"
         stamp(rec.path, target / name, rec.made_by)
         print(f"{target / name}: {(target / name).stat().st_size} bytes, starvations {rec.spans}")
+    workdir = work / "jack-client-spins"
+    workdir.mkdir()
+    rec = record_client_spins(workdir, workdir / CLIENT_SPINS)
+    rec.made_by["command"] = f"python -m tests.real_captures {target}"
+    stamp(rec.path, target / CLIENT_SPINS, rec.made_by)
+    print(f"{target / CLIENT_SPINS}: {(target / CLIENT_SPINS).stat().st_size} bytes, spins {rec.spans}")
     return 0
 
 

@@ -64,6 +64,21 @@ def test_a_log_line_that_joins_no_callback_is_an_xrun_of_its_own():
     assert alone["client"].tolist() == [None, "p0"]
 
 
+def test_a_log_line_read_before_the_callbacks_it_announced_joins_them():
+    """jack2 logs `cue was not finished` and then calls its clients one by one; a client holding its
+    notification thread (the cue client spinning 20 ms with Python's GIL) held the recorder's callbacks
+    15.8 ms past the line (captures/jack-client-spins.ssf). One xrun, beginning at the line, blamed on
+    cue; a line more than SERVER_LOG_LEAD_NS before the next callbacks stays an xrun of its own."""
+    at = 1_000 * MS
+    line = [(at, "server-log", None, "cue")]
+    callbacks = [(at + 15_800 * US + k * 20 * US, "callback", 0.0, None) for k in range(4)]
+    x = engine_xruns(_engine("jack", line + callbacks, 128))
+    assert x[["t_ns", "reports", "client"]].values.tolist() == [[at, 5, "cue"]]
+    early = [(at - 101 * MS, "server-log", None, "cue")]
+    x = engine_xruns(_engine("jack", early + callbacks, 128))
+    assert x[["reports", "client"]].values.tolist() == [[1, "cue"], [4, None]]
+
+
 def test_pipewire_reports_of_consecutive_unfinished_cycles_are_one_xrun():
     """PipeWire reports each cycle it found unfinished at the next one's start, a period apart: a client
     stuck 20 ms is one xrun (four reports), naming the node; one two periods after the run is another."""

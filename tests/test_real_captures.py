@@ -15,8 +15,11 @@ captures/jack-driver-suspect.ssf the same kind of cut of a run at a high load (h
 captures/pipewire-late-client.ssf 1.3 s cut of tests/test_incident_causes_real.py's PipeWire recording
                                 (headless PipeWire, the cue client through pw-jack, catch-load --ebpf): a hog
                                 starvation, then the client's callback spinning 20 ms (a late client)
+captures/jack-client-spins.ssf  jackd (dummy, 128 frames) and the cue client, catch-load --ebpf --jack following
+                                jackd's log, while the client spun 20 ms three times: xrun callbacks and jackd's
+                                "client = cue was not finished" lines (tests/real_captures.record_client_spins)
 
-The first two made by `python -m tests.real_captures captures/` on the project's VM (2 CPUs, kernel 6.18);
+The first two and the last made by `python -m tests.real_captures captures/` on the project's VM (2 CPUs, kernel 6.18);
 each says how it was made in its metadata (meta["made_by"]: the command, the graph, the hog and the span
 of every starvation).
 Goldens: `forensics stalls` (incidents, the default view) and `forensics xruns` of each, in tests/golden/;
@@ -31,7 +34,7 @@ import functools
 import pytest
 
 import forensics
-from analyses.engine import node_lateness
+from analyses.engine import engine_xruns, node_lateness
 from analyses.incidents import xrun_rows
 from tests import real_captures
 from tests.helpers import REPO, assert_matches_golden
@@ -42,6 +45,7 @@ HELD = "captures/jack-machine-held.ssf"
 LATE = "captures/jack-signalled-late.ssf"
 DRIVER = "captures/jack-driver-suspect.ssf"
 PIPEWIRE = "captures/pipewire-late-client.ssf"
+SPINS = "captures/jack-client-spins.ssf"
 SPIN_MS = 12
 
 CASES = [
@@ -55,6 +59,8 @@ CASES = [
     ("jack-driver-suspect.proc-only.stalls.txt", ["stalls", DRIVER, "--proc-only"]),
     ("pipewire-late-client.stalls.txt", ["stalls", PIPEWIRE]),
     ("pipewire-late-client.xruns.txt", ["xruns", PIPEWIRE]),
+    ("jack-client-spins.stalls.txt", ["stalls", SPINS]),
+    ("jack-client-spins.xruns.txt", ["xruns", SPINS]),
 ]
 
 
@@ -74,13 +80,15 @@ def test_golden_output(run_module, name, args):
     assert_matches_golden(result.stdout, name)
 
 
-@pytest.mark.parametrize("path", [EBPF, PROC, HELD, LATE, DRIVER, PIPEWIRE])
+@pytest.mark.parametrize("path", [EBPF, PROC, HELD, LATE, DRIVER, PIPEWIRE, SPINS])
 def test_each_capture_says_how_it_was_made(path):
     cap = forensics.load(REPO / path)
     made_by = cap.meta["made_by"]
     assert "tests.real_captures" in made_by["command"] and "catch-load" in made_by["how"]
     assert cap.complete and {"engine_cycles", "engine_nodes", "xruns"} <= set(cap.table_names)
-    if path not in (HELD, LATE, DRIVER, PIPEWIRE):
+    if path == SPINS:
+        assert "--jack-log" in made_by["how"] and len(made_by["spins"]) == 3
+    elif path not in (HELD, LATE, DRIVER, PIPEWIRE):
         assert "fifo_hog" in made_by["how"] and ("--ebpf" in made_by["how"]) == ("ebpf" in path)
         assert len(real_captures.starvations_of(cap)) == made_by["hog"]["count"] == 2
 
@@ -181,6 +189,27 @@ def test_a_late_pipewire_client_is_one_incident_rooted_at_its_callback(name):
     assert len(rest) == 1 and threads[rest["root_tid"].iloc[0]] == stored.meta["made_by"]["pids"]["pipewire"]
     assert rest["root_verdict"].iloc[0] == "runqueue"
     assert not (members["incident_verdict"] == "lock").any()
+
+
+def test_each_client_spin_is_one_xrun_the_engine_blamed_on_it_rooted_at_its_callback():
+    """The cue client spun 20 ms three times (its own stamps, made_by): jack2 reported each as xrun
+    callbacks and as "client = cue was not finished" lines of its log, one of them read before the
+    callbacks it announced. One xrun row per spin, blamed on cue, joined to one incident rooted at the
+    client's callback thread, `run`."""
+    cap = forensics.load(REPO / SPINS)
+    spins = cap.meta["made_by"]["spins"]
+    xruns = engine_xruns(cap)
+    assert len(xruns) == len(spins) == 3, xruns
+    assert (xruns["client"] == "cue").all() and xruns["source"].str.contains("server-log").all()
+    incidents, _, _, _ = real_captures.incidents_of(cap)
+    rows = xrun_rows(cap, incidents)
+    cue_pid = cap.meta["made_by"]["pids"]["cue"]
+    threads = cap.threads.drop_duplicates("tid", keep="last").set_index("tid")["pid"]
+    for spin in spins:
+        row = rows[(rows["kind"] == "xrun") & rows["t_ns"].between(spin["start_ns"], spin["end_ns"] + 100_000_000)]
+        assert len(row) == 1, rows
+        (incident,) = incidents[incidents["incident"] == row["incident"].iloc[0]].itertuples()
+        assert threads[incident.root_tid] == cue_pid and incident.root_verdict == "run"
 
 
 def test_an_old_jack_capture_keeps_its_recorded_flag_only_where_no_finish_was_seen():

@@ -100,6 +100,7 @@ def test_reports_of_one_xrun_are_at_most_a_period_and_a_quarter_apart() -> None:
     assert rules.same_xrun(gaps, period).tolist() == [True, True, True, False, False]
     assert rules.same_xrun(A([0, 1]), float("nan")).tolist() == [True, False]  # no period: one instant only
     assert rules.SERVER_LOG_LAG_NS == 100 * MS  # a followed log file is read within 50 ms
+    assert rules.SERVER_LOG_LEAD_NS == 100 * MS  # callbacks held 15.8 ms behind a client's 20 ms spin
 
 
 def test_the_very_next_start_is_one_less_than_a_period_and_a_half_after() -> None:
