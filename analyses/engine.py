@@ -59,6 +59,7 @@ from analyses.rules import (
     jack_client_late,
     missed_cycles,
     next_start_seen,
+    overrun_goes_on,
     same_xrun,
 )
 from analyses.span import in_span
@@ -279,7 +280,9 @@ def engine_xruns(cap: Capture, t_range: tuple[int | None, int | None] | None = N
     reports = reports[in_span(reports["t_ns"].to_numpy(), t_range)]
     rows: list[dict[str, Any]] = []
     for engine, mine in reports.groupby(reports["engine"].astype(str), sort=True):
-        rows += _xruns_of(mine.sort_values("t_ns", kind="stable"), str(engine), _period_ns(cap, str(engine)))
+        rows += _xruns_of(
+            mine.sort_values("t_ns", kind="stable"), str(engine), _period_ns(cap, str(engine)), _cycles_of(cap, engine)
+        )
     out = pd.DataFrame(rows, columns=XRUN_COLUMNS).sort_values("t_ns", kind="stable").reset_index(drop=True)
     # None where it named none (pandas 3 would infer a string column holding NaN).
     out["client"] = pd.Series([c if isinstance(c, str) else None for c in out["client"]], dtype=object)
@@ -297,14 +300,40 @@ def _period_ns(cap: Capture, engine: str) -> float:
     return float(period.median()) if len(period) else float("nan")
 
 
-def _xruns_of(reports: pd.DataFrame, engine: str, period_ns: float) -> list[dict[str, Any]]:
-    """engine_xruns' rows of one engine's reports (sorted by time)."""
+def _cycles_of(cap: Capture, engine: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An engine's recorded cycles, by start: every start, and the starts and ends of those that ended
+    within their period."""
+    cycles = cap.table("engine_cycles", ["t_ns", "engine", "period_ns", "end_ns"])
+    cycles = cycles[cycles["engine"].astype(str) == engine].sort_values("t_ns", kind="stable")
+    t = cycles["t_ns"].to_numpy(np.int64)
+    end = pd.to_numeric(cycles["end_ns"], errors="coerce").to_numpy(np.float64)
+    period = pd.to_numeric(cycles["period_ns"], errors="coerce").to_numpy(np.float64)
+    on_time = np.isfinite(end) & (end - t <= period)
+    return t, t[on_time], end[on_time]
+
+
+def _xruns_of(
+    reports: pd.DataFrame,
+    engine: str,
+    period_ns: float,
+    cycles: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> list[dict[str, Any]]:
+    """engine_xruns' rows of one engine's reports (sorted by time); `cycles`: _cycles_of the engine."""
     log = (reports["source"].astype(str) == "server-log").to_numpy()
     counted = np.flatnonzero(~log) if (~log).any() else np.arange(len(reports))
     late_lines = np.flatnonzero(log) if (~log).any() else np.zeros(0, np.int64)
     t_all = reports["t_ns"].to_numpy(np.int64)
     t = t_all[counted]
-    group = np.cumsum(np.r_[True, ~same_xrun(np.diff(t), period_ns)]) - 1 if len(t) else np.zeros(0, np.int64)
+    same = same_xrun(np.diff(t), period_ns)
+    if cycles is not None and len(t) > 1 and not same.all():
+        starts, ok_starts, ok_ends = cycles
+        between = np.searchsorted(starts, t[1:]) - np.searchsorted(starts, t[:-1], side="right")
+        # A recovery between two reports: a cycle begun after the first that ended on time before the second.
+        lo = np.searchsorted(ok_starts, t[:-1], side="right")
+        hi = np.searchsorted(ok_starts, t[1:])
+        recovered = np.array([int((ok_ends[a:b] <= t2).sum()) for a, b, t2 in zip(lo, hi, t[1:], strict=True)])
+        same |= overrun_goes_on(between, recovered)
+    group = np.cumsum(np.r_[True, ~same]) - 1 if len(t) else np.zeros(0, np.int64)
     # Each xrun as the positions of its reports in `reports`, in the order they joined it; its first and
     # last report's times kept beside it (plain ints: a pandas lookup per part and per line was quadratic).
     members: list[list[int]] = [[] for _ in range(int(group.max()) + 1 if len(group) else 0)]

@@ -209,6 +209,8 @@ def engine_rows(engine: dict[str, Any], counts: dict[str, int]) -> dict[str, str
         "xruns reported": str(counts.get("xruns", 0)),
         "cycles observed": str(counts.get("engine_cycles", 0)),
     }
+    if engine.get("server_log"):  # JACK: whether the server's "was not finished" lines were read
+        rows["server log"] = str(engine["server_log"])
     if engine.get("dsp_load"):
         rows["DSP load"] = str(engine["dsp_load"])
     if engine.get("client_pids"):

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,10 +39,12 @@ from tests.jack_fixtures import (
     BALANCE_PLUGIN,
     build_hog,
     catch_load,
+    env_with,
     jackd,
     run_hog,
     series_graph,
     stop_recording,
+    wait_engine_started,
     wait_recording,
 )
 from tests.recording import catch_load_argv, wait_capture_growing
@@ -146,6 +149,52 @@ def record_client_spins(workdir: Path, out: Path, *, spins: int = 3, spin_ms: in
         "script": "tests/real_captures.py",
         "pids": pids,
         # CLOCK_MONOTONIC, the capture's clock: the cue client's own record of each spin.
+        "spins": [{"start_ns": int(t["start_ns"]), "end_ns": int(t["end_ns"])} for t in truth],  # type: ignore[call-overload]
+    }
+    return Starved(out, [(int(t["start_ns"]), int(t["end_ns"]), None) for t in truth], pids, made_by)  # type: ignore[call-overload]
+
+
+def record_recorder_first(
+    workdir: Path, out: Path, *, spins: int = 3, spin_ms: int = 20, gap_s: float = 0.5
+) -> Starved:
+    """The README's "wait for jackd" use as a new user runs it: `catch-load --match '^jackd$' --children`
+    first, then `jackd ... > jackd.log 2>&1` (tests/jack_fixtures.py jackd) and the cue client, which spins
+    `spins` times for spin_ms in its process callback. Nothing names the server or its log to catch-load."""
+    name = f"t{uuid.uuid4().hex[:10]}"
+    args = [*catch_load_argv(), "-q", "-o", str(out), "-d", "120s", "--match", "^jackd$", "--children"]
+    rec = subprocess.Popen(
+        args, env=env_with(name), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.stat().st_size > 0) and rec.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # the capture's first bytes: sources chosen, no target yet
+        with jackd(workdir, period=128, name=name) as server:
+            wait_engine_started(out)
+            cue = server.cue_client("cue")
+            server.connect("system:capture_1", "cue:in")
+            server.connect("cue:out", "system:playback_1")
+            time.sleep(gap_s)  # the graph's own rhythm before the first spin
+            for done in range(1, spins + 1):
+                cue.cue(f"spin {spin_ms}")
+                cue.wait_done(done)
+                time.sleep(gap_s)  # a spin's log lines are read within 50 ms of their writing
+            truth = [t for t in cue.quit() if t["cue"] == "spin"]
+            pids = {"jackd": server.process.pid, "cue": cue.process.pid}
+            stop_recording(rec)
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+    made_by = {
+        "how": (
+            "catch-load --match '^jackd$' --children started first, then jackd -R dummy 48000 Hz 128 frames "
+            "with its output to a file (tests/jack_fixtures.py jackd) and the cue client (tests/workloads, between "
+            f"system:capture_1 and system:playback_1), which spun {spins} times for {spin_ms} ms in its process "
+            f"callback, {gap_s} s apart"
+        ),
+        "script": "tests/real_captures.py",
+        "pids": pids,
         "spins": [{"start_ns": int(t["start_ns"]), "end_ns": int(t["end_ns"])} for t in truth],  # type: ignore[call-overload]
     }
     return Starved(out, [(int(t["start_ns"]), int(t["end_ns"]), None) for t in truth], pids, made_by)  # type: ignore[call-overload]
@@ -289,6 +338,7 @@ def cut(src: Path, dst: Path, from_ns: int, to_ns: int, made_by: dict[str, Any])
 
 
 CLIENT_SPINS = "jack-client-spins.ssf"  # record_client_spins: jackd's log names the late client
+RECORDER_FIRST = "jack-recorder-first.ssf"  # record_recorder_first: the "wait for jackd" use, its log found
 FIXTURES = {
     # name: (eBPF?) -- both with the JACK source, for `forensics xruns`
     "jack-starved-ebpf.ssf": True,
@@ -311,12 +361,13 @@ def main(argv: list[str]) -> int:
         rec.made_by["command"] = f"python -m tests.real_captures {target}"
         stamp(rec.path, target / name, rec.made_by)
         print(f"{target / name}: {(target / name).stat().st_size} bytes, starvations {rec.spans}")
-    workdir = work / "jack-client-spins"
-    workdir.mkdir()
-    rec = record_client_spins(workdir, workdir / CLIENT_SPINS)
-    rec.made_by["command"] = f"python -m tests.real_captures {target}"
-    stamp(rec.path, target / CLIENT_SPINS, rec.made_by)
-    print(f"{target / CLIENT_SPINS}: {(target / CLIENT_SPINS).stat().st_size} bytes, spins {rec.spans}")
+    for name, record in ((CLIENT_SPINS, record_client_spins), (RECORDER_FIRST, record_recorder_first)):
+        workdir = work / Path(name).stem
+        workdir.mkdir()
+        rec = record(workdir, workdir / name)
+        rec.made_by["command"] = f"python -m tests.real_captures {target}"
+        stamp(rec.path, target / name, rec.made_by)
+        print(f"{target / name}: {(target / name).stat().st_size} bytes, spins {rec.spans}")
     return 0
 
 

@@ -283,7 +283,7 @@ def test_durations_need_a_unit(run_module, capture_file):
         (["spikes", "--factor", "3", "--min", "1ms"], ["3x the thread's typical CPU", "1.000 ms (--min)"]),
         (["jitter"], ["of 2x, 3x or 4x the period is a lost wake-up"]),
         (["system"], ["ended after its deadline", "above 1000 us"]),
-        (["xruns"], ["within 1.25 periods of the one before are one xrun"]),
+        (["xruns"], ["within 1.25 periods of the one before, or"]),
     ],
 )
 def test_every_view_prints_the_thresholds_it_used(run_module, capture_file, command, shown):

@@ -485,7 +485,8 @@ def test_the_recorder_started_before_jackd_records_the_engine(tmp_path: Path) ->
     """The README's "wait for jackd" use: `catch-load --match '^jackd$'` first, then the server and a
     client. The source waits for the server's socket and attaches once it takes clients (the attach time
     after the socket appeared is printed, not bounded: jackd's own start-up is most of it); jackd is
-    recorded as a target, the client is followed, and the engine's cycles are in the capture."""
+    recorded as a target, the client is followed, the engine's cycles are in the capture, and jackd's
+    log, a file nobody named, is followed."""
     import subprocess
     import uuid
 
@@ -534,6 +535,9 @@ def test_the_recorder_started_before_jackd_records_the_engine(tmp_path: Path) ->
     assert jackd_pid in set(capture.threads["pid"]), "jackd, started after the recorder, is a target"
     cue_pids = set(capture.engine_clients.query("name == 'cue'")["pid"].dropna().astype(int))
     assert cue_pids and cue_pids <= set(capture.threads["pid"]), "its client is followed"
+    # Nobody named jackd's log: its output is a file (jackd()), found and followed; the spin is blamed.
+    assert str(capture.meta["sources"]["engine"]["server_log"]).startswith("followed: jackd's output, ")
+    assert (capture.xruns.query("source == 'server-log'")["client"] == "cue").any(), capture.xruns
 
 
 def test_a_match_recording_without_jack_says_so_only_in_the_capture(tmp_path: Path) -> None:

@@ -79,6 +79,32 @@ def test_a_log_line_read_before_the_callbacks_it_announced_joins_them():
     assert x[["reports", "client"]].values.tolist() == [[1, "cue"], [4, None]]
 
 
+def test_callbacks_through_one_overrun_are_one_xrun_however_far_apart():
+    """A client spinning 20 ms at a 2.667 ms period: jack2 notified it unfinished at every cycle start, and
+    the recorder's callbacks came 2.3-5.4 ms apart (captures/jack-recorder-first.ssf); none of the cycles
+    between them ended. One xrun. The same callbacks with a cycle ended on time between two of them: two."""
+    at = 1_000 * MS
+    gaps_us = [0, 2_300, 5_400, 2_600, 5_300]
+    callbacks = [(at + sum(gaps_us[: k + 1]) * US, "callback", 0.0, None) for k in range(len(gaps_us))]
+    starts = [at - JACK_PERIOD + k * JACK_PERIOD for k in range(9)]
+
+    def with_cycles(ends: list[int | None]) -> Capture:
+        cap = _engine("jack", callbacks, 128)
+        cycles = pd.DataFrame(
+            {"t_ns": pd.array(starts, dtype="int64"), "engine": "jack", "period_ns": JACK_PERIOD,
+             "end_ns": pd.array(ends, dtype="Int64")}
+        )  # fmt: skip
+        return Capture.from_frames(meta=cap.meta, xruns=cap.xruns, engine_status=cap.table("engine_status"),
+                                   engine_cycles=cycles)  # fmt: skip
+
+    overrun = engine_xruns(with_cycles([starts[0] + 60 * US] + [None] * 8))
+    assert overrun["reports"].tolist() == [5]
+    recovered = [starts[0] + 60 * US] + [None] * 8
+    recovered[2] = starts[2] + 80 * US  # between the 2nd (at + 2.3 ms) and 3rd (at + 7.7 ms) callbacks
+    assert engine_xruns(with_cycles(recovered))["reports"].tolist() == [2, 3]
+    assert engine_xruns(_engine("jack", callbacks, 128))["reports"].tolist() == [2, 2, 1]  # no cycles: by time
+
+
 def test_pipewire_reports_of_consecutive_unfinished_cycles_are_one_xrun():
     """PipeWire reports each cycle it found unfinished at the next one's start, a period apart: a client
     stuck 20 ms is one xrun (four reports), naming the node; one two periods after the run is another."""

@@ -18,6 +18,9 @@ captures/pipewire-late-client.ssf 1.3 s cut of tests/test_incident_causes_real.p
 captures/jack-client-spins.ssf  jackd (dummy, 128 frames) and the cue client, catch-load --ebpf --jack following
                                 jackd's log, while the client spun 20 ms three times: xrun callbacks and jackd's
                                 "client = cue was not finished" lines (tests/real_captures.record_client_spins)
+captures/jack-recorder-first.ssf the same spins as a new user records them: catch-load --match '^jackd$'
+                                --children first, then jackd (its output to a file) and the cue client
+                                (tests/real_captures.record_recorder_first)
 
 The first two and the last made by `python -m tests.real_captures captures/` on the project's VM (2 CPUs, kernel 6.18);
 each says how it was made in its metadata (meta["made_by"]: the command, the graph, the hog and the span
@@ -46,6 +49,7 @@ LATE = "captures/jack-signalled-late.ssf"
 DRIVER = "captures/jack-driver-suspect.ssf"
 PIPEWIRE = "captures/pipewire-late-client.ssf"
 SPINS = "captures/jack-client-spins.ssf"
+FIRST = "captures/jack-recorder-first.ssf"
 SPIN_MS = 12
 
 CASES = [
@@ -61,6 +65,9 @@ CASES = [
     ("pipewire-late-client.xruns.txt", ["xruns", PIPEWIRE]),
     ("jack-client-spins.stalls.txt", ["stalls", SPINS]),
     ("jack-client-spins.xruns.txt", ["xruns", SPINS]),
+    ("jack-recorder-first.stalls.txt", ["stalls", FIRST]),
+    ("jack-recorder-first.xruns.txt", ["xruns", FIRST]),
+    ("jack-recorder-first.info.txt", ["info", FIRST]),
 ]
 
 
@@ -80,14 +87,14 @@ def test_golden_output(run_module, name, args):
     assert_matches_golden(result.stdout, name)
 
 
-@pytest.mark.parametrize("path", [EBPF, PROC, HELD, LATE, DRIVER, PIPEWIRE, SPINS])
+@pytest.mark.parametrize("path", [EBPF, PROC, HELD, LATE, DRIVER, PIPEWIRE, SPINS, FIRST])
 def test_each_capture_says_how_it_was_made(path):
     cap = forensics.load(REPO / path)
     made_by = cap.meta["made_by"]
     assert "tests.real_captures" in made_by["command"] and "catch-load" in made_by["how"]
     assert cap.complete and {"engine_cycles", "engine_nodes", "xruns"} <= set(cap.table_names)
-    if path == SPINS:
-        assert "--jack-log" in made_by["how"] and len(made_by["spins"]) == 3
+    if path in (SPINS, FIRST):
+        assert ("--jack-log" in made_by["how"]) == (path == SPINS) and len(made_by["spins"]) == 3
     elif path not in (HELD, LATE, DRIVER, PIPEWIRE):
         assert "fifo_hog" in made_by["how"] and ("--ebpf" in made_by["how"]) == ("ebpf" in path)
         assert len(real_captures.starvations_of(cap)) == made_by["hog"]["count"] == 2
@@ -191,12 +198,15 @@ def test_a_late_pipewire_client_is_one_incident_rooted_at_its_callback(name):
     assert not (members["incident_verdict"] == "lock").any()
 
 
-def test_each_client_spin_is_one_xrun_the_engine_blamed_on_it_rooted_at_its_callback():
+@pytest.mark.parametrize("path", [SPINS, FIRST])
+def test_each_client_spin_is_one_xrun_the_engine_blamed_on_it_rooted_at_its_callback(path):
     """The cue client spun 20 ms three times (its own stamps, made_by): jack2 reported each as xrun
-    callbacks and as "client = cue was not finished" lines of its log, one of them read before the
-    callbacks it announced. One xrun row per spin, blamed on cue, joined to one incident rooted at the
-    client's callback thread, `run`."""
-    cap = forensics.load(REPO / SPINS)
+    callbacks and as "client = cue was not finished" lines of its log. One xrun row per spin, blamed on
+    cue, joined to one incident rooted at the client's callback thread, `run`. SPINS: one log line was
+    read before the callbacks it announced. FIRST (catch-load started before jackd, told nothing of its
+    log): the log was found as jackd's output, and one spin's callbacks came 2.3-5.4 ms apart (was:
+    three rows, two of them `unknown`)."""
+    cap = forensics.load(REPO / path)
     spins = cap.meta["made_by"]["spins"]
     xruns = engine_xruns(cap)
     assert len(xruns) == len(spins) == 3, xruns

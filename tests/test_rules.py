@@ -103,6 +103,12 @@ def test_reports_of_one_xrun_are_at_most_a_period_and_a_quarter_apart() -> None:
     assert rules.SERVER_LOG_LEAD_NS == 100 * MS  # callbacks held 15.8 ms behind a client's 20 ms spin
 
 
+def test_reports_farther_apart_are_one_xrun_while_no_cycle_between_them_ended_on_time() -> None:
+    # cycles recorded between two reports, and how many of them ended on time before the later report
+    between, recovered = A([8, 3, 0, 1]), A([0, 1, 0, 0])
+    assert rules.overrun_goes_on(between, recovered).tolist() == [True, False, False, True]
+
+
 def test_the_very_next_start_is_one_less_than_a_period_and_a_half_after() -> None:
     period = A([4 * MS, 4 * MS, 4 * MS])
     following = A([6 * MS - 1, 6 * MS, np.nan])  # within, at the bar (a start the poller missed), none held

@@ -236,7 +236,7 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
     type=click.Path(dir_okay=False, exists=True),
     default=None,
     help="Follow this jackd log for its 'client = NAME was not finished' xrun lines (automatic when catch-load "
-    "starts jackd itself).",
+    "starts jackd itself, or when jackd's output goes to a file).",
 )
 @click.option(
     "--pipewire/--no-pipewire",

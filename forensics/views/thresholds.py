@@ -50,7 +50,8 @@ def system_thresholds() -> str:
 
 def xrun_thresholds() -> str:
     return (
-        f"Thresholds: an engine's reports within {R.XRUN_REPORT_GAP_PERIODS:g} periods of the one before are "
-        "one xrun; a missed deadline is a cycle that ended after its period; incidents are those `forensics "
-        "stalls` finds with its default thresholds."
+        f"Thresholds: an engine's reports within {R.XRUN_REPORT_GAP_PERIODS:g} periods of the one before, or "
+        "with none of its recorded cycles between them ended on time, are one xrun; a missed deadline is a "
+        "cycle that ended after its period; incidents are those `forensics stalls` finds with its default "
+        "thresholds."
     )

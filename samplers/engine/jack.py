@@ -33,6 +33,7 @@ import queue
 import re
 import select
 import signal
+import stat
 import sys
 import threading
 import time
@@ -71,6 +72,7 @@ class JackSource:
         self.pids_sent: set[int] = set()
         self.lock = threading.Lock()
         self.recording_ended = False  # the recorder asked us to end (SIGTERM)
+        self.log_given: str | None = None  # how the server's log is followed when it was given (else found)
         self.gone_clients: list[Any] = []  # clients of servers that went away: never closed, never freed
         self.stop_reason: str | None = None
         self._forget_server()
@@ -338,6 +340,23 @@ class JackSource:
                 self._row("engine_graph", t_ns=t_ns, event="snapshot", dst_client=client, dst_port=short)
         return list(dict.fromkeys(owners))
 
+    def _follow_server_log(self) -> str:
+        """A server started apart (`jackd ... > jackd.log 2>&1`): its output is a file, read through
+        /proc/<jackd>/fd (the file jackd writes, whatever its name here) from its end, for as long as this
+        server is followed. Anything else (a terminal, a pipe to a journal or to qjackctl) cannot be read
+        beside it: said, with the option that can."""
+        pid = self.jackd_pid
+        if pid is None:
+            return "not followed: jackd's pid is unknown (give --jack-log)"
+        found = server_log_fd(pid)
+        if found is None:
+            return "not followed: jackd's output is not a file (a terminal or a pipe; give --jack-log)"
+        fd_path, target = found
+        threading.Thread(
+            target=follow_log, args=(self, None, fd_path, False, lambda: self.jackd_pid == pid), daemon=True
+        ).start()
+        return f"followed: jackd's output, {target} (found as {fd_path})"
+
     @staticmethod
     def _poller_priority() -> str:
         """SCHED_FIFO 1 for this thread only (libjack's threads exist already and keep theirs): a
@@ -357,6 +376,7 @@ class JackSource:
         self._pid(self.jackd_pid)
         self._clients(t0, "present", list(dict.fromkeys([*present, *self.pids])))
         self.meta["jackd_pid"] = self.jackd_pid
+        self.meta["server_log"] = self.log_given or self._follow_server_log()
         self._send_meta()
         self._event("engine_source_started", f"JACK server {self.meta['server']!r} ({self.meta['version']})")
         last_status = self._status(t0, None)
@@ -479,9 +499,25 @@ def _libjack_version(jack: Any) -> str:
     return "unknown"
 
 
-def follow_log(source: JackSource, fd: int | None, path: str | None, echo: bool) -> None:
+def server_log_fd(jackd_pid: int, proc: str = "/proc") -> tuple[str, str] | None:
+    """(/proc/<jackd>/fd/N, what it names) for jackd's stderr, else its stdout, when it is a regular file."""
+    for fd in (2, 1):
+        fd_path = f"{proc}/{jackd_pid}/fd/{fd}"
+        try:
+            if stat.S_ISREG(os.stat(fd_path).st_mode):
+                return fd_path, os.readlink(fd_path)
+        except OSError:  # gone, or not ours to read: nothing to follow
+            continue
+    return None
+
+
+def follow_log(source: JackSource, fd: int | None, path: str | None, echo: bool, following: Any = None) -> None:
     """Read the server's output (a pipe from jackd, or a log file followed from its end) and keep its
-    XRun lines. Times are when the line was read: within 50 ms for a file, at once for a pipe."""
+    XRun lines. Times are when the line was read: within 50 ms for a file, at once for a pipe. A file is
+    followed until the recording ends, or while `following()` holds (a log found for one server)."""
+    # Started by the poller (SCHED_FIFO 1) it would inherit its policy: reading a log is no real-time work.
+    with contextlib.suppress(OSError):
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
 
     def lines() -> Any:
         if fd is not None:
@@ -499,7 +535,8 @@ def follow_log(source: JackSource, fd: int | None, path: str | None, echo: bool)
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
             buf = b""
-            while source.stop_reason is None:
+            # Not stop_reason: a server that went away sets it, and a restarted one is followed.
+            while not source.recording_ended and (following is None or following()):
                 chunk = fh.read()
                 if not chunk:
                     time.sleep(0.05)
@@ -528,6 +565,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--explicit", action="store_true")
     args = parser.parse_args(argv)
     source = JackSource(args.server, args.rows_fd, args.pids_fd, args.explicit)
+    if args.log_fd is not None:
+        source.log_given = "followed: jackd's output (catch-load started it)"
+    elif args.log_file:
+        source.log_given = f"followed: {args.log_file} (--jack-log)"
 
     def stop(_signum: int, _frame: Any) -> None:
         source.recording_ended = True
