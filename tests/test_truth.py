@@ -1,5 +1,6 @@
 """analyses.truth's unobservable episodes, on synthetic reads: an episode the recorder was kept off the CPU
-through is counted apart from recall and precision, never as a miss or a false verdict."""
+through is counted apart from recall and precision, never as a miss or a false verdict. And the edge
+check's rows whose end is the thread's run after the wait (ends_in_own_run), on a synthetic switch record."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from analyses.truth import (
     SAMPLER_GAP_INTERVALS,
     UNOBSERVABLE_GAP_SHARE,
     confusion,
+    edge_errors,
+    ends_in_own_run,
     read_gap_ns,
+    run_after_ns,
     unobservable,
 )
 
@@ -93,3 +97,59 @@ def test_confusion_leaves_unobservable_episodes_out_of_recall_and_precision() ->
     _, blind = confusion(stalls, truth)
     assert "unobservable" not in blind.columns
     assert blind.set_index("cause").loc["fault", "precision"] == 0.5
+
+
+PERIOD_NS = 5_333_333  # the lab's period: the run bar is half of it, 2.67 ms
+
+
+def _edges_after_storm(stall_end_ms: float, on_cpu_ms: list[tuple[float, float]], cause: str = "fault"):
+    """(edge_errors, on_cpu, cycles): a 12 ms truth episode at 10-22 ms in a callback of 10-23.5 ms, its
+    stall episode from 10.03 ms to stall_end_ms, and the thread's on-CPU intervals (ms)."""
+    truth = _truth((10, 22), cause=cause)
+    stalls = pd.DataFrame(
+        {"tid": TID, "start_ns": [int(10.03 * MS)], "end_ns": [int(stall_end_ms * MS)], "verdict": cause}
+    )
+    deadlines = np.arange(1, 8) * PERIOD_NS
+    cycles = pd.DataFrame(
+        {"tid": TID, "start_ns": deadlines - PERIOD_NS, "end_ns": deadlines - PERIOD_NS + MS, "deadline_ns": deadlines}
+    )
+    cycles.loc[1, ["start_ns", "end_ns"]] = [int(10 * MS), int(23.5 * MS)]  # the callback that holds it
+    on_cpu = pd.DataFrame(
+        {"tid": TID, "start_ns": [int(a * MS) for a, _ in on_cpu_ms], "end_ns": [int(b * MS) for _, b in on_cpu_ms]}
+    )
+    return edge_errors(stalls, truth, cycles), on_cpu, cycles
+
+
+def test_an_episode_ending_at_the_switch_out_of_a_long_run_after_the_storm_is_left_out() -> None:
+    # The capture beside stress-ng: on CPU from before the storm to 2.85 ms past its end, the episode ending
+    # at that switch-out (its run component 2.88 ms). Nothing in the truth times that end.
+    errors, on_cpu, cycles = _edges_after_storm(24.85, [(9.9, 24.85), (30.0, 31.0)])
+    assert run_after_ns(errors, on_cpu).tolist() == [int(2.85 * MS)]
+    assert ends_in_own_run(errors, on_cpu, cycles).tolist() == [True]
+
+
+def test_after_a_wait_the_run_is_counted_from_the_switch_in_that_ended_it() -> None:
+    # The thread woke from its last D wait and was switched in at 21.95 ms; the lab's clock stopped at 22
+    # (its Python returning); the episode ends at the switch-out 2.69 ms after the switch-in: the run the
+    # episode took in (2.64 ms past the truth's end) reached the bar.
+    errors, on_cpu, cycles = _edges_after_storm(24.64, [(9.9, 10.03), (21.95, 24.64)], cause="io")
+    assert run_after_ns(errors, on_cpu).tolist() == [int(24.64 * MS) - int(21.95 * MS)]
+    assert ends_in_own_run(errors, on_cpu, cycles).tolist() == [True]
+
+
+def test_a_run_after_shorter_than_the_bar_or_broken_by_a_switch_is_compared() -> None:
+    # 2.0 ms past the storm: under the run bar, so the episode should not have taken it in (a wrong end,
+    # which the edge check must see).
+    errors, on_cpu, cycles = _edges_after_storm(24.0, [(9.9, 24.0)])
+    assert run_after_ns(errors, on_cpu).tolist() == [2 * MS]
+    assert ends_in_own_run(errors, on_cpu, cycles).tolist() == [False]
+    # The thread left its CPU at 22.5 ms and the episode ends at a later switch-out: not one stretch.
+    errors, on_cpu, cycles = _edges_after_storm(25.5, [(9.9, 22.5), (23.0, 25.5)])
+    assert run_after_ns(errors, on_cpu).tolist() == [0]
+    assert not ends_in_own_run(errors, on_cpu, cycles).any()
+
+
+def test_a_run_episode_is_compared_with_its_callback_not_left_out_for_its_run_after() -> None:
+    errors, on_cpu, cycles = _edges_after_storm(24.85, [(9.9, 24.85)], cause="run")
+    assert errors["end_reference"].tolist() == ["callback"]
+    assert not ends_in_own_run(errors, on_cpu, cycles).any()
