@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,16 @@ from analyses.stalls import find_stalls
 from analyses.threads import select_threads, thread_profiles
 from analyses.truth import steal_around
 from tests.helpers import REPO, reap
-from tests.jack_fixtures import CUE_CLIENT, LV2_PLUGINS, CueClient, build_hog, jackd, run_hog
+from tests.jack_fixtures import (
+    CUE_CLIENT,
+    LV2_PLUGINS,
+    CueClient,
+    build_hog,
+    env_with,
+    jackd,
+    run_hog,
+    wait_engine_started,
+)
 from tests.pipewire_lab import QUANTUM, pipewire_daemon
 from tests.recording import catch_load_argv, wait_capture_growing
 
@@ -138,13 +148,50 @@ def _stop_recorder(recorder: subprocess.Popen[str]) -> str:
 
 
 def record_jack(
-    workdir: Path, *, per_cause: int = 10, ms: int = 20, gap_s: float = 0.5, ebpf: bool = True
+    workdir: Path,
+    *,
+    per_cause: int = 10,
+    ms: int = 20,
+    gap_s: float = 0.5,
+    ebpf: bool = True,
+    recorder_first: bool = False,
 ) -> Recording:
-    """jackd (dummy, 256 frames) -> cue -> jalv -> playback, recorded while the causes are injected."""
+    """jackd (dummy, 256 frames) -> cue -> jalv -> playback, recorded while the causes are injected.
+    recorder_first: the README's "wait for jackd" use, `catch-load --match '^jackd$' --children` started
+    before jackd and told nothing of it (its clients followed, its log found as jackd's output); else
+    catch-load is given the running server, its log and its pids."""
     hog = build_hog(workdir)
     scratch = _scratch(workdir)
     out = workdir / "jack-injections.ssf"
-    with jackd(workdir, period=256) as server:
+    name = f"t{uuid.uuid4().hex[:10]}"
+    first = None
+    if recorder_first:
+        first = subprocess.Popen(
+            [*catch_load_argv(), "-q", "-o", str(out), "--match", "^jackd$", "--children",
+             *(["--ebpf"] if ebpf else [])],
+            env=env_with(name), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    try:
+        return _inject_jack(workdir, out, name, hog, scratch, per_cause, ms, gap_s, ebpf, first)
+    finally:
+        if first is not None and first.poll() is None:  # a failed start: the recorder goes with it
+            first.kill()
+            first.wait()
+
+
+def _inject_jack(
+    workdir: Path,
+    out: Path,
+    name: str,
+    hog: Path,
+    scratch: Path,
+    per_cause: int,
+    ms: int,
+    gap_s: float,
+    ebpf: bool,
+    first: subprocess.Popen[str] | None,
+) -> Recording:
+    with jackd(workdir, period=256, name=name) as server:
         cue = server.cue_client("cue")
         server.jalv("p0", LV2_PLUGINS[0])
         server.wait_ports("p0:in", "p0:out", timeout=60)
@@ -152,11 +199,13 @@ def record_jack(
             server.connect(src, dst)
         args = ["--jack", server.name, "--jack-log", str(server.log), "-p", str(server.process.pid)]
         args += ["-p", str(cue.process.pid), *(["--ebpf"] if ebpf else [])]
-        recorder = subprocess.Popen(
+        recorder = first or subprocess.Popen(
             [*catch_load_argv(), "-q", "-o", str(out), *args],
             env=server.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
+            if first is not None:
+                wait_engine_started(out, timeout=60)
             wait_capture_growing(out, recorder, timeout_s=90.0, growths=2, poll_s=0.5)
             time.sleep(1.0)
             hog_spans = _inject(cue, hog, scratch, per_cause, ms, gap_s, workdir / HOG_SPANS)
