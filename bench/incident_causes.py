@@ -10,8 +10,8 @@ Each engine is recorded once with `catch-load --ebpf` while tests/injections.py 
 (analyses.source.proc_only). Rows of a matrix: the injected cause (`none`: an incident away from every
 injection, the shared machine's own late cycles); columns: the cause the incident's root names (its
 verdict at that cause's thread), `missed` or `split` when an injection was not exactly one incident.
-With --recorder-first (JACK), `catch-load --match '^jackd$' --children` starts before jackd and is told
-nothing of the graph: the README's "wait for jackd" use.
+With --recorder-first, `catch-load --match '^jackd$' --children` (or '^pipewire$') starts before the
+engine and is told nothing of the graph: the README's "wait for jackd" use.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--per-cause", type=int, default=10)
     parser.add_argument("--ms", type=int, default=20, help="length of each injection")
     parser.add_argument("--keep", type=Path, default=None, help="keep the captures in this directory")
-    parser.add_argument("--recorder-first", action="store_true", help="JACK: start catch-load --match before jackd")
+    parser.add_argument("--recorder-first", action="store_true", help="start catch-load --match before the engine")
     args = parser.parse_args()
     pd.set_option("display.width", 200)
     for engine in args.engines.split(","):
@@ -48,8 +48,10 @@ def main() -> None:
                     work, per_cause=args.per_cause, ms=args.ms, recorder_first=args.recorder_first
                 )
             else:
-                rec = injections.record_pipewire(work, per_cause=args.per_cause, ms=args.ms)
-            order = "recorder first" if args.recorder_first and engine == "jack" else "graph first"
+                rec = injections.record_pipewire(
+                    work, per_cause=args.per_cause, ms=args.ms, recorder_first=args.recorder_first
+                )
+            order = "recorder first" if args.recorder_first else "graph first"
             cap = forensics.load(rec.path)
             for ebpf in (True, False):
                 score = injections.score(cap, rec, injections.incidents_of(cap, ebpf=ebpf))

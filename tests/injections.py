@@ -34,6 +34,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -60,7 +61,7 @@ from tests.jack_fixtures import (
     run_hog,
     wait_engine_started,
 )
-from tests.pipewire_lab import QUANTUM, pipewire_daemon
+from tests.pipewire_lab import QUANTUM, daemon_env, pipewire_daemon
 from tests.recording import catch_load_argv, wait_capture_growing
 
 CAUSES = {"hog": "runqueue", "spin": "run", "lock": "lock", "read": "io", "touch": "fault"}
@@ -242,16 +243,52 @@ def _pw_cue(env: dict[str, str], workdir: Path) -> Iterator[CueClient]:
 
 
 def record_pipewire(
-    workdir: Path, *, per_cause: int = 10, ms: int = 20, gap_s: float = 0.5, ebpf: bool = True
+    workdir: Path,
+    *,
+    per_cause: int = 10,
+    ms: int = 20,
+    gap_s: float = 0.5,
+    ebpf: bool = True,
+    recorder_first: bool = False,
 ) -> Recording:
-    """A headless PipeWire (Dummy-Driver, 256/48000) with the cue client through pw-jack, recorded."""
+    """A headless PipeWire (Dummy-Driver, 256/48000) with the cue client through pw-jack, recorded.
+    recorder_first: `catch-load --match '^pipewire$' --children` started before the daemon, told nothing
+    of it (the client followed once the PipeWire source names it); else given the daemon's and client's pids."""
     hog = build_hog(workdir)
     scratch = _scratch(workdir)
     out = workdir / "pw-injections.ssf"
-    with pipewire_daemon() as daemon, _pw_cue(daemon.env, workdir) as cue:
+    runtime = Path(tempfile.mkdtemp(prefix="pw-test-"))  # short: its socket's path has a limit (108 bytes)
+    first = None
+    if recorder_first:
+        first = subprocess.Popen(
+            [*catch_load_argv(), "-q", "-o", str(out), "--match", "^pipewire$", "--children",
+             *(["--ebpf"] if ebpf else [])],
+            env=daemon_env(runtime), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+    try:
+        return _inject_pipewire(workdir, out, runtime, hog, scratch, per_cause, ms, gap_s, ebpf, first)
+    finally:
+        if first is not None and first.poll() is None:  # a failed start: the recorder goes with it
+            first.kill()
+            first.wait()
+
+
+def _inject_pipewire(
+    workdir: Path,
+    out: Path,
+    runtime: Path,
+    hog: Path,
+    scratch: Path,
+    per_cause: int,
+    ms: int,
+    gap_s: float,
+    ebpf: bool,
+    first: subprocess.Popen[str] | None,
+) -> Recording:
+    with pipewire_daemon(runtime) as daemon, _pw_cue(daemon.env, workdir) as cue:
         # pw-jack execs python: the cue's pid is the Popen's.
         args = ["-p", str(daemon.pid), "-p", str(cue.process.pid), *(["--ebpf"] if ebpf else [])]
-        recorder = subprocess.Popen(
+        recorder = first or subprocess.Popen(
             [*catch_load_argv(), "-q", "-o", str(out), *args],
             env=daemon.env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip

@@ -81,14 +81,21 @@ class Daemon:
         return proc
 
 
-@contextmanager
-def pipewire_daemon() -> Iterator[Daemon]:
-    """`pipewire` as a child, alone in a fresh XDG_RUNTIME_DIR, killed (with its clients) at the end."""
-    require_pipewire()
-    runtime = Path(tempfile.mkdtemp(prefix="pw-test-"))
+def daemon_env(runtime: Path) -> dict[str, str]:
+    """The environment of a daemon alone in `runtime` (its XDG_RUNTIME_DIR), and of its clients."""
     env = child_env(XDG_RUNTIME_DIR=str(runtime))
     for key in ("PIPEWIRE_RUNTIME_DIR", "PIPEWIRE_REMOTE"):
         env.pop(key, None)
+    return env
+
+
+@contextmanager
+def pipewire_daemon(runtime: Path | None = None) -> Iterator[Daemon]:
+    """`pipewire` as a child, alone in a fresh XDG_RUNTIME_DIR (or `runtime`, made by the caller to start a
+    recorder in its environment first), killed (with its clients) at the end."""
+    require_pipewire()
+    runtime = runtime or Path(tempfile.mkdtemp(prefix="pw-test-"))
+    env = daemon_env(runtime)
     proc = subprocess.Popen(["pipewire"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     daemon = Daemon(runtime, proc, env)
     try:
