@@ -165,34 +165,10 @@ def record_jack(
     scratch = _scratch(workdir)
     out = workdir / "jack-injections.ssf"
     name = f"t{uuid.uuid4().hex[:10]}"
-    first = None
-    if recorder_first:
-        first = subprocess.Popen(
-            [*catch_load_argv(), "-q", "-o", str(out), "--match", "^jackd$", "--children",
-             *(["--ebpf"] if ebpf else [])],
-            env=env_with(name), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-    try:
-        return _inject_jack(workdir, out, name, hog, scratch, per_cause, ms, gap_s, ebpf, first)
-    finally:
-        if first is not None and first.poll() is None:  # a failed start: the recorder goes with it
-            first.kill()
-            first.wait()
-
-
-def _inject_jack(
-    workdir: Path,
-    out: Path,
-    name: str,
-    hog: Path,
-    scratch: Path,
-    per_cause: int,
-    ms: int,
-    gap_s: float,
-    ebpf: bool,
-    first: subprocess.Popen[str] | None,
-) -> Recording:
-    with jackd(workdir, period=256, name=name) as server:
+    with (
+        _started_first(recorder_first, out, "^jackd$", env_with(name), ebpf) as first,
+        jackd(workdir, period=256, name=name) as server,
+    ):
         cue = server.cue_client("cue")
         server.jalv("p0", LV2_PLUGINS[0])
         server.wait_ports("p0:in", "p0:out", timeout=60)
@@ -216,6 +192,27 @@ def _inject_jack(
         lines = cue.quit()  # after the recording: deactivating the client is no injection
         (workdir / CUE_TRUTH).write_text("".join(json.dumps(line) + "\n" for line in lines))  # jackd's dir goes
         return Recording(out, "jack", _truth(lines, hog_spans), server.process.pid, cue.process.pid, err)
+
+
+@contextlib.contextmanager
+def _started_first(
+    now: bool, out: Path, match: str, env: dict[str, str], ebpf: bool
+) -> Iterator[subprocess.Popen[str] | None]:
+    """`catch-load --match MATCH --children` started before the engine (when `now`), told nothing of it;
+    killed when the recording fails to start (a recording that started is stopped by the caller)."""
+    if not now:
+        yield None
+        return
+    first = subprocess.Popen(
+        [*catch_load_argv(), "-q", "-o", str(out), "--match", match, "--children", *(["--ebpf"] if ebpf else [])],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        yield first
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
 
 
 @contextlib.contextmanager
@@ -258,34 +255,11 @@ def record_pipewire(
     scratch = _scratch(workdir)
     out = workdir / "pw-injections.ssf"
     runtime = Path(tempfile.mkdtemp(prefix="pw-test-"))  # short: its socket's path has a limit (108 bytes)
-    first = None
-    if recorder_first:
-        first = subprocess.Popen(
-            [*catch_load_argv(), "-q", "-o", str(out), "--match", "^pipewire$", "--children",
-             *(["--ebpf"] if ebpf else [])],
-            env=daemon_env(runtime), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-    try:
-        return _inject_pipewire(workdir, out, runtime, hog, scratch, per_cause, ms, gap_s, ebpf, first)
-    finally:
-        if first is not None and first.poll() is None:  # a failed start: the recorder goes with it
-            first.kill()
-            first.wait()
-
-
-def _inject_pipewire(
-    workdir: Path,
-    out: Path,
-    runtime: Path,
-    hog: Path,
-    scratch: Path,
-    per_cause: int,
-    ms: int,
-    gap_s: float,
-    ebpf: bool,
-    first: subprocess.Popen[str] | None,
-) -> Recording:
-    with pipewire_daemon(runtime) as daemon, _pw_cue(daemon.env, workdir) as cue:
+    with (
+        _started_first(recorder_first, out, "^pipewire$", daemon_env(runtime), ebpf) as first,
+        pipewire_daemon(runtime) as daemon,
+        _pw_cue(daemon.env, workdir) as cue,
+    ):
         # pw-jack execs python: the cue's pid is the Popen's.
         args = ["-p", str(daemon.pid), "-p", str(cue.process.pid), *(["--ebpf"] if ebpf else [])]
         recorder = first or subprocess.Popen(

@@ -37,6 +37,7 @@ from capture.format import ENGINE_SCHEMAS, Capture, CaptureWriter
 from tests.helpers import REPO, child_env
 from tests.jack_fixtures import (
     BALANCE_PLUGIN,
+    CueClient,
     build_hog,
     catch_load,
     env_with,
@@ -117,6 +118,18 @@ def record_starved(
     return Starved(out, spans, pids, made_by)
 
 
+def _spins(cue: CueClient, spins: int, spin_ms: int, gap_s: float) -> list[dict[str, Any]]:
+    """The cue client's callback spun `spins` times, gap_s apart (and before the first: the graph's own
+    rhythm; after each: a spin's reports come up to 200 ms after it, the log is followed at 20 Hz); the
+    client's own record of each spin, once it quit."""
+    time.sleep(gap_s)
+    for done in range(1, spins + 1):
+        cue.cue(f"spin {spin_ms}")
+        cue.wait_done(done)
+        time.sleep(gap_s)
+    return [t for t in cue.quit() if t["cue"] == "spin"]
+
+
 def record_client_spins(workdir: Path, out: Path, *, spins: int = 3, spin_ms: int = 20, gap_s: float = 0.4) -> Starved:
     """jackd (dummy, 128 frames) launched apart, the cue client between system:capture_1 and
     system:playback_1, recorded by catch-load --ebpf --jack following jackd's log, while the cue client spins
@@ -131,12 +144,7 @@ def record_client_spins(workdir: Path, out: Path, *, spins: int = 3, spin_ms: in
             "-p", str(server.process.pid),
         )  # fmt: skip
         wait_recording(out, rec)
-        time.sleep(gap_s)  # the graph's own rhythm before the first spin
-        for done in range(1, spins + 1):
-            cue.cue(f"spin {spin_ms}")
-            cue.wait_done(done)
-            time.sleep(gap_s)  # a spin's reports come up to 200 ms after it (the log is followed at 20 Hz)
-        truth = [t for t in cue.quit() if t["cue"] == "spin"]
+        truth = _spins(cue, spins, spin_ms, gap_s)
         pids = {"jackd": server.process.pid, "cue": cue.process.pid}
         stop_recording(rec)
     made_by = {
@@ -174,12 +182,7 @@ def record_recorder_first(
             cue = server.cue_client("cue")
             server.connect("system:capture_1", "cue:in")
             server.connect("cue:out", "system:playback_1")
-            time.sleep(gap_s)  # the graph's own rhythm before the first spin
-            for done in range(1, spins + 1):
-                cue.cue(f"spin {spin_ms}")
-                cue.wait_done(done)
-                time.sleep(gap_s)  # a spin's log lines are read within 50 ms of their writing
-            truth = [t for t in cue.quit() if t["cue"] == "spin"]
+            truth = _spins(cue, spins, spin_ms, gap_s)
             pids = {"jackd": server.process.pid, "cue": cue.process.pid}
             stop_recording(rec)
     finally:
