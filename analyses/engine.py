@@ -290,14 +290,13 @@ def engine_xruns(cap: Capture, t_range: tuple[int | None, int | None] | None = N
 
 
 def _period_ns(cap: Capture, engine: str) -> float:
-    """The engine's period: its last status (quantum / rate), else the median of its cycles' periods."""
+    """The engine's period: its last status (quantum / rate), else the median of its cycles' periods
+    (engine_period_medians)."""
     status = cap.table("engine_status", ["engine", "quantum_frames", "rate_hz"]).dropna()
     status = status[status["engine"].astype(str) == engine]
     if len(status) and status["rate_hz"].iloc[-1]:
         return float(1e9 * status["quantum_frames"].iloc[-1] / status["rate_hz"].iloc[-1])
-    cycles = cap.table("engine_cycles", ["engine", "period_ns"])
-    period = pd.to_numeric(cycles.loc[cycles["engine"].astype(str) == engine, "period_ns"], errors="coerce").dropna()
-    return float(period.median()) if len(period) else float("nan")
+    return float(engine_period_medians(cap.table("engine_cycles", ["engine", "period_ns"])).get(engine, np.nan))
 
 
 def _cycles_of(cap: Capture, engine: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

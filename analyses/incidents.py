@@ -37,6 +37,7 @@ Pure functions: capture and episodes in, DataFrames out.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -443,13 +444,14 @@ def find_incidents(
     verdicts = members["verdict"].astype(object).to_numpy().copy()
     upstream_tid = np.full(len(members), np.nan)
     events = _Wakeups(cap)
+    records = _engine_records(cap)
     for number, group in members.groupby("incident", sort=True):
         idx = group.index.to_numpy()
         culprits = {i: cause_of[i] for i in idx if i in cause_of}
         victims = group.drop(index=list(culprits))
         if victims.empty:  # cannot happen with the guards of _caused_by; keep every episode counted anyway
             victims, culprits = group, {}
-        info = _judge(cap, events, victims, links, source, rules, interval_ns)
+        info = _judge(cap, events, records, victims, links, source, rules, interval_ns)
         info["roles"] += [(i, "ran instead" if members.at[j, "verdict"] == "runqueue" else "holder", None)
                           for i, j in culprits.items()]  # fmt: skip
         info["members"] += len(culprits)
@@ -469,7 +471,7 @@ def find_incidents(
     members["incident_verdict"] = verdicts
     members["upstream_tid"] = pd.array([None if np.isnan(v) else int(v) for v in upstream_tid], dtype="Int64")
     incidents = pd.DataFrame(rows)
-    incidents = _add_cycles(cap, incidents)
+    incidents = _add_cycles(cap, incidents, records)
     members = members.drop(columns=["inc_engine", "inc_period"])
     members.attrs["hidden"] = {"episodes": len(hidden), "threads": int(hidden["tid"].nunique()) if len(hidden) else 0}
     return incidents[INCIDENT_COLUMNS].reset_index(drop=True), members
@@ -551,6 +553,7 @@ def _ms(ns: float) -> str:
 def _judge(
     cap: Capture,
     events: _Wakeups,
+    records: _EngineRecords,
     group: pd.DataFrame,
     links: pd.DataFrame,
     source: str | None,
@@ -570,7 +573,7 @@ def _judge(
     waits: dict[int, int | None] = {}
     # The link the engine's own records show late first (woken late, or running long): it did not only
     # wait for its upstream, whatever its own episode says (a callback blocked inside its call sleeps too).
-    first_late = _engine_first_late(cap, start, end, chain, rules) if source == "engine" else None
+    first_late = _engine_first_late(records, start, end, chain, rules) if source == "engine" else None
     late = first_late[0] if first_late is not None else None
     for i, row in group.iterrows():
         if not in_chain or row["verdict"] not in WAIT_VERDICTS or _machine_held(row):
@@ -625,7 +628,7 @@ def _judge(
             # The engine stamped this link signalled and then awake much later, and nothing outside the
             # chain held it: it was woken late, not waiting on a lock (a link still blocked in its previous
             # callback on a lock another thread holds shows that thread as its waker, or /proc's suspect).
-            signalled = _engine_slow_wakeup(cap, start, end, chain, interval_ns)
+            signalled = _engine_slow_wakeup(records, start, end, chain, interval_ns)
             if signalled is not None and signalled[0] == root_tid:
                 said = f"the engine signalled {signalled[1]} and it ran {_ms(signalled[2])} later"
                 verdict, evidence = "runqueue", f"{said} (the engine's own stamps); {evidence}"
@@ -633,7 +636,9 @@ def _judge(
         # Every member only waited: the head of the chain is the first late link.
         roles = [(i, "upstream", waits.get(i)) for i in group.index]
         head = _chain_head(chain, group, waits)
-        root_tid, verdict, evidence = _head_verdict(cap, events, head, start, end, group, chain, rules, interval_ns)
+        root_tid, verdict, evidence = _head_verdict(
+            cap, events, records, head, start, end, group, chain, rules, interval_ns
+        )
         root_comm, root_episode = _comm_of(cap, root_tid), None
     inferred = source == "proc" and in_chain
     if inferred:
@@ -732,6 +737,7 @@ def _strong(machine: str) -> bool:
 def _head_verdict(
     cap: Capture,
     events: _Wakeups,
+    records: _EngineRecords,
     head: int | None,
     start: int,
     end: int,
@@ -777,7 +783,7 @@ def _head_verdict(
     text = f"every member only waited for its upstream; the head of the chain {name} has no episode"
     text += " and no switch record" if timing is None else " and no late switch-in"
     drivers = chain.loc[chain["driver"].astype(bool), "tid"].astype(int).tolist() if len(chain) else []
-    gap = _cycle_start_gap(cap, start, end, _chain_engine(chain))
+    gap = _cycle_start_gap(records, start, end, _chain_engine(chain))
     if timing is None and drivers and gap is not None and gap[0] > float(period_limit_ns(np.array([gap[1]]), 0.0)[0]):
         # No switch record, but the engine's own stamps: the cycle began late, so its driver woke late.
         head = drivers[0]
@@ -787,7 +793,7 @@ def _head_verdict(
             "late wake-up",
             "; ".join(p for p in (f"{_comm_of(cap, head)} ({head}): {said}", machine, waited) if p),
         )
-    signalled = _engine_slow_wakeup(cap, start, end, chain, interval_ns) if timing is None else None
+    signalled = _engine_slow_wakeup(records, start, end, chain, interval_ns) if timing is None else None
     if signalled is not None:
         # No switch record, but the engine's own stamps: it signalled this link on time and the link ran
         # only later, past the tolerance a periodic thread has; everything downstream waited for it.
@@ -801,7 +807,7 @@ def _head_verdict(
 
 
 def _engine_slow_wakeup(
-    cap: Capture, start: int, end: int, chain: pd.DataFrame, interval_ns: int
+    records: _EngineRecords, start: int, end: int, chain: pd.DataFrame, interval_ns: int
 ) -> tuple[int, str, float] | None:
     """The first link (signal order) the engine's records show woken late over [start - period, end]:
     awake - signal beyond a periodic thread's tolerance (rules.wake_limit_ns less the period, the bar of
@@ -810,15 +816,12 @@ def _engine_slow_wakeup(
     end in time, yet the links after it were woken that much late: what their episodes show. Each node is
     judged against its own engine's period, and only the chain's engine's nodes when the chain is from
     the engine's tables (_chain_engine)."""
-    if "engine_nodes" not in cap.table_names or "engine_clients" not in cap.table_names or chain.empty:
+    if not records.clients or chain.empty:
         return None
-    cycles = cap.table("engine_cycles", columns=["engine", "period_ns"]) if "engine_cycles" in cap.table_names else None
-    if cycles is None or cycles.empty:
-        return None
-    periods = _periods_of(cycles, _chain_engine(chain))
+    periods = _periods_of(records.periods, _chain_engine(chain))
     if periods.empty:
         return None
-    every = cap.table("engine_nodes", columns=["t_ns", "engine", "name", "signal_ns", "awake_ns", "finish_ns"])
+    every = records.nodes[["t_ns", "engine", "name", "signal_ns", "awake_ns", "finish_ns"]]
     period = every["engine"].astype(str).map(periods).to_numpy(np.float64)  # NaN: a node of no engine in scope
     every = every.assign(inc_period=period)
     every = every[((every["t_ns"] >= start - 3 * period) & (every["t_ns"] <= end)).to_numpy(dtype=bool)]
@@ -836,7 +839,7 @@ def _engine_slow_wakeup(
         ]
         if before.empty or pd.isna(before["finish_ns"].iloc[-1]) or before["finish_ns"].iloc[-1] > node["signal_ns"]:
             continue  # still inside its previous callback (blocked there, on a lock): not woken late
-        tid = _link_of_client(cap, str(node["name"]), chain, str(node["engine"]))
+        tid = _link_of_client(records.cap, str(node["name"]), chain, str(node["engine"]))
         if tid is not None:
             return tid, str(node["name"]), float(node["awake_ns"] - node["signal_ns"])
     return None
@@ -850,9 +853,8 @@ def _chain_engine(chain: pd.DataFrame) -> str | None:
     return str(chain["engine"].iloc[0])
 
 
-def _periods_of(cycles: pd.DataFrame, engine: str | None) -> pd.Series:
-    """engine -> its median period (analyses.engine.engine_period_medians): `engine`'s alone when known."""
-    periods = engine_period_medians(cycles)
+def _periods_of(periods: pd.Series, engine: str | None) -> pd.Series:
+    """engine -> its median period (_EngineRecords.periods): `engine`'s alone when known."""
     return periods[periods.index == engine] if engine is not None else periods
 
 
@@ -870,26 +872,53 @@ def _link_of_client(cap: Capture, name: str, chain: pd.DataFrame, engine: str | 
     return min(tids) if tids else None
 
 
-def _cycle_start_gap(cap: Capture, start: int, end: int, engine: str | None) -> tuple[float, float] | None:
+def _cycle_start_gap(records: _EngineRecords, start: int, end: int, engine: str | None) -> tuple[float, float] | None:
     """The longest time between two consecutive cycle starts of `engine` (its own stamps) that ends within
     its period of [start, end], and that period; None without its cycles there. `engine` None (a chain not
     from the engine's tables): the one engine of the capture; with several, which one the chain runs is
     unknown, and None."""
-    if "engine_cycles" not in cap.table_names:
-        return None
-    cycles = cap.table("engine_cycles", columns=["t_ns", "engine", "period_ns"])
+    cycles = records.cycles
     names = set(cycles["engine"].astype(str))
     if engine is None and len(names) == 1:
         engine = names.pop()
     cycles = cycles[(cycles["engine"].astype(str) == engine).to_numpy()]
     if len(cycles) < 2:
         return None
-    period = float(pd.to_numeric(cycles["period_ns"], errors="coerce").median())
+    period = float(records.periods.get(engine, np.nan))
     t = np.sort(cycles["t_ns"].to_numpy(np.int64))
     k = np.flatnonzero((t[1:] >= start) & (t[1:] <= end + period)) + 1
     if not len(k) or not np.isfinite(period):
         return None
     return float((t[k] - t[k - 1]).max()), period
+
+
+@dataclass(frozen=True)
+class _EngineRecords:
+    """The engine's tables as every incident of one find_incidents call reads them, read and derived once:
+    each engine's median period (analyses.engine.engine_period_medians: the one period of an engine in
+    this module), its cycles, and its nodes with whether each was late (node_lateness: a node's lateness
+    needs its own row and its engine's cycle starts alone, so one reading of the whole table serves every
+    incident; it was rerun on the whole table per candidate)."""
+
+    cap: Capture
+    periods: pd.Series  # engine -> its median period_ns, shortest first (empty without engine cycles)
+    cycles: pd.DataFrame  # engine_cycles (empty, with its columns, without)
+    nodes: pd.DataFrame  # engine_nodes with node_late (boolean, NA unknown)
+    clients: bool  # whether the capture has engine_clients: a node's thread is found through them
+
+
+def _engine_records(cap: Capture) -> _EngineRecords:
+    names = set(cap.table_names)
+    # A table the capture lacks is read with columns named: a whole-table read is kept in the capture and
+    # then listed among its tables (the lab's missed deadlines would give way to an empty engine_cycles).
+    cycles = cap.table("engine_cycles", None if "engine_cycles" in names else ["t_ns", "engine", "period_ns"])
+    nodes = cap.table("engine_nodes", None if "engine_nodes" in names else ["t_ns", "engine", "name"])
+    clients = "engine_nodes" in names and "engine_clients" in names
+    if clients and len(nodes) and len(cycles):
+        nodes = nodes.assign(node_late=node_lateness(nodes, cycles)["late"])
+    else:
+        nodes = nodes.assign(node_late=pd.Series(pd.NA, index=nodes.index, dtype="boolean"))
+    return _EngineRecords(cap=cap, periods=engine_period_medians(cycles), cycles=cycles, nodes=nodes, clients=clients)
 
 
 class _Wakeups:
@@ -1017,7 +1046,7 @@ def _overlaps(row: pd.Series, late: tuple[int, int, int]) -> bool:
 
 
 def _engine_first_late(
-    cap: Capture, start: int, end: int, chain: pd.DataFrame, rules: IncidentRules
+    records: _EngineRecords, start: int, end: int, chain: pd.DataFrame, rules: IncidentRules
 ) -> tuple[int, int, int] | None:
     """The first link the engine's own records show late over [start, end]: the driver when a cycle
     started engine_late_share of a period or more after the previous one's start plus a period (the
@@ -1026,13 +1055,10 @@ def _engine_first_late(
     tid and the span of its late cycle (its start to its finish, or to the incident's end unfinished),
     or None. The chain's engine's records alone (_chain_engine), each engine's against its own period:
     a PipeWire cycle at 5.333 ms is not late by JACK's 2.667 ms, nor are two engines' starts one series."""
-    if "engine_nodes" not in cap.table_names or "engine_clients" not in cap.table_names:
+    nodes, cycles = records.nodes, records.cycles
+    if not records.clients or nodes.empty or cycles.empty:
         return None
-    nodes = cap.table("engine_nodes")
-    cycles = cap.table("engine_cycles")
-    if nodes.empty or cycles.empty:
-        return None
-    periods = _periods_of(cycles, _chain_engine(chain))
+    periods = _periods_of(records.periods, _chain_engine(chain))
     nodes = nodes[nodes["engine"].astype(str).isin(periods.index).to_numpy()]
     cycles = cycles[cycles["engine"].astype(str).isin(periods.index).to_numpy()]
     period = pd.Series(nodes["engine"].astype(str).map(periods).to_numpy(np.float64), index=nodes.index)
@@ -1044,7 +1070,7 @@ def _engine_first_late(
     woken = nodes["awake_ns"].astype("Float64") - nodes["signal_ns"].astype("Float64")
     ran = nodes["finish_ns"].astype("Float64") - nodes["awake_ns"].astype("Float64")
     # Awake and never seen finishing, and late (the next cycle came before it finished): it ran past its period.
-    late_node = node_lateness(nodes, cycles)["late"]
+    late_node = nodes["node_late"]
     unfinished = (nodes["awake_ns"] >= nodes["signal_ns"]) & nodes["finish_ns"].isna() & late_node.fillna(False)
     ran = ran.mask(unfinished.fillna(False), period)
     late = nodes[
@@ -1065,11 +1091,11 @@ def _engine_first_late(
         return None
     first = late.sort_values(["t_ns", "signal_ns"]).iloc[0]
     span_end = max(int(finish.loc[first.name]), end) if pd.isna(first["finish_ns"]) else int(first["finish_ns"])
-    tid = _link_of_client(cap, str(first["name"]), chain, str(first["engine"]))
+    tid = _link_of_client(records.cap, str(first["name"]), chain, str(first["engine"]))
     return (tid, int(first["t_ns"]), span_end) if tid is not None else None
 
 
-def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
+def _add_cycles(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords) -> pd.DataFrame:
     """The engine cycle an incident is about and whether the engine reported it late.
 
     With the engine's cycles: `cycle` is the first cycle of the incident's own engine (of the capture's
@@ -1078,8 +1104,8 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
     analyses.engine.cycle_starts), else the cycle running when it began; its number is the engine's own
     counter, else counted on the driver's clock (jack2 has none). `xruns` counts the engine's xruns
     (analyses.engine.engine_xruns, their reports merged) joined to the incident as `forensics xruns`
-    joins them; `xrun` is whether there is one (None when the capture has no xrun record). Without the
-    engine's tables, the lab's callbacks that ended past their deadline."""
+    joins them (by engine and time: _incident_of); `xrun` is whether there is one (None when the capture
+    has no xrun record). Without the engine's tables, the lab's callbacks that ended past their deadline."""
     n = len(incidents)
     cycle = pd.array([pd.NA] * n, dtype="Int64")
     xrun: list[bool | None] = [None] * n
@@ -1087,8 +1113,8 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
     starts = incidents["start_ns"].to_numpy(np.int64)
     ends = incidents["end_ns"].to_numpy(np.int64)
     names = set(cap.table_names)
-    if "engine_cycles" in names and not cap.table("engine_cycles").empty:
-        cycles = cap.table("engine_cycles")
+    if "engine_cycles" in names and not records.cycles.empty:
+        cycles = records.cycles
         begun = cycle_starts(cycles)
         ended = engine_cycle_ends(cycles, cap.engine_nodes)
         begun = begun.merge(ended[["t_ns", "engine", "missed"]], on=["t_ns", "engine"], how="left")
@@ -1099,17 +1125,11 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
         for name, mine in begun.groupby(begun["engine"].astype(str), sort=True):
             per_engine[str(name)] = (
                 mine["t_ns"].to_numpy(np.int64),
-                float(pd.to_numeric(mine["period_ns"], errors="coerce").median()),
+                float(records.periods.get(str(name), np.nan)),
                 (mine["missed_before"].to_numpy(np.int64) > 0) | mine["missed"].fillna(False).to_numpy(dtype=bool),
                 mine["cycle"].to_numpy(np.int64),
             )
-        engines = incidents["engine"].tolist() if "engine" in incidents else [None] * n
-        for i in range(n):
-            # An incident of no engine's chain (a thread of no client, a chain from eBPF or /proc) is of the
-            # capture's one engine; with several, whose cycle it is is unknown.
-            engine = engines[i] if engines[i] in per_engine else None
-            if engine is None and len(per_engine) == 1:
-                engine = next(iter(per_engine))
+        for i, engine in enumerate(_engines_of(incidents, set(per_engine))):
             if engine is None:
                 continue
             t, period, late, numbers = per_engine[engine]
@@ -1118,8 +1138,10 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
             cycle[i] = int(numbers[max(k, 0)])
         if "xruns" in names:
             reported = engine_xruns(cap)
-            for lo, hi in zip(reported["t_ns"].to_numpy(np.int64), reported["end_ns"].to_numpy(np.int64), strict=True):
-                hit = _covering_incident(int(lo), int(hi), starts, ends, after=True)
+            owners = _xrun_owners(cap, incidents)
+            spans = zip(reported["t_ns"].to_numpy(np.int64), reported["end_ns"].to_numpy(np.int64), strict=True)
+            for (lo, hi), engine in zip(spans, reported["engine"].astype(str), strict=True):
+                hit = _incident_of(int(lo), int(hi), engine, starts, ends, owners, after=True)
                 if hit is not None:
                     xruns[hit] += 1
             xrun = [bool(v) for v in xruns]
@@ -1161,6 +1183,7 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
                     "_from": x["t_ns"].to_numpy(np.int64),
                     "_to": x["end_ns"].to_numpy(np.int64),
                     "_reported": True,
+                    "_engine": x["engine"].astype(str).to_numpy(dtype=object),
                 }
             )
         )
@@ -1180,6 +1203,7 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
                     "_from": c["t_ns"].to_numpy(np.int64),
                     "_to": c["end_ns"].to_numpy(np.int64),
                     "_reported": False,
+                    "_engine": c["engine"].astype(str).to_numpy(dtype=object),
                 }
             )
         )
@@ -1198,6 +1222,7 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
                     "_from": late["start_ns"].to_numpy(np.int64),
                     "_to": late["end_ns"].to_numpy(np.int64),
                     "_reported": False,
+                    "_engine": None,  # the lab's callbacks: of no engine the capture names
                 }
             )
         )
@@ -1209,9 +1234,10 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
         starts = incidents["start_ns"].to_numpy(np.int64)
         ends = incidents["end_ns"].to_numpy(np.int64)
         numbers = incidents["incident"].to_numpy(np.int64)
+        owners = _xrun_owners(cap, incidents)
         spans = zip(out["_from"].to_numpy(np.int64), out["_to"].to_numpy(np.int64), out["_reported"], strict=True)
-        for i, (lo, hi, reported) in enumerate(spans):
-            k = _covering_incident(int(lo), int(hi), starts, ends, after=bool(reported))
+        for i, ((lo, hi, reported), engine) in enumerate(zip(spans, out["_engine"], strict=True)):
+            k = _incident_of(int(lo), int(hi), engine, starts, ends, owners, after=bool(reported))
             incident[i] = -1 if k is None else int(numbers[k])
     out["incident"] = pd.array([None if v < 0 else int(v) for v in incident], dtype="Int64")
     roots = incidents.set_index("incident") if len(incidents) else None
@@ -1222,6 +1248,34 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
         roots.at[int(i), "root_verdict"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
     ]
     return out[XRUN_COLUMNS]
+
+
+def _engines_of(incidents: pd.DataFrame, engines: set[str]) -> list[str | None]:
+    """Each incident's engine among `engines`: its chain's, else the capture's one engine (an incident of no
+    engine's chain: a thread of no client, a chain from eBPF or /proc, labelled by its own chain); None
+    with several, where whose it is is unknown."""
+    own = incidents["engine"].tolist() if "engine" in incidents else [None] * len(incidents)
+    only = next(iter(engines)) if len(engines) == 1 else None
+    return [str(e) if isinstance(e, str) and e in engines else only for e in own]
+
+
+def _xrun_owners(cap: Capture, incidents: pd.DataFrame) -> np.ndarray:
+    """Each incident's engine for joining xruns and missed deadlines to it (_engines_of among the engines
+    whose cycles or xruns the capture holds), as an object array."""
+    engines = set(cap.table("engine_cycles", columns=["engine"])["engine"].astype(str))
+    engines |= set(cap.table("xruns", columns=["engine"])["engine"].astype(str))
+    return np.array(_engines_of(incidents, engines), dtype=object)
+
+
+def _incident_of(
+    lo: int, hi: int, engine: str | None, starts: np.ndarray, ends: np.ndarray, owners: np.ndarray, *, after: bool
+) -> int | None:
+    """_covering_incident among the incidents of the xrun's own engine (`owners`: each incident's, from
+    _xrun_owners): JACK and PipeWire may run at once, and one engine's xrun is no incident of the other's
+    however near in time. `engine` None (the lab's callbacks, of no engine): any incident."""
+    mine = np.flatnonzero(owners == engine) if engine is not None else np.arange(len(starts))
+    k = _covering_incident(lo, hi, starts[mine], ends[mine], after=after)
+    return None if k is None else int(mine[k])
 
 
 def _covering_incident(lo: int, hi: int, starts: np.ndarray, ends: np.ndarray, *, after: bool) -> int | None:

@@ -159,7 +159,7 @@ def test_a_client_never_seen_finishing_is_the_first_late_link_by_the_times_the_s
     """JACK tables as the source writes them (no late flag: xrun null): client1 woke on time in the starved
     cycle, was signalled again before it finished (its finish stamp then older than its wake-up) and was
     never seen finishing: the engine's first late link, from those times (analyses.engine.node_lateness)."""
-    from analyses.incidents import _engine_first_late
+    from analyses.incidents import _engine_first_late, _engine_records
 
     links = _starved()
     names = ["driverd", "client0", "client1", "client2"]
@@ -175,7 +175,7 @@ def test_a_client_never_seen_finishing_is_the_first_late_link_by_the_times_the_s
     )
     cap = _capture(links, **{**tables, "engine_nodes": nodes})
     chain = chain_links(cap, select_threads(thread_profiles(cap)))
-    first = _engine_first_late(cap, start, start + 12 * MS, chain, rules.IncidentRules())
+    first = _engine_first_late(_engine_records(cap), start, start + 12 * MS, chain, rules.IncidentRules())
     assert first is not None and first[:2] == (601, start), first  # client1 is tid 601
 
 
@@ -642,13 +642,13 @@ PW_LONG_RUN = 100  # PipeWire's cycle in which cue ran 2 ms: late by JACK's peri
 PW_MISSED, JACK_MISSED = 300, 599  # a cycle of each engine that ended past its period, 2.4 ms apart
 
 
-def _two_engines() -> forensics.Capture:
+def _two_engines(**tables: pd.DataFrame) -> forensics.Capture:
     """JACK at 2.667 ms (its driver `system` in jackd, pid 400; jack-client, pid 410) and PipeWire at 5.333
     ms (its Dummy-Driver in the daemon's data loop, tid 500 of pid 499; cue, pid 600) in one capture,
     every cycle of both recorded (JACK's are the most rows: one median over both is JACK's period). Each
     client is signalled 60 us after the one above it, wakes 10 us later and runs 50 us, except: PipeWire's
     cycle PW_LATE_START began 4 ms late, cue ran 2 ms in PW_LONG_RUN, and PW_MISSED and JACK_MISSED ended
-    past their periods."""
+    past their periods. `tables`: more of the capture's tables (xruns)."""
 
     def thread(tid: int, pid: int, comm: str, period: int, cpu: int) -> Timeline:
         tl = Timeline(tid=tid, comm=comm, pid=pid, policy=1, rtprio=80, cpu=cpu)
@@ -694,7 +694,7 @@ def _two_engines() -> forensics.Capture:
     }
     cap = _capture(
         links, engine_cycles=cycles, engine_nodes=pd.concat(nodes, ignore_index=True), engine_clients=clients,
-        engine_graph=graph,
+        engine_graph=graph, **tables,
     )  # fmt: skip
     return cap.without([], meta={"sources": {**cap.sources, "engines": engines}})
 
@@ -726,31 +726,32 @@ def test_a_pipewire_cycle_is_judged_by_pipewires_period_and_its_own_starts():
     before, past 1.5 periods) makes its driver, the data loop, the first late link, though JACK's cycles
     kept starting meanwhile (was: both engines' starts as one series, no gap). The gap between cycle
     starts is each engine's own."""
-    from analyses.incidents import _cycle_start_gap, _engine_first_late
+    from analyses.incidents import _cycle_start_gap, _engine_first_late, _engine_records
 
     cap = _two_engines()
+    records = _engine_records(cap)
     # PipeWire's chain as chain_links gives it (the test above), written out: judged here on its own.
     pipewire = pd.DataFrame(
         {"tid": [500, 600], "engine": "pipewire", "source": "engine", "order": [0.0, 1.0], "driver": [True, False],
          "period_ns": float(PW_PERIOD), "upstream": [(), (500,)]}
     )  # fmt: skip
     long_run = _pw_start(cap, PW_LONG_RUN)
-    assert _engine_first_late(cap, long_run, long_run + 3 * MS, pipewire, rules.IncidentRules()) is None
+    assert _engine_first_late(records, long_run, long_run + 3 * MS, pipewire, rules.IncidentRules()) is None
     late = _pw_start(cap, PW_LATE_START)
     due = _pw_start(cap, PW_LATE_START - 1) + PW_PERIOD
-    first = _engine_first_late(cap, late - MS, late + 6 * MS, pipewire, rules.IncidentRules())
+    first = _engine_first_late(records, late - MS, late + 6 * MS, pipewire, rules.IncidentRules())
     assert first == (500, due, late), first
-    gap, period = _cycle_start_gap(cap, late - MS, late + 6 * MS, "pipewire") or (None, None)
+    gap, period = _cycle_start_gap(records, late - MS, late + 6 * MS, "pipewire") or (None, None)
     assert (gap, period) == (late - _pw_start(cap, PW_LATE_START - 1), PW_PERIOD)
-    assert _cycle_start_gap(cap, late - MS, late + 6 * MS, "jack") == (JACK_PERIOD, JACK_PERIOD)
-    assert _cycle_start_gap(cap, late - MS, late + 6 * MS, None) is None  # whose cycles: unknown
+    assert _cycle_start_gap(records, late - MS, late + 6 * MS, "jack") == (JACK_PERIOD, JACK_PERIOD)
+    assert _cycle_start_gap(records, late - MS, late + 6 * MS, None) is None  # whose cycles: unknown
 
 
 def test_an_incidents_cycle_is_one_of_its_own_engines():
     """A JACK cycle and a PipeWire cycle 2.4 ms apart both ended past their periods: the PipeWire incident's
     cycle is PipeWire's (PW_MISSED), the JACK incident's JACK's (JACK_MISSED). Was: both engines' cycles as
     one series at one median period, and the PipeWire incident given JACK's cycle, the earlier late one."""
-    from analyses.incidents import _add_cycles
+    from analyses.incidents import _add_cycles, _engine_records
 
     cap = _two_engines()
     pw_start = _pw_start(cap, PW_MISSED)
@@ -759,4 +760,63 @@ def test_an_incidents_cycle_is_one_of_its_own_engines():
         {"start_ns": [jack_start, pw_start - MS], "end_ns": [jack_start + 5 * MS, pw_start + 8 * MS],
          "engine": ["jack", "pipewire"]}
     )  # fmt: skip
-    assert _add_cycles(cap, incidents)["cycle"].tolist() == [JACK_MISSED, PW_MISSED]
+    assert _add_cycles(cap, incidents, _engine_records(cap))["cycle"].tolist() == [JACK_MISSED, PW_MISSED]
+
+
+def test_an_xrun_joins_an_incident_of_its_own_engine():
+    """The JACK incident (its cycle JACK_MISSED) and the PipeWire one (PW_MISSED, begun 1.4 ms later)
+    overlap in time. JACK's xrun, reported 3 ms into JACK's cycle, and JACK's missed deadline are the JACK
+    incident's; PipeWire's missed deadline the PipeWire incident's. Was: by time alone, each to the
+    overlapping incident that began last, the PipeWire one (and its xrun count 1, JACK's 0)."""
+    from analyses.incidents import _add_cycles, _engine_records
+
+    jack_start = T0 + JACK_MISSED * JACK_PERIOD
+    xruns = pd.DataFrame(
+        {"t_ns": pd.array([jack_start + 3 * MS], dtype="int64"), "engine": "jack",
+         "delay_us": pd.array([37.0], dtype="Float64"), "client": pd.array([None], dtype=object),
+         "source": "callback", "text": None}
+    )  # fmt: skip
+    cap = _two_engines(xruns=xruns)
+    pw_start = _pw_start(cap, PW_MISSED)
+    assert jack_start < pw_start - MS < jack_start + 5 * MS  # they overlap
+    incidents = pd.DataFrame(
+        {"incident": [1, 2], "start_ns": [jack_start, pw_start - MS],
+         "end_ns": [jack_start + 5 * MS, pw_start + 8 * MS], "engine": ["jack", "pipewire"],
+         "root_comm": ["jackd", "data-loop.0"], "root_verdict": "runqueue"}
+    )  # fmt: skip
+    rows = xrun_rows(cap, incidents)
+    assert rows[["kind", "client", "incident"]].values.tolist() == [
+        ["missed deadline", "system", 1],
+        ["missed deadline", "Dummy-Driver", 2],
+        ["xrun", None, 1],
+    ], rows
+    counted = _add_cycles(cap, incidents, _engine_records(cap))
+    assert counted["xruns"].tolist() == [1, 0] and counted["xrun"].tolist() == [True, False]
+
+
+def test_the_engines_records_are_read_once_per_call(monkeypatch):
+    """A stored JACK capture with many incidents: find_incidents derives each engine's period
+    (engine_period_medians: once for the chain, once for judging) and its nodes' lateness (node_lateness)
+    a fixed number of times, not once per candidate incident (was: both per incident, node_lateness over
+    the whole node table each time)."""
+    import analyses.incidents as module
+
+    cap = forensics.load(REPO / "captures/jack-driver-suspect.ssf")
+    profiles = thread_profiles(cap)
+    episodes = find_stalls(cap, profiles=profiles)
+    calls = dict.fromkeys(("engine_period_medians", "node_lateness"), 0)
+
+    def counting(name):
+        real = getattr(module, name)
+
+        def counted(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return counted
+
+    for name in calls:
+        monkeypatch.setattr(module, name, counting(name))
+    incidents, _ = find_incidents(cap, episodes, select_threads(profiles), interval_ns=capture_interval_ns(cap))
+    assert len(incidents) > 3 and (incidents["chain_source"] == "engine").all(), incidents
+    assert calls == {"engine_period_medians": 2, "node_lateness": 1}, calls
