@@ -751,8 +751,13 @@ def _head_verdict(
     late link is the root, judged by its own switch-ins (eBPF). `late wake-up` when it was woken late,
     `runqueue` when most of its lateness was spent runnable after its wake-up."""
     machine = machine_evidence(cap, start, end, rules, interval_ns)
+    # The chain's engine's period where the chain is the engine's: a member known by its rate alone has
+    # none of its own. Else (a chain from eBPF or /proc) the members' own.
+    engine = _chain_engine(chain)
     periods = pd.to_numeric(group["period_ns"], errors="coerce").dropna()
     period = float(periods.median()) if len(periods) else np.nan
+    if engine is not None and engine in records.periods.index:
+        period = float(records.periods[engine])
     upstream_of = dict(zip(chain["tid"].astype(int), chain["upstream"], strict=True)) if len(chain) else {}
     timing = _link_timing(events, head, start, end, period)
     seen = {head}

@@ -820,3 +820,30 @@ def test_the_engines_records_are_read_once_per_call(monkeypatch):
     incidents, _ = find_incidents(cap, episodes, select_threads(profiles), interval_ns=capture_interval_ns(cap))
     assert len(incidents) > 3 and (incidents["chain_source"] == "engine").all(), incidents
     assert calls == {"engine_period_medians": 2, "node_lateness": 1}, calls
+
+
+def test_a_head_of_the_engines_chain_is_judged_by_its_engines_period():
+    """Every member only waited and the one member (cue) is known by its rate alone (no period of its
+    own): the head of PipeWire's chain, the data loop, switched in 9 ms after its previous switch-in, is
+    judged against PipeWire's 5.333 ms period: a late wake-up. Was: the members' own periods, none, so no
+    judgement of the head at all (`unknown`)."""
+    from types import SimpleNamespace
+
+    from analyses.incidents import _engine_records, _head_verdict, _Wakeups
+
+    cap = _two_engines()
+    pipewire = pd.DataFrame(
+        {"tid": [500, 600], "engine": "pipewire", "source": "engine", "order": [0.0, 1.0], "driver": [True, False],
+         "period_ns": float(PW_PERIOD), "upstream": [(), (500,)]}
+    )  # fmt: skip
+    start = _pw_start(cap, 150)
+    switch_ins = np.r_[start - 4 * PW_PERIOD : start + PW_PERIOD : PW_PERIOD, start + 9 * MS]
+    switches = pd.DataFrame({"t_ns": switch_ins.astype(np.int64), "next_tid": 500})
+    events = _Wakeups(SimpleNamespace(table_names=["sched_switch"], table=lambda name, columns=None: switches))
+    group = pd.DataFrame({"tid": [600], "start_ns": [start], "end_ns": [start + 8 * MS], "period_ns": [np.nan]})
+    tid, verdict, evidence = _head_verdict(
+        cap, events, _engine_records(cap), 500, start, start + 8 * MS, group, pipewire, rules.IncidentRules(), 2 * MS
+    )
+    assert (tid, verdict) == (500, "late wake-up"), evidence
+    assert "(period 5.3 ms)" in evidence, evidence
+
