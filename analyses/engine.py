@@ -438,7 +438,9 @@ def distinct_xrun_times(cap: Capture) -> np.ndarray:
 
 def engine_overview(cap: Capture, t_range: tuple[int | None, int | None] | None = None) -> dict[str, Any] | None:
     """None when the capture has no engine source and no engine cycles; else, per the engine source: engine,
-    version, quantum_frames, rate_hz, period_ns, cycles (observed in the span), cycles_with_end, end
+    version, quantum_frames, rate_hz, period_ns (that engine's median period), periods_ns (each engine's
+    median period in the span, engine_period_medians: JACK and PipeWire may run at once, each at its
+    own), cycles (observed in the span), cycles_with_end, end
     p50/p99/max (ns), deadline_misses, misses_unknown, and the xrun figures (xrun_figures, None when the
     source did not record xruns). A figure the capture does not hold is None (shown as unknown)."""
     engine = cap.sources.get("engine")
@@ -457,7 +459,8 @@ def engine_overview(cap: Capture, t_range: tuple[int | None, int | None] | None 
     settings = status if len(status) else cycles
     quantum = settings["quantum_frames"].dropna() if "quantum_frames" in settings else pd.Series(dtype=float)
     rate = settings["rate_hz"].dropna() if "rate_hz" in settings else pd.Series(dtype=float)
-    period = cycles["period_ns"].dropna() if len(cycles) else pd.Series(dtype=float)
+    periods = engine_period_medians(cycles)
+    own = str(row["engine"]) if row is not None else None
 
     def known(key: str) -> float | None:
         return None if row is None or pd.isna(row[key]) else float(row[key])
@@ -468,7 +471,8 @@ def engine_overview(cap: Capture, t_range: tuple[int | None, int | None] | None 
         "unavailable": meta.get("unavailable") or None,
         "quantum_frames": int(quantum.iloc[-1]) if len(quantum) else None,
         "rate_hz": int(rate.iloc[-1]) if len(rate) else None,
-        "period_ns": float(period.median()) if len(period) else None,
+        "period_ns": float(periods[own]) if own in periods.index else None,
+        "periods_ns": {str(engine): float(period) for engine, period in periods.items()},
         "cycles": int(row["cycles"]) if row is not None else 0,
         "cycles_with_end": int(row["cycles_with_end"]) if row is not None else 0,
         "end_p50_ns": known("end_p50_ns"),

@@ -847,3 +847,15 @@ def test_a_head_of_the_engines_chain_is_judged_by_its_engines_period():
     assert (tid, verdict) == (500, "late wake-up"), evidence
     assert "(period 5.3 ms)" in evidence, evidence
 
+
+def test_the_engine_overview_gives_each_engine_its_own_period():
+    """The report's engine section with JACK and PipeWire recorded together: each engine's median period
+    beside the figures of the one with the most cycles (JACK's). Was: one median over both engines'
+    cycles, whichever recorded more rows."""
+    from analyses.engine import engine_overview
+    from forensics.views.report import engine_rows
+
+    overview = engine_overview(_two_engines())
+    assert overview is not None and overview["engine"] == "jack" and overview["period_ns"] == JACK_PERIOD
+    assert overview["periods_ns"] == {"jack": JACK_PERIOD, "pipewire": PW_PERIOD}
+    assert engine_rows(overview)["periods"] == "jack 2.667 ms, pipewire 5.333 ms"

@@ -238,6 +238,9 @@ def engine_rows(overview: dict[str, Any]) -> dict[str, str]:
         f"{quantum if quantum is not None else 'unknown'} frames / {rate if rate is not None else 'unknown'} Hz"
         + (f" (period {ms(overview['period_ns'])})" if overview["period_ns"] is not None else "")
     )
+    periods = overview.get("periods_ns") or {}
+    if len(periods) > 1:  # engines at once: each its own period (the figures above and below are `engine`'s)
+        rows["periods"] = ", ".join(f"{engine} {ms(period)}" for engine, period in periods.items())
     cycles, ended = overview["cycles"], overview["cycles_with_end"]
     rows["cycles observed"] = f"{cycles} ({ended} with an end)" if cycles else "none: unknown"
     no_end = "unknown: the source saw no cycle end" if cycles else "unknown: no engine cycle recorded"
