@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 # A real stat line of kernel 6.18 (52 fields), with the comm replaced by `{comm}` and the fields the
@@ -95,5 +96,27 @@ class FakeProc:
         **stat: object,
     ) -> None:
         task = self.root / str(pid) / "task" / str(tid)
-        (task / "schedstat").write_text(f"{run_ns} {wait_ns} {slices}\n")
-        (task / "stat").write_text(stat_line(tid, pid, comm=comm, **stat))  # type: ignore[arg-type]
+        # Changed under a running recorder (tests/test_tiers.py, test_recorder_canned.py), as the kernel
+        # would: stat first, then schedstat. The recorder reads schedstat, then stat only if schedstat
+        # moved (the skip); the kernel's counters in stat move while the thread runs, which moves its
+        # schedstat too, so a schedstat that moved never comes with a stat from before the run. Written the
+        # other way, a tick between the two writes read the new schedstat and the old stat, and the old
+        # values were carried until the next slow read (CI beside stress-ng: minflt 3 after the bump to 4).
+        _rewrite(task / "stat", stat_line(tid, pid, comm=comm, **stat))  # type: ignore[arg-type]
+        _rewrite(task / "schedstat", f"{run_ns} {wait_ns} {slices}\n")
+
+
+def _rewrite(path: Path, text: str) -> None:
+    """Replace a file's text in place (the recorder holds it open and preads it) with no moment where a
+    read finds it empty, as write_text's truncation would leave one: pwrite the new bytes, then cut the
+    rest (a read between the two may see a longer old tail after the new line's end)."""
+    data = text.encode()
+    if not path.exists():
+        path.write_bytes(data)
+        return
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
