@@ -568,7 +568,7 @@ def _judge(
     chain = links[links["engine"] == engine] if in_chain else links.iloc[0:0]
     chain_tids = set(chain["tid"].astype(int).tolist())
     upstream_of = dict(zip(chain["tid"].astype(int), chain["upstream"], strict=True)) if len(chain) else {}
-    order = dict(zip(chain["tid"].astype(int), chain["order"], strict=True)) if len(chain) else {}
+    order = graph_rank(chain)
     roles: list[tuple[int, str, int | None]] = []
     waits: dict[int, int | None] = {}
     # The link the engine's own records show late first (woken late, or running long): it did not only
@@ -683,10 +683,23 @@ def _comm_of(cap: Capture, tid: int | None) -> str:
     return str(found.iloc[-1]) if len(found) else "?"
 
 
+def graph_rank(chain: pd.DataFrame) -> dict[int, float]:
+    """Each link's place in its graph's order, inf where unknown. From /proc alone only the driver's place
+    is known (order 0, the clients NaN); a NaN in a sort key is neither less nor more than 0, so min() kept
+    whichever candidate came first, the earliest start: a client whose 2 ms window began before the hog
+    was rooted ahead of the starved driver (CI beside stress-ng, test_incidents_real [proc])."""
+    if not len(chain):
+        return {}
+    return {
+        int(tid): float(place) if pd.notna(place) else np.inf
+        for tid, place in zip(chain["tid"], chain["order"], strict=True)
+    }
+
+
 def _chain_head(chain: pd.DataFrame, group: pd.DataFrame, waits: dict[int, int | None]) -> int | None:
     """Where to look for the late link: the upstream link of the member first in graph order (then the
     earliest), else the driver of the chain, else the earliest member."""
-    order = dict(zip(chain["tid"].astype(int), chain["order"], strict=True)) if len(chain) else {}
+    order = graph_rank(chain)
     ranked = sorted(group.index, key=lambda i: (order.get(int(group.at[i, "tid"]), np.inf), group.at[i, "start_ns"]))
     for i in ranked:
         if waits.get(i) is not None:

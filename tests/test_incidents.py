@@ -859,3 +859,20 @@ def test_the_engine_overview_gives_each_engine_its_own_period():
     assert overview is not None and overview["engine"] == "jack" and overview["period_ns"] == JACK_PERIOD
     assert overview["periods_ns"] == {"jack": JACK_PERIOD, "pipewire": PW_PERIOD}
     assert engine_rows(overview)["periods"] == "jack 2.667 ms, pipewire 5.333 ms"
+
+
+def test_a_link_of_unknown_place_ranks_after_the_driver() -> None:
+    """From /proc alone only the driver's place in the graph is known (0; the clients NaN). A NaN sort key
+    is neither less nor more than 0: min() kept the first candidate, a client whose window began before
+    the hog, ahead of the starved driver. Unknown places rank last."""
+    import numpy as np
+    import pandas as pd
+
+    from analyses.incidents import graph_rank
+
+    chain = pd.DataFrame({"tid": [10, 20, 30], "order": [0.0, np.nan, np.nan]})
+    rank = graph_rank(chain)
+    assert rank == {10: 0.0, 20: np.inf, 30: np.inf}
+    starts = {20: 100, 10: 2_000_000, 30: 50}  # the clients' windows began first
+    assert min(starts, key=lambda tid: (rank[tid], starts[tid])) == 10
+    assert graph_rank(chain.iloc[0:0]) == {}
