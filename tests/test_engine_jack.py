@@ -252,7 +252,7 @@ def _graph_capture(tmp: Path, name: str, series: bool) -> Path:
             server.wait_ports("eca:in_1", "eca:out_1", "fluidsynth:left", timeout=90)
         # On by default (a target is jackd); --jack-log keeps the server's XRun lines beside the callbacks.
         rec = catch_load(
-            server, out, "--jack", server.name, "--jack-log", str(server.log), "-d", "8s", "-p", str(server.process.pid)
+            server, out, "--jack", server.name, "--jack-log", str(server.log), "-d", "5s", "-p", str(server.process.pid)
         )
         _finish(rec)
     return out
@@ -260,7 +260,7 @@ def _graph_capture(tmp: Path, name: str, series: bool) -> Path:
 
 @pytest.fixture(scope="module")
 def graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The two recordings the comparison tests read, made once for the module (16 s of recording)."""
+    """The two recordings the comparison tests read, made once for the module (10 s of recording)."""
     tmp = tmp_path_factory.mktemp("graphs")
     return {"series": _graph_capture(tmp, "series", series=True), "chain": _graph_capture(tmp, "chain", series=False)}
 

@@ -102,7 +102,7 @@ def test_sigkill_mid_run_leaves_every_saved_window_whole(tmp_path: Path) -> None
 
 SPINS = 5
 SPIN_MS = 20
-GAP_S = 4.0  # windows of 1 s + 1 s around each: one window per spin
+GAP_S = 3.0  # windows of 1 s + 1 s around each, 1 s apart: one window per spin
 
 
 @pytest.mark.slow

@@ -1,11 +1,11 @@
 """Incidents on real graphs against known causes (tests/injections.py): jackd and a headless PipeWire, each
-with the test client in its graph, 10 injections of each of five causes (a SCHED_FIFO hog above the
+with the test client in its graph, PER_CAUSE injections of each of five causes (a SCHED_FIFO hog above the
 engine on every CPU, the client's callback spinning, waiting for a lock a SCHED_OTHER thread holds,
 reading a file with O_DIRECT, touching fresh pages), recorded once with eBPF and analysed with it and
 from /proc alone (the same capture without its exact tables).
 
 Injections during which the machine's hypervisor stole time (/proc/stat in the capture) are the
-machine's, not the test's: left out; the run is recorded again when more than 5 of 10 of a cause were,
+machine's, not the test's: left out; the run is recorded again when more than half of a cause's were,
 and a cause with fewer than three left is printed, not judged (tests/recording.judged_causes: a host
 stealing 25-45 % for an hour leaves few).
 Asserted per cause: recall and precision of at least MIN_SCORE (the figures are
@@ -45,7 +45,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.needs_root, pytest.mark.needs_bcc]
 MIN_SCORE = 0.5
 
 
-MAX_MACHINE = 5  # injections of one cause over hypervisor steal (left out) before the run is recorded again
+# Five of each cause, not the benchmark's ten: one short live case per engine (issue 22, item 4), a
+# recording of ~14 s instead of ~28 s, and a rule removed still scores 0 of 5 (far under MIN_SCORE).
+PER_CAUSE = 5
+MAX_MACHINE = PER_CAUSE // 2  # injections of one cause over hypervisor steal (left out) before recording again
 ATTEMPTS = 2
 
 
@@ -58,9 +61,9 @@ def _recorded(engine: str, tmp_path: Path) -> tuple[injections.Recording, forens
         workdir = tmp_path / f"attempt-{attempt}"
         workdir.mkdir()
         wait_for_quiet_machine()
-        rec = record(workdir)
+        rec = record(workdir, per_cause=PER_CAUSE)
         counts = pd.Series([i.cause for i in rec.injections]).value_counts().to_dict()
-        assert counts == dict.fromkeys(injections.CAUSES, 10), counts  # every cue carried out
+        assert counts == dict.fromkeys(injections.CAUSES, PER_CAUSE), counts  # every cue carried out
         cap = forensics.load(rec.path)
         machine = injections.score(cap, rec, _incidents_of(cap, ebpf=False)).machine
         print(f"attempt {attempt}: injections over hypervisor steal per cause {machine}")
@@ -88,7 +91,7 @@ def _check(engine: str, tmp_path_factory: pytest.TempPathFactory, ebpf_views: tu
         _recordings[engine] = _recorded(engine, tmp_path_factory.mktemp(engine))
     rec, cap = _recordings[engine]
     disturbed = injections.score(cap, rec, _incidents_of(cap, ebpf=False)).machine
-    scored = pd.Series({cause: 10 - disturbed[cause] for cause in injections.CAUSES})
+    scored = pd.Series({cause: PER_CAUSE - disturbed[cause] for cause in injections.CAUSES})
     judged = judged_causes(scored, tuple(injections.CAUSES), f"{engine}: ")
     failures = []
     for ebpf in ebpf_views:
