@@ -380,3 +380,19 @@ def test_the_timing_array_is_found_once_on_a_machine_up_for_a_day(client_status:
     timing = GraphTiming.__new__(GraphTiming)
     timing._map, timing.size, timing.path = segment, len(segment), "/dev/shm/jack-0-0"  # type: ignore[assignment]
     assert timing._locate(now_us) == (1004, 2048)
+
+
+@pytest.mark.parametrize(
+    ("asked", "env", "named"),
+    [("studio", "other", "studio"), (None, "t1", "t1"), (None, "", "default"), (None, None, "default")],
+)
+def test_the_capture_names_the_server_libjack_opens(monkeypatch, asked, env, named) -> None:  # type: ignore[no-untyped-def]
+    """Without --jack NAME libjack opens $JACK_DEFAULT_SERVER: `forensics info` said "default" for it."""
+    from samplers.engine.jack import JackSource
+
+    if env is None:
+        monkeypatch.delenv("JACK_DEFAULT_SERVER", raising=False)
+    else:
+        monkeypatch.setenv("JACK_DEFAULT_SERVER", env)
+    source = JackSource(asked, rows_fd=-1, pids_fd=-1, explicit=asked is not None)
+    assert source.meta["server"] == named == source.server_name()
