@@ -56,6 +56,7 @@ from analyses.rules import (
     SERVER_LOG_LAG_NS,
     SERVER_LOG_LEAD_NS,
     XRUN_REPORT_GAP_PERIODS,
+    ended_late,
     jack_client_late,
     missed_cycles,
     next_start_seen,
@@ -153,7 +154,7 @@ def engine_cycle_ends(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFrame
     else:
         out["node_late"] = pd.NA
     out["end_rel_ns"] = (out["end_ns"] - out["t_ns"]).astype("Int64")
-    by_end = out["end_rel_ns"] > out["period_ns"]
+    by_end = ended_late(out["end_rel_ns"], out["period_ns"])
     out["missed"] = by_end.astype("boolean").where(out["end_rel_ns"].notna(), out["node_late"].astype("boolean"))
     return out[CYCLE_COLUMNS].reset_index(drop=True)
 
@@ -307,7 +308,7 @@ def _cycles_of(cap: Capture, engine: str) -> tuple[np.ndarray, np.ndarray, np.nd
     t = cycles["t_ns"].to_numpy(np.int64)
     end = pd.to_numeric(cycles["end_ns"], errors="coerce").to_numpy(np.float64)
     period = pd.to_numeric(cycles["period_ns"], errors="coerce").to_numpy(np.float64)
-    on_time = np.isfinite(end) & (end - t <= period)
+    on_time = np.isfinite(end) & np.isfinite(period) & ~ended_late(end - t, period)
     return t, t[on_time], end[on_time]
 
 

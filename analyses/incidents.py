@@ -61,7 +61,8 @@ from capture.format import Capture
 
 INCIDENT_COLUMNS = [
     "incident", "start_ns", "end_ns", "duration_ns", "engine", "chain_source", "cycle", "xrun", "xruns",
-    "root_tid", "root_comm", "root_verdict", "root_episode", "inferred", "waited", "members", "evidence",
+    "root_tid", "root_comm", "root_client", "root_verdict", "root_episode", "inferred", "waited", "members",
+    "evidence",
 ]  # fmt: skip
 MEMBER_COLUMNS = ["incident", "role", "incident_verdict", "upstream_tid"]
 WAIT_VERDICTS = ("lock", "unknown")  # asleep: what a client waiting for its upstream shows
@@ -76,7 +77,8 @@ def chain_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules | None
 
     `threads`: tid pid comm period_ns (the watched threads, analyses.threads). Columns: tid engine
     (a label) source ("engine" | "ebpf" | "proc") order (position in the chain, NaN when unknown) driver
-    (bool) upstream (tuple of tids whose wake-up usually starts it).
+    (bool) upstream (tuple of tids whose wake-up usually starts it) client (the engine's name of the
+    client whose process thread it is; None where the chain comes from eBPF or /proc).
     """
     rules = rules or IncidentRules()
     for build in (_engine_links, _ebpf_links):
@@ -95,6 +97,7 @@ def _empty_links() -> pd.DataFrame:
             "order": pd.Series(dtype=np.float64),
             "driver": pd.Series(dtype=bool),
             "upstream": pd.Series(dtype=object),
+            "client": pd.Series(dtype=object),
         }
     )
 
@@ -188,7 +191,7 @@ def _links_of_engine(
         tuple(t for src in feeds.get(c, ()) for t in tids_of.get(src, ())) or (() if d else driver_tids)
         for c, d in zip(links["client"], links["driver"], strict=True)
     ]
-    return links.drop(columns="client").reset_index(drop=True)
+    return links.reset_index(drop=True)
 
 
 def _server_pid(cap: Capture) -> int | None:
@@ -471,10 +474,19 @@ def find_incidents(
     members["incident_verdict"] = verdicts
     members["upstream_tid"] = pd.array([None if np.isnan(v) else int(v) for v in upstream_tid], dtype="Int64")
     incidents = pd.DataFrame(rows)
+    # The root's client, as the engine names it (a JACK user knows `p0`, not jalv's thread `python3`).
+    named = links.drop_duplicates("tid") if "client" in links else pd.DataFrame({"tid": [], "client": []})
+    client_of = dict(zip(named["tid"].astype(np.int64).tolist(), named["client"].tolist(), strict=True))
+    roots = incidents["root_tid"].tolist() if len(incidents) else []
+    incidents["root_client"] = pd.Series([_client_name(client_of.get(t)) for t in roots], dtype=object)
     incidents = _add_cycles(cap, incidents, records)
     members = members.drop(columns=["inc_engine", "inc_period"])
     members.attrs["hidden"] = {"episodes": len(hidden), "threads": int(hidden["tid"].nunique()) if len(hidden) else 0}
     return incidents[INCIDENT_COLUMNS].reset_index(drop=True), members
+
+
+def _client_name(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 RT_POLICIES = (1, 2, 6)  # SCHED_FIFO, SCHED_RR, SCHED_DEADLINE
@@ -1178,7 +1190,9 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords) 
 # Xruns: one row per engine-reported xrun or missed deadline, joined to its incident
 
 
-XRUN_COLUMNS = ["t_ns", "kind", "client", "delay_us", "reports", "source", "incident", "root_comm", "root_verdict"]
+XRUN_COLUMNS = [
+    "t_ns", "kind", "client", "delay_us", "reports", "source", "incident", "root_comm", "root_client", "root_verdict"
+]  # fmt: skip
 
 
 def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
@@ -1261,6 +1275,10 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
     roots = incidents.set_index("incident") if len(incidents) else None
     out["root_comm"] = [
         roots.at[int(i), "root_comm"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
+    ]
+    out["root_client"] = [
+        _client_name(roots.at[int(i), "root_client"]) if roots is not None and not pd.isna(i) else None
+        for i in out["incident"]
     ]
     out["root_verdict"] = [
         roots.at[int(i), "root_verdict"] if roots is not None and not pd.isna(i) else None for i in out["incident"]

@@ -333,6 +333,16 @@ def same_xrun(gap_ns: np.ndarray, period_ns: float) -> np.ndarray:
     return gap <= XRUN_REPORT_GAP_PERIODS * period_ns
 
 
+# A cycle met its deadline when it ended within one period of its start: by then the next cycle is due
+# (jack2 JackEngine::CheckXRun finds a client unfinished at the next cycle's start; PipeWire reports a node
+# unfinished at the next quantum). One rule for `forensics system`'s deadline misses and for the cycles that
+# end an xrun (engine_xruns: a recovery between two reports).
+def ended_late(end_rel_ns: Any, period_ns: Any) -> Any:
+    """Per cycle: whether it ended more than a period after its start (numpy arrays or nullable pandas
+    columns; a missing end or period compares as neither)."""
+    return end_rel_ns > period_ns
+
+
 # A gap between two recorded cycle starts of a driver this close (a share of the period) to a whole
 # number k >= 2 of periods is k cycles run on the driver's clock, k - 1 of them not recorded: jack2's
 # cycles are polled (samplers/engine/cycles.py), and a poller held off its CPU for a period misses one

@@ -196,10 +196,12 @@ def test_engine_tables_give_the_chain_and_the_late_node(driver_pid):
     assert len(incidents) == 1
     row = incidents.iloc[0]
     assert (row.root_tid, row.root_verdict, row.chain_source) == (500, "runqueue", "engine")
+    assert row.root_client == "driverd"  # the engine's name for the root, beside its thread's comm
     assert row.cycle == STARVED_CYCLE and row.xrun and row.xruns == 1
     assert (members.loc[members["tid"] != 500, "incident_verdict"] == "upstream").all()
     x = xrun_rows(cap, incidents)
     assert set(x["kind"]) == {"xrun", "missed deadline"} and (x["incident"] == row.incident).all()
+    assert set(x["root_client"]) == {"driverd"}
 
 
 def test_client_the_engine_woke_late_is_the_root_from_proc_alone():
@@ -217,6 +219,7 @@ def test_client_the_engine_woke_late_is_the_root_from_proc_alone():
     assert len(incidents) == 1
     row = incidents.iloc[0]
     assert (row.root_tid, row.root_verdict, row.chain_source) == (600, "runqueue", "engine"), row.evidence
+    assert row.root_client == "client0"
     assert "engine's own stamps" in row.evidence and "2.5 ms" in row.evidence
     assert (members["incident_verdict"] == "upstream").all()
 
@@ -782,7 +785,7 @@ def test_an_xrun_joins_an_incident_of_its_own_engine():
     incidents = pd.DataFrame(
         {"incident": [1, 2], "start_ns": [jack_start, pw_start - MS],
          "end_ns": [jack_start + 5 * MS, pw_start + 8 * MS], "engine": ["jack", "pipewire"],
-         "root_comm": ["jackd", "data-loop.0"], "root_verdict": "runqueue"}
+         "root_comm": ["jackd", "data-loop.0"], "root_client": [None, None], "root_verdict": "runqueue"}
     )  # fmt: skip
     rows = xrun_rows(cap, incidents)
     assert rows[["kind", "client", "incident"]].values.tolist() == [

@@ -4,6 +4,7 @@ threshold changes (DESIGN.md, "The rules", says why each value)."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from analyses import rules
 from analyses.source import STATE_CODE, STATE_D
@@ -170,3 +171,12 @@ def test_a_thread_without_a_period_runs_the_engine_cycle_by_its_mean_switch_in_r
     # under it, the daemon's main loop there, never switched in, unknown
     expected = [False, True, True, True, True, False, False, False, False]
     assert rules.runs_engine_cycle_by_rate(rate, period).tolist() == expected
+
+
+def test_a_cycle_that_ends_after_its_period_missed_its_deadline() -> None:
+    period = 2_666_667.0
+    ends = np.array([0.0, period - 1, period, period + 1, 3 * period, np.nan])
+    assert rules.ended_late(ends, period).tolist() == [False, False, False, True, True, False]
+    # The nullable columns of engine_cycle_ends: a missing end is neither late nor on time.
+    late = rules.ended_late(pd.array([1, int(period) + 1, None], dtype="Int64"), period)
+    assert late.tolist()[:2] == [False, True] and late.isna().tolist() == [False, False, True]

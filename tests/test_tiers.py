@@ -238,19 +238,24 @@ def test_spike_on_a_thread_that_was_on_the_slow_tier_is_found(tmp_path: Path) ->
     # stole least from: in CI it took 10-20 ms there (1-2 /proc/stat ticks), the thread's counters stood
     # still (the run read as two) and the sampler's next slow read came late. What it stole, at most (k + 1)
     # ticks for a growth of k, is the machine's: the bounds below grow by it.
+    # A steal shorter than /proc/stat's 10 ms tick shows only in the capture: the sampler (SCHED_FIFO)
+    # missed ticks, and the spinning thread's counters grew by less than the wall time (CI beside other
+    # work: tick 1004 missing, 2.9 of 4.7 ms counted neither run nor wait, so the window was not busy and
+    # the 300 ms run read as 258 ms and 38 ms). Such an attempt is the machine's too: recorded again.
     best = None
     for attempt in range(1, 4):
         wait_for_quiet_machine()
         got = _record_sleeper(tmp_path / f"attempt-{attempt}")
         _, grew = machine_growth(got[0].system, [got[1]], [got[2]], ["steal"])
         ticks = 0 if np.isnan(grew["steal"][0]) else int(grew["steal"][0])
-        print(f"attempt {attempt}: hypervisor steal over the busy run {ticks} ticks")
-        if best is None or ticks < best[0]:
-            best = (ticks, got)
-        if ticks == 0:
+        gaps = _sampler_gaps_ns(got[0], got[1], got[2])
+        print(f"attempt {attempt}: hypervisor steal over the busy run {ticks} ticks, sampler gaps at {gaps}")
+        if best is None or (ticks, len(gaps)) < (best[0], len(best[1])):
+            best = (ticks, gaps, got)
+        if ticks == 0 and not gaps:
             break
     assert best is not None
-    ticks, (cap, start_ns, end_ns, tid) = best
+    ticks, gaps, (cap, start_ns, end_ns, tid) = best
     stolen_ns = (ticks + 1) * 10 * MS if ticks else 0
     tiers = cap.table("tiers")
     mine = tiers[tiers["tid"] == tid].sort_values("t_ns")
@@ -265,4 +270,15 @@ def test_spike_on_a_thread_that_was_on_the_slow_tier_is_found(tmp_path: Path) ->
     # Its start is known to two slow intervals (the window that holds it was 20 ms long, and the new read
     # lists apply at most one slow interval later); its end to a tick.
     assert abs(found["start_ns"].min() - start_ns) <= 45 * MS + stolen_ns
-    assert abs(found["end_ns"].max() - end_ns) <= 6 * MS + stolen_ns
+    # Where every attempt had a gap in it, the run may read as ending at one: what the capture shows.
+    ends = [end_ns, *gaps]
+    assert min(abs(found["end_ns"].max() - e) for e in ends) <= 6 * MS + stolen_ns, (ends, found.to_string())
+
+
+def _sampler_gaps_ns(cap: forensics.Capture, start_ns: int, end_ns: int) -> list[int]:
+    """Where the recorder missed ticks between start_ns and end_ns: the time of the sample before each gap."""
+    samples = cap.samples[(cap.samples["t_ns"] >= start_ns) & (cap.samples["t_ns"] <= end_ns)]
+    per_tick = samples.groupby("tick")["t_ns"].min().sort_index()
+    ticks = per_tick.index.to_numpy(np.int64)
+    before_gap = np.flatnonzero(np.diff(ticks) > 1)
+    return [int(per_tick.iloc[i]) for i in before_gap]

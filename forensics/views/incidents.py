@@ -33,7 +33,7 @@ XRUN_TABLE = {
     "delay_us": "delay us",
     "source_text": "reported by",
     "incident_text": "incident",
-    "root_comm": "root",
+    "root_text": "root",
     "root_verdict": "root verdict",
 }
 
@@ -42,6 +42,12 @@ def _xrun_text(value: Any) -> str:
     if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
         return "unknown"
     return "yes" if bool(value) else "no"
+
+
+def _client_prefix(client: Any, comm: Any) -> str:
+    """The engine's name of a root that is a client's process thread, before its comm ("p0: "); nothing
+    where the two are one name."""
+    return f"{client}: " if isinstance(client, str) and client != comm else ""
 
 
 def incident_rows(incidents: pd.DataFrame, members: pd.DataFrame) -> pd.DataFrame:
@@ -60,7 +66,7 @@ def incident_rows(incidents: pd.DataFrame, members: pd.DataFrame) -> pd.DataFram
                 "start_ns": row.start_ns,
                 "cycle_text": "unknown" if pd.isna(row.cycle) else str(int(row.cycle)),
                 "xrun_text": _xrun_text(row.xrun),
-                "thread": f"{row.root_comm} ({row.root_tid})",
+                "thread": f"{_client_prefix(row.root_client, row.root_comm)}{row.root_comm} ({row.root_tid})",
                 "verdict": row.root_verdict,
                 "stall_ns": root_stall,
                 "waited_text": str(int(row.waited)),
@@ -173,6 +179,10 @@ def xruns_report(
         keep &= frame["incident"].isin(involved).to_numpy(dtype=bool)
     frame = frame[keep].reset_index(drop=True)
     frame["incident_text"] = [("" if pd.isna(i) else str(int(i))) for i in frame["incident"]]
+    frame["root_text"] = [
+        None if comm is None else f"{_client_prefix(client, comm)}{comm}"
+        for comm, client in zip(frame["root_comm"], frame["root_client"], strict=True)
+    ]
     # One row per xrun: how many reports of the engine it merges (jack2 notifies once per client it
     # found unfinished), beside where they came from.
     frame["source_text"] = [
