@@ -1276,10 +1276,9 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
     out["root_comm"] = [
         roots.at[int(i), "root_comm"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
     ]
-    out["root_client"] = [
-        _client_name(roots.at[int(i), "root_client"]) if roots is not None and not pd.isna(i) else None
-        for i in out["incident"]
-    ]
+    # Incidents of find_incidents carry root_client; a table made by hand may not.
+    client_of = roots["root_client"] if roots is not None and "root_client" in roots else pd.Series(dtype=object)
+    out["root_client"] = [None if pd.isna(i) else _client_name(client_of.get(int(i))) for i in out["incident"]]
     out["root_verdict"] = [
         roots.at[int(i), "root_verdict"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
     ]

@@ -282,10 +282,11 @@ def test_with_delay_accounting_io_carries_blkio_and_lock_none(io_heavy: forensic
     judged = judged_causes(pd.Series({"io": made_io, "lock": made_locks}), ("io", "lock"))
     if "io" in judged:
         assert len(io) >= made_io - 1
-        # Blkio covers most of every io episode and ~0.9 of the typical one: 0.87-0.93 here; in CI runs with a
-        # slower CPU, 0.79 (0.6 ms of CPU per 4 MiB request, not 0.35) and 0.74 (2.3 ms on CPU of 14 ms).
+        # Blkio covers most of every io episode: what holds on any machine. How much (~0.9 of the typical
+        # one here, 0.87-0.93) is the CPU's figure, bench/exact_verdicts.py's io_blkio_over_length: in CI
+        # runs with a slower or shared CPU the medians were 0.79 (0.6 ms of CPU per 4 MiB request, not
+        # 0.35), 0.74 (2.3 ms on CPU of 14 ms) and 0.798 beside two check lanes.
         assert (io["verdict"] == "io").all() and (io["ratio"] >= 0.5).all(), io[["ratio", "duration_ns"]]
-        assert io["ratio"].median() >= 0.8, io[["ratio", "duration_ns"]]
         assert all(sources[0] == "taskstats:blkio" for sources in io["sources"])
     if "lock" in judged:
         assert len(locks) >= made_locks - 1
