@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from analyses.engine import node_lateness
-from samplers.engine.choose import choose_jack, command_server
+from samplers.engine.choose import choose_jack, command_server, jack_server_name
 from samplers.engine.cycles import CycleAssembler
 from samplers.engine.jack import DRIVER_XRUN_LINE, XRUN_LINE
 from samplers.engine.jack_shm import _DTYPE, CLIENT_NUM, TIMING, GraphTiming
@@ -395,4 +395,4 @@ def test_the_capture_names_the_server_libjack_opens(monkeypatch, asked, env, nam
     else:
         monkeypatch.setenv("JACK_DEFAULT_SERVER", env)
     source = JackSource(asked, rows_fd=-1, pids_fd=-1, explicit=asked is not None)
-    assert source.meta["server"] == named == source.server_name()
+    assert source.meta["server"] == named == jack_server_name(asked)

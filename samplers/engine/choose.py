@@ -49,16 +49,20 @@ def command_server(command: tuple[str, ...]) -> str | bool | None:
     return None
 
 
+def jack_server_name(server: str | None) -> str:
+    """The server libjack opens: the one asked for, else $JACK_DEFAULT_SERVER, else "default" (jack2
+    common/JackTools.cpp DefaultServerName)."""
+    return server or os.environ.get("JACK_DEFAULT_SERVER") or "default"
+
+
 def server_reachable(server: str | None) -> bool:
-    name = server or os.environ.get("JACK_DEFAULT_SERVER") or "default"
-    return Path(JACK_TMP_DIR, f"jack_{name}_{os.getuid()}_0").exists()
+    return Path(JACK_TMP_DIR, f"jack_{jack_server_name(server)}_{os.getuid()}_0").exists()
 
 
 def in_jack_graph(pid: int, server: str | None, proc: str = "/proc") -> bool:
     """True when the process is a JACK server or client of `server`: jack2 maps one semaphore file per
     client, named jack_sem.<uid>_<server>_<client>, in the server and in every client (JackPosixSemaphore)."""
-    name = server or os.environ.get("JACK_DEFAULT_SERVER") or "default"
-    marker = f"/jack_sem.{os.getuid()}_{name}_"
+    marker = f"/jack_sem.{os.getuid()}_{jack_server_name(server)}_"
     try:
         with open(f"{proc}/{pid}/maps") as fh:
             return any(marker in line for line in fh)

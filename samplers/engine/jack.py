@@ -40,7 +40,7 @@ import time
 from typing import Any
 
 from samplers import frames
-from samplers.engine.choose import SERVER_POLL_S, UNTIL_THE_END, server_reachable
+from samplers.engine.choose import SERVER_POLL_S, UNTIL_THE_END, jack_server_name, server_reachable
 
 ENGINE = "jack"
 STATUS_NS = 50_000_000  # cpu_load() and buffer size at 20 Hz
@@ -90,13 +90,9 @@ class JackSource:
         self.pids: dict[str, int | None] = {}
         self.jackd_pid: int | None = None
         self.driver_refnum = -1
-        self.meta: dict[str, Any] = {"kind": ENGINE, "server": self.server_name()}
+        # The server's name, not "default" for every unnamed one: libjack opens $JACK_DEFAULT_SERVER.
+        self.meta: dict[str, Any] = {"kind": ENGINE, "server": jack_server_name(self.server)}
         self.last: tuple[float, tuple[int, int]] = (0.0, (0, 1))  # period us, (buffer size, rate) as last read
-
-    def server_name(self) -> str:
-        """The server libjack opens: the one asked for, else $JACK_DEFAULT_SERVER, else "default"
-        (jack2 common/JackTools.cpp DefaultServerName). The capture names it, not "default" for all."""
-        return self.server or os.environ.get("JACK_DEFAULT_SERVER") or "default"
 
     def server_went_away(self) -> bool:
         return (self.stop_reason or "").startswith(SERVER_GONE)
@@ -170,7 +166,7 @@ class JackSource:
         jack.set_error_function(lambda _m: None)
         jack.set_info_function(lambda _m: None)
         deadline = time.monotonic() + wait_s
-        server = self.server_name()
+        server = jack_server_name(self.server)
         while True:
             # Waiting for a server that is not there yet: a stat of its socket, not a libjack attempt.
             if wait_s == UNTIL_THE_END and not server_reachable(self.server):
