@@ -289,6 +289,7 @@ def _ebpf_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> pd
                 "source": "ebpf",
                 "driver": not ups and tid in interrupt_woken,
                 "upstream": ups,
+                "client": None,  # who woke whom names no client
             }
         )
     links = pd.DataFrame(rows)
@@ -299,7 +300,7 @@ def _ebpf_links(cap: Capture, threads: pd.DataFrame, rules: IncidentRules) -> pd
         head = group.sort_values("order")["tid"].iloc[0]
         labels[root] = f"{comm.get(head, '?')} ({int(head)})"
     links["engine"] = links["engine_root"].map(labels)
-    return links[["tid", "engine", "source", "order", "driver", "upstream"]].reset_index(drop=True)
+    return links[["tid", "engine", "source", "order", "driver", "upstream", "client"]].reset_index(drop=True)
 
 
 def _depths(upstream: dict[int, tuple[int, ...]]) -> dict[int, int]:
@@ -343,6 +344,7 @@ def _proc_links(threads: pd.DataFrame, rules: IncidentRules) -> pd.DataFrame:
                     "order": np.nan,
                     "driver": False,
                     "upstream": (),
+                    "client": None,  # a guess from /proc names no client
                     "comm": comm[i],
                 }
             )
@@ -475,8 +477,7 @@ def find_incidents(
     members["upstream_tid"] = pd.array([None if np.isnan(v) else int(v) for v in upstream_tid], dtype="Int64")
     incidents = pd.DataFrame(rows)
     # The root's client, as the engine names it (a JACK user knows `p0`, not jalv's thread `python3`).
-    named = links.drop_duplicates("tid") if "client" in links else pd.DataFrame({"tid": [], "client": []})
-    client_of = dict(zip(named["tid"].astype(np.int64).tolist(), named["client"].tolist(), strict=True))
+    client_of = dict(zip(links["tid"].astype(np.int64).tolist(), links["client"].tolist(), strict=True))
     roots = incidents["root_tid"].tolist() if len(incidents) else []
     incidents["root_client"] = pd.Series([_client_name(client_of.get(t)) for t in roots], dtype=object)
     incidents = _add_cycles(cap, incidents, records)
@@ -1276,9 +1277,10 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
     out["root_comm"] = [
         roots.at[int(i), "root_comm"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
     ]
-    # Incidents of find_incidents carry root_client; a table made by hand may not.
-    client_of = roots["root_client"] if roots is not None and "root_client" in roots else pd.Series(dtype=object)
-    out["root_client"] = [None if pd.isna(i) else _client_name(client_of.get(int(i))) for i in out["incident"]]
+    out["root_client"] = [
+        _client_name(roots.at[int(i), "root_client"]) if roots is not None and not pd.isna(i) else None
+        for i in out["incident"]
+    ]
     out["root_verdict"] = [
         roots.at[int(i), "root_verdict"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
     ]

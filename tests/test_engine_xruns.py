@@ -177,7 +177,7 @@ def test_xrun_joins_the_incident_that_covers_it_not_the_last_in_its_window():
     incidents = pd.DataFrame(
         {"incident": [1, 2, 3, 4], "start_ns": [50 * MS, 100 * MS, 115 * MS, 143 * MS],
          "end_ns": [60 * MS, 110 * MS, 140 * MS, 150 * MS], "root_comm": ["a", "b", "c", "d"],
-         "root_verdict": "runqueue"}
+         "root_client": None, "root_verdict": "runqueue"}
     )  # fmt: skip
     rows = xrun_rows(cap, incidents)
     assert rows["incident"].tolist() == [2, 3]

@@ -10,7 +10,7 @@ import pytest
 
 import forensics
 from analyses import rules
-from analyses.incidents import chain_links, find_incidents, xrun_rows
+from analyses.incidents import chain_links, find_incidents, graph_rank, xrun_rows
 from analyses.source import capture_interval_ns
 from analyses.stalls import find_stalls
 from analyses.threads import select_threads, thread_profiles
@@ -868,11 +868,6 @@ def test_a_link_of_unknown_place_ranks_after_the_driver() -> None:
     """From /proc alone only the driver's place in the graph is known (0; the clients NaN). A NaN sort key
     is neither less nor more than 0: min() kept the first candidate, a client whose window began before
     the hog, ahead of the starved driver. Unknown places rank last."""
-    import numpy as np
-    import pandas as pd
-
-    from analyses.incidents import graph_rank
-
     chain = pd.DataFrame({"tid": [10, 20, 30], "order": [0.0, np.nan, np.nan]})
     rank = graph_rank(chain)
     assert rank == {10: 0.0, 20: np.inf, 30: np.inf}
