@@ -383,7 +383,10 @@ def find_incidents(
     `threads`: the watched threads (tid pid comm period_ns policy ...). With `quiet_outside` and an engine
     found, episodes of threads that are neither a link of it nor real-time (a client's housekeeping
     thread at a period of its own) are no incident of their own: they appear when they ran instead of a
-    member, or on request (quiet_outside=False). Their count is in members.attrs["hidden"].
+    member, or on request (quiet_outside=False). Their count is in members.attrs["hidden"]. With
+    `quiet_outside`, groups of episodes over cycles the engine recorded whole and on time
+    (rules.engine_on_time) are no incident either: counted in members.attrs["on_time"] (incidents,
+    episodes), the rest numbered from 1.
     """
     rules = rules or IncidentRules()
     links = chain_links(cap, threads, rules)
@@ -399,6 +402,7 @@ def find_incidents(
             "episodes": len(hidden),
             "threads": int(hidden["tid"].nunique()) if len(hidden) else 0,
         }
+        members.attrs["on_time"] = {"incidents": 0, "episodes": 0}
         return _empty_incidents(), members
     link = links.set_index("tid") if len(links) else None
     tid = members["tid"].astype(np.int64).to_numpy()
@@ -480,9 +484,24 @@ def find_incidents(
     client_of = dict(zip(links["tid"].astype(np.int64).tolist(), links["client"].tolist(), strict=True))
     roots = incidents["root_tid"].tolist() if len(incidents) else []
     incidents["root_client"] = pd.Series([_client_name(client_of.get(t)) for t in roots], dtype=object)
-    incidents = _add_cycles(cap, incidents, records)
+    incidents = _add_cycles(cap, incidents, records, rules)
     members = members.drop(columns=["inc_engine", "inc_period"])
+    on_time = incidents["on_time"].to_numpy(dtype=bool)
+    if quiet_outside and on_time.any():
+        # Groups of episodes over cycles the engine recorded on time are no late cycle (rules.engine_on_time):
+        # no incident, counted; --all keeps them. The others are numbered again from 1.
+        dropped = set(incidents.loc[on_time, "incident"].astype(int))
+        gone = members["incident"].isin(dropped).to_numpy()
+        on_time_counts = {"incidents": len(dropped), "episodes": int(gone.sum())}
+        incidents = incidents[~on_time].reset_index(drop=True)
+        renumber = {int(old): new for new, old in enumerate(incidents["incident"], start=1)}
+        incidents["incident"] = np.arange(1, len(incidents) + 1, dtype=np.int64)
+        members = members[~gone]  # its index stays: root_episode names a row of it
+        members["incident"] = members["incident"].map(renumber).astype(np.int64)
+    else:
+        on_time_counts = {"incidents": 0, "episodes": 0}
     members.attrs["hidden"] = {"episodes": len(hidden), "threads": int(hidden["tid"].nunique()) if len(hidden) else 0}
+    members.attrs["on_time"] = on_time_counts
     return incidents[INCIDENT_COLUMNS].reset_index(drop=True), members
 
 
@@ -1098,15 +1117,7 @@ def _engine_first_late(
     finish = nodes["finish_ns"].astype("Float64").fillna(nodes["t_ns"].astype("Float64") + period)
     nodes = nodes[((nodes["t_ns"] <= end) & (finish >= start)).to_numpy(dtype=bool)]
     finish, period = finish[nodes.index], period[nodes.index]
-    woken = nodes["awake_ns"].astype("Float64") - nodes["signal_ns"].astype("Float64")
-    ran = nodes["finish_ns"].astype("Float64") - nodes["awake_ns"].astype("Float64")
-    # Awake and never seen finishing, and late (the next cycle came before it finished): it ran past its period.
-    late_node = nodes["node_late"]
-    unfinished = (nodes["awake_ns"] >= nodes["signal_ns"]) & nodes["finish_ns"].isna() & late_node.fillna(False)
-    ran = ran.mask(unfinished.fillna(False), period)
-    late = nodes[
-        ((woken >= rules.engine_late_share * period) | (ran >= rules.engine_late_share * period)).fillna(False)
-    ]
+    late = nodes[_late_nodes(nodes, period, rules)]
     # The earliest cycle of an engine in scope that started late: (its due time, its start).
     slow_start: tuple[int, int] | None = None
     for name, engine_period in periods.items():
@@ -1126,7 +1137,20 @@ def _engine_first_late(
     return (tid, int(first["t_ns"]), span_end) if tid is not None else None
 
 
-def _add_cycles(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords) -> pd.DataFrame:
+def _late_nodes(nodes: pd.DataFrame, period: pd.Series, rules: IncidentRules) -> np.ndarray:
+    """Per engine_nodes row (with node_late): whether the node was woken (awake - signal) or ran (finish -
+    awake) engine_late_share of `period` (its engine's, per row) or more: a late link of its cycle."""
+    woken = nodes["awake_ns"].astype("Float64") - nodes["signal_ns"].astype("Float64")
+    ran = nodes["finish_ns"].astype("Float64") - nodes["awake_ns"].astype("Float64")
+    # Awake and never seen finishing, and late (the next cycle came before it finished): it ran past its period.
+    late_node = nodes["node_late"]
+    unfinished = (nodes["awake_ns"] >= nodes["signal_ns"]) & nodes["finish_ns"].isna() & late_node.fillna(False)
+    ran = ran.mask(unfinished.fillna(False), period)
+    late = (woken >= rules.engine_late_share * period) | (ran >= rules.engine_late_share * period)
+    return late.fillna(False).to_numpy(dtype=bool)
+
+
+def _add_cycles(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords, rule: IncidentRules) -> pd.DataFrame:
     """The engine cycle an incident is about and whether the engine reported it late.
 
     With the engine's cycles: `cycle` is the first cycle of the incident's own engine (of the capture's
@@ -1138,6 +1162,7 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords) 
     joins them (by engine and time: _incident_of); `xrun` is whether there is one (None when the capture
     has no xrun record). Without the engine's tables, the lab's callbacks that ended past their deadline."""
     n = len(incidents)
+    on_time = np.zeros(n, dtype=bool)
     cycle = pd.array([pd.NA] * n, dtype="Int64")
     xrun: list[bool | None] = [None] * n
     xruns = np.zeros(n, dtype=np.int64)
@@ -1153,17 +1178,32 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords) 
         # Each engine's cycles against its own period, numbered by its own counter: an incident's cycle is
         # one of its own engine's (JACK and PipeWire may run at once).
         per_engine = {}
+        nodes = records.nodes
+        if len(nodes) and "awake_ns" in nodes:
+            node_period = pd.Series(
+                nodes["engine"].astype(str).map(records.periods).to_numpy(np.float64), index=nodes.index
+            )
+            late_links = nodes.loc[_late_nodes(nodes, node_period, rule), ["engine", "t_ns"]]
+        else:
+            late_links = pd.DataFrame({"engine": pd.Series(dtype=str), "t_ns": pd.Series(dtype=np.int64)})
         for name, mine in begun.groupby(begun["engine"].astype(str), sort=True):
+            t = mine["t_ns"].to_numpy(np.int64)
+            # A cycle with a link the engine stamped late (_late_nodes) is late for the incidents, as it
+            # is for their roots (_engine_first_late), though it may still have met its deadline.
+            linked = np.isin(t, late_links.loc[(late_links["engine"].astype(str) == name).to_numpy(), "t_ns"])
             per_engine[str(name)] = (
-                mine["t_ns"].to_numpy(np.int64),
+                t,
                 float(records.periods.get(str(name), np.nan)),
                 (mine["missed_before"].to_numpy(np.int64) > 0) | mine["missed"].fillna(False).to_numpy(dtype=bool),
                 mine["cycle"].to_numpy(np.int64),
+                mine["missed"].notna().to_numpy(dtype=bool),
+                linked,
             )
-        for i, engine in enumerate(_engines_of(incidents, set(per_engine))):
+        engine_of = _engines_of(incidents, set(per_engine))
+        for i, engine in enumerate(engine_of):
             if engine is None:
                 continue
-            t, period, late, numbers = per_engine[engine]
+            t, period, late, numbers, _, _ = per_engine[engine]
             near = np.flatnonzero(late & (t >= starts[i] - period) & (t <= ends[i] + period))
             k = int(near[0]) if len(near) else int(np.searchsorted(t, starts[i], side="right")) - 1
             cycle[i] = int(numbers[max(k, 0)])
@@ -1176,6 +1216,17 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords) 
                 if hit is not None:
                     xruns[hit] += 1
             xrun = [bool(v) for v in xruns]
+        for i, engine in enumerate(engine_of):
+            if engine is not None:
+                t, period, late, _, known, linked = per_engine[engine]
+                # The cycles around it (a period either side, as `cycle` above), each with the gap from
+                # the start recorded before it: a first cycle with none before is no whole record.
+                around = np.flatnonzero((t >= starts[i] - period) & (t <= ends[i] + period))
+                around = around[around > 0]
+                on_time[i] = rules.engine_on_time(
+                    t[around] - t[around - 1], period, late[around] | linked[around], known[around],
+                    int(xruns[i]), rule.engine_late_share,
+                )  # fmt: skip
     else:
         lab = cap.cycles
         if not lab.empty:
@@ -1184,7 +1235,7 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords) 
                 hit = late_lab[(late_lab["end_ns"] >= starts[i]) & (late_lab["start_ns"] <= ends[i])]
                 xruns[i] = len(hit)
                 xrun[i] = bool(len(hit))
-    return incidents.assign(cycle=cycle, xrun=xrun, xruns=xruns)
+    return incidents.assign(cycle=cycle, xrun=xrun, xruns=xruns, on_time=on_time)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1317,10 +1368,19 @@ def _incident_of(
 
 def _covering_incident(lo: int, hi: int, starts: np.ndarray, ends: np.ndarray, *, after: bool) -> int | None:
     """The position of the incident an xrun or a missed deadline spanning [lo, hi] belongs to: the one
-    that overlaps it (the latest to begin, when several do), else the nearest within XRUN_JOIN_NS. An
+    that overlaps it (the latest to begin, when several do; for a report, first the latest to begin by
+    its first report), else the nearest within XRUN_JOIN_NS. An
     engine reports an xrun after its late cycle (`after`: JACK ~0.3 ms after the starved driver ran
     again), so an incident that ended before the report comes first; a missed deadline's cycle may
     begin before the episode's first window, so one that begins after it comes first."""
+    if after:
+        # A report follows the late cycle it reports: an incident that began by its first report and
+        # ended at most XRUN_JOIN_NS before it comes before one that began later, even one the merged
+        # reports overlap (recorded: a starved driver's incident ended 0.7 ms before the first report,
+        # and the clients' catch-up 13 ms later was within the xrun's 51 ms of reports and log lines).
+        began = np.flatnonzero((starts <= lo) & (ends >= lo - XRUN_JOIN_NS))
+        if len(began):
+            return int(began[np.argmax(starts[began])])
     overlap = np.flatnonzero((starts <= hi) & (ends >= lo))
     if len(overlap):
         return int(overlap[np.argmax(starts[overlap])])

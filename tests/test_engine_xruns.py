@@ -237,7 +237,7 @@ def test_cycle_starts_count_jacks_cycles_on_the_drivers_clock():
 
 @pytest.mark.parametrize(
     ("path", "expected"),
-    [("captures/jack-starved-ebpf.ssf", {2: 1706, 3: 1927}), ("captures/jack-starved-proc.ssf", {1: 804, 2: 1025}),
+    [("captures/jack-starved-ebpf.ssf", {1: 1706, 2: 1927}), ("captures/jack-starved-proc.ssf", {1: 804, 2: 1025}),
      ("captures/pipewire-late-client.ssf", {1: 1185, 2: 1287})],
 )  # fmt: skip
 def test_incidents_carry_their_late_cycle_and_whether_the_engine_reported_it(run_module, path, expected):
@@ -310,24 +310,25 @@ def test_jitter_plot_and_compare_count_the_cycles_never_begun_and_compare_the_in
     assert "0 late, 8 never began" in timeline_data(cap, "jackd").cycles_label
     figures = capture_figures(cap)
     assert figures["deadline misses"][0] == 8 and figures["  never began"][0] == 8
-    # compare's incidents are those of `forensics stalls` (4 here: the two starvations and two late cycles)
-    assert figures["incidents"][0] == 4
-    assert figures["incidents per minute"][0] == pytest.approx(4 / (figures["duration"][0] / 60))
+    # compare's incidents are those of `forensics stalls` (3 here: the two starvations, and a client woken
+    # 0.7 ms late where the poller recorded no cycle; the waits over cycles recorded on time are none)
+    assert figures["incidents"][0] == 3
+    assert figures["incidents per minute"][0] == pytest.approx(3 / (figures["duration"][0] / 60))
 
 
 def test_the_timeline_marks_each_incident_numbered_as_stalls():
-    """captures/jack-starved-ebpf.ssf: the incidents `forensics stalls` prints in the plotted span (1, a
-    late cycle, then 2 and 3, the starvations rooted at jackd) are grey spans on the top panel, labelled
-    with their number, root and verdict."""
+    """captures/jack-starved-ebpf.ssf: the incidents `forensics stalls` prints in the plotted span (1 and
+    2, the starvations rooted at jackd) are grey spans on the top panel, labelled with their number, root
+    and verdict."""
     import forensics
     from forensics.plots.data import timeline_data
     from forensics.plots.timeline import draw_timeline
     from tests.helpers import REPO
 
     data = timeline_data(forensics.load(REPO / "captures/jack-starved-ebpf.ssf"), "jackd")
-    assert data.incidents["incident"].tolist() == [1, 2, 3]
-    assert data.incidents["root_verdict"].tolist()[1:] == ["runqueue", "runqueue"]
+    assert data.incidents["incident"].tolist() == [1, 2]
+    assert data.incidents["root_verdict"].tolist() == ["runqueue", "runqueue"]
     fig = draw_timeline(data)
-    assert [a.get_gid() for a in fig.findobj()].count("incident") == 3
+    assert [a.get_gid() for a in fig.findobj()].count("incident") == 2
     labels = [a.get_text() for a in fig.findobj() if a.get_gid() == "incident-label"]
-    assert labels[1:] == ["#2 jackd runqueue", "#3 jackd runqueue"]
+    assert labels == ["#1 jackd runqueue", "#2 jackd runqueue"]

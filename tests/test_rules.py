@@ -180,3 +180,17 @@ def test_a_cycle_that_ends_after_its_period_missed_its_deadline() -> None:
     # The nullable columns of engine_cycle_ends: a missing end is neither late nor on time.
     late = rules.ended_late(pd.array([1, int(period) + 1, None], dtype="Int64"), period)
     assert late.tolist()[:2] == [False, True] and late.isna().tolist() == [False, False, True]
+
+
+def test_the_engine_says_on_time_only_from_a_whole_record_of_cycles_that_met_their_deadlines() -> None:
+    period, share = 2_666_667.0, 0.5
+    whole = A([period, period * 1.02, period * 0.98])
+    ok, known = A([False, False, False]), A([True, True, True])
+    assert rules.engine_on_time(whole, period, ok, known, 0, share)
+    assert not rules.engine_on_time(whole, period, A([False, True, False]), known, 0, share)  # one was late
+    assert not rules.engine_on_time(whole, period, ok, A([True, False, True]), 0, share)  # one end unknown
+    assert not rules.engine_on_time(whole, period, ok, known, 1, share)  # the engine reported an xrun
+    assert not rules.engine_on_time(A([period, 2 * period]), period, ok[:2], known[:2], 0, share)  # a hole
+    assert not rules.engine_on_time(A([period, 1.5 * period]), period, ok[:2], known[:2], 0, share)  # late start
+    assert rules.engine_on_time(A([period, 1.49 * period]), period, ok[:2], known[:2], 0, share)
+    assert not rules.engine_on_time(A([]), period, A([]), A([]), 0, share)  # nothing recorded there

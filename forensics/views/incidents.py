@@ -131,6 +131,15 @@ def add_incident_sections(
             "(not real-time, not a link of it) are no incident of their own: --episodes, --all or --thread "
             "REGEX lists them."
         )
+    on_time = members.attrs.get("on_time") or {}
+    if on_time.get("incidents"):
+        groups = on_time["incidents"]
+        report.notes.append(
+            f"{groups} group{'s' if groups > 1 else ''} of episodes ({on_time['episodes']} "
+            f"episode{'s' if on_time['episodes'] > 1 else ''}) fell in cycles "
+            "the engine recorded on time (every one ended within its period, none late to start, no xrun): "
+            "no late cycle, so no incident; --episodes lists them, --all keeps them as incidents."
+        )
     if for_json:
         report.sections.append(Section("incidents", "Incidents", incidents_json(incidents, members)))
         report.json_root = "incidents"

@@ -1,0 +1,175 @@
+"""Roots of starvations on a JACK graph of a shape no test was built for (issue 22's graph), both start orders.
+
+The graph: `jackd -R -d dummy -p 128`; fluidsynth holding a note feeds four jalv clients in series (calf
+Equalizer8Band, calf Compressor, calf Reverb, lsp compressor_stereo: the calf ones have MIDI/atom ports left
+unconnected); in parallel ecasound (`-r`: its engine thread SCHED_FIFO 50 beside its FIFO process thread)
+runs the same four LV2 plugins from fluidsynth to the playback ports. A SCHED_FIFO hog above jackd starves
+every CPU 12 ms, `--starvations` times, one second apart (tests/workloads/fifo_hog.c).
+
+Recorded four ways: the graph up first and catch-load given its processes (`-p` each, `--jack NAME`), or
+catch-load started first as a new user does (`--match '^jackd$' --children`, told nothing else), each from
+eBPF (`--ebpf`) and from /proc alone (the same capture without its exact tables). For each starvation: the
+incidents overlapping it (3 ms either side) and their root; right when there is exactly one and its root is
+a thread of jackd, `runqueue` (the driver, first starved link); findings away from every starvation are
+counted per minute.
+
+    sudo python bench/real_graph_shapes.py [--starvations 8] [--order both|graph|recorder] [--keep DIR]
+
+Needs root (eBPF, SCHED_FIFO), jackd, jalv, fluidsynth, ecasound, calf-plugins and lsp-plugins-lv2
+(tests/install-deps.sh installs them). Prints one table per recording and the totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import forensics  # noqa: E402
+from tests.helpers import REPO, child_env  # noqa: E402
+from tests.injections import incidents_of  # noqa: E402
+from tests.jack_fixtures import build_hog, env_with, jackd, run_hog  # noqa: E402
+from tests.recording import catch_load_argv, wait_capture_growing  # noqa: E402
+
+PLUGINS = (
+    "http://calf.sourceforge.net/plugins/Equalizer8Band",
+    "http://calf.sourceforge.net/plugins/Compressor",
+    "http://calf.sourceforge.net/plugins/Reverb",
+    "http://lsp-plug.in/plugins/lv2/compressor_stereo",
+)
+HOG_PRIORITY = 80  # above jackd -R (10), its clients (5) and ecasound -r (50)
+MARGIN_NS = 3_000_000
+TOOLS = ("jackd", "jalv", "fluidsynth", "ecasound", "jack_connect", "jack_lsp", "gcc")
+
+
+def build_graph(server, log_dir: Path) -> dict[str, subprocess.Popen[bytes]]:  # type: ignore[no-untyped-def]
+    processes = {"fluidsynth": server.fluidsynth("noteon 0 60 100\n")}
+    server.wait_client("fluidsynth", timeout=60)
+    for k, uri in enumerate(PLUGINS):
+        processes[f"p{k}"] = server.jalv(f"p{k}", uri)
+        server.wait_client(f"p{k}", timeout=60)
+    upstream = server.audio_ports("fluidsynth", "output")
+    for k in range(len(PLUGINS)):
+        for src, dst in zip(upstream, server.audio_ports(f"p{k}", "input"), strict=False):
+            server.connect(src, dst)
+        upstream = server.audio_ports(f"p{k}", "output")
+    for src, dst in zip(upstream, ("system:playback_1", "system:playback_2"), strict=False):
+        server.connect(src, dst)
+    chain = [arg for uri in PLUGINS for arg in ("-elv2:" + uri,)]
+    processes["ecasound"] = server.start(
+        "ecasound", "-q", "-r", "-f:f32,2,48000", "-i", "jack,fluidsynth", *chain, "-o", "jack,system",
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    server.wait_client("ecasound", timeout=60)
+    for name, process in processes.items():
+        if process.poll() is not None:
+            raise SystemExit(f"{name} exited early (code {process.returncode})")
+    return processes
+
+
+def record(order: str, ebpf: bool, starvations: int, workdir: Path) -> tuple[Path, list[tuple[int, int]], int]:
+    hog = build_hog(workdir)
+    out = workdir / f"{order}-{'ebpf' if ebpf else 'proc'}.ssf"
+    name = f"t{uuid.uuid4().hex[:10]}"
+    common = ["-q", "-o", str(out), *(["--ebpf"] if ebpf else [])]
+    first = None
+    if order == "recorder":
+        first = subprocess.Popen(
+            [*catch_load_argv(), *common, "--match", "^jackd$", "--children"],
+            env=env_with(name), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(2.0)
+    with jackd(workdir, period=128, name=name) as server:
+        processes = build_graph(server, workdir)
+        recorder = first
+        if recorder is None:
+            args = [*common, "--jack", name, "-p", str(server.process.pid)]
+            for process in processes.values():
+                args += ["-p", str(process.pid)]
+            recorder = subprocess.Popen(
+                [*catch_load_argv(), *args], env=child_env(base=server.env), cwd=REPO,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+        wait_capture_growing(out, recorder, timeout_s=120.0, growths=2, poll_s=0.5)
+        time.sleep(3.0)
+        spans = run_hog(hog, priority=HOG_PRIORITY, spin_ms=12, count=starvations, gap_ms=1000)
+        time.sleep(1.0)
+        recorder.send_signal(2)
+        _, err = recorder.communicate(timeout=600)
+        if recorder.returncode != 0:
+            raise SystemExit(f"catch-load failed: {err}")
+        jackd_pid = server.process.pid
+    return out, [(s, e) for s, e, _ in spans], jackd_pid
+
+
+def judge(path: Path, spans: list[tuple[int, int]], jackd_pid: int, ebpf: bool) -> dict[str, object]:
+    cap = forensics.load(path)
+    incidents = incidents_of(cap, ebpf=ebpf)
+    server_tids = set(cap.threads.loc[cap.threads["pid"] == jackd_pid, "tid"].astype(int))
+    starts = incidents["start_ns"].to_numpy(np.int64)
+    ends = incidents["end_ns"].to_numpy(np.int64)
+    used: set[int] = set()
+    rows = []
+    for s, e in spans:
+        hit = np.flatnonzero((starts <= e + MARGIN_NS) & (ends >= s - MARGIN_NS))
+        used.update(int(k) for k in hit)
+        roots = [
+            f"{incidents.iloc[k]['root_client'] or incidents.iloc[k]['root_comm']} {incidents.iloc[k]['root_verdict']}"
+            for k in hit
+        ]
+        right = len(hit) == 1 and (
+            incidents.iloc[hit[0]]["root_verdict"] == "runqueue"
+            and int(incidents.iloc[hit[0]]["root_tid"]) in server_tids
+        )
+        rows.append((s, len(hit), "; ".join(roots) or "-", right))
+    away = incidents.iloc[[k for k in range(len(incidents)) if k not in used]]
+    span_s = (cap.end_ns - cap.start_ns) / 1e9 if hasattr(cap, "end_ns") else float("nan")
+    return {"rows": rows, "away": away, "span_s": span_s, "engine": sorted(cap.engine_sources)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--starvations", type=int, default=8)
+    parser.add_argument("--order", choices=("both", "graph", "recorder"), default="both")
+    parser.add_argument("--keep", type=Path, help="a directory to keep the captures in")
+    args = parser.parse_args()
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        raise SystemExit(f"real_graph_shapes: missing {', '.join(missing)} (tests/install-deps.sh installs them)")
+    orders = ("graph", "recorder") if args.order == "both" else (args.order,)
+    for order in orders:
+        workdir = Path(tempfile.mkdtemp(prefix=f"shapes-{order}-"))
+        path, spans, jackd_pid = record(order, True, args.starvations, workdir)
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, args.keep / path.name)
+        for ebpf in (True, False):
+            result = judge(path, spans, jackd_pid, ebpf)
+            right = sum(r[3] for r in result["rows"])  # type: ignore[index,union-attr]
+            print(
+                f"\n{order} first, {'eBPF' if ebpf else '/proc'}: {right}/{len(spans)} right, "
+                f"{len(result['away'])} away from the starvations, engine sources {result['engine']}"
+            )  # type: ignore[arg-type]
+            for s, n, roots, ok in result["rows"]:  # type: ignore[union-attr]
+                print(f"  {(s - spans[0][0]) / 1e9:6.2f} s  {n} incident(s)  {'ok ' if ok else 'BAD'}  {roots}")
+            away = result["away"]
+            for _, r in away.iterrows():  # type: ignore[union-attr]
+                print(
+                    f"  away: {(r['start_ns'] - spans[0][0]) / 1e9:6.2f} s {r['root_client'] or r['root_comm']} "
+                    f"{r['root_verdict']}"
+                )
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
