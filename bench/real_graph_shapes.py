@@ -14,6 +14,12 @@ a thread of jackd, `runqueue` (the driver, first starved link); findings away fr
 counted per minute.
 
     sudo python bench/real_graph_shapes.py [--starvations 8] [--order both|graph|recorder] [--keep DIR]
+    sudo python bench/real_graph_shapes.py --fixture captures/jack-shapes-recorder-first.ssf
+
+--fixture records the recorder-first case from eBPF with 3 starvations 600 ms apart (`--taskstats none`:
+no source of the incidents, the largest table) and writes its stretch from 1 s before the first to 0.5 s
+after the last, with meta["made_by"] (the graph, the hog, each starvation's span, the pids): the stored
+fixture of tests/test_real_captures.py.
 
 Needs root (eBPF, SCHED_FIFO), jackd, jalv, fluidsynth, ecasound, calf-plugins and lsp-plugins-lv2
 (tests/install-deps.sh installs them). Prints one table per recording and the totals.
@@ -48,6 +54,7 @@ PLUGINS = (
     "http://lsp-plug.in/plugins/lv2/compressor_stereo",
 )
 HOG_PRIORITY = 80  # above jackd -R (10), its clients (5) and ecasound -r (50)
+SPIN_MS = 12
 MARGIN_NS = 3_000_000
 TOOLS = ("jackd", "jalv", "fluidsynth", "ecasound", "jack_connect", "jack_lsp", "gcc")
 
@@ -77,11 +84,13 @@ def build_graph(server, log_dir: Path) -> dict[str, subprocess.Popen[bytes]]:  #
     return processes
 
 
-def record(order: str, ebpf: bool, starvations: int, workdir: Path) -> tuple[Path, list[tuple[int, int]], int]:
+def record(
+    order: str, ebpf: bool, starvations: int, workdir: Path, gap_ms: int = 1000, extra: tuple[str, ...] = ()
+) -> tuple[Path, list[tuple[int, int, int | None]], dict[str, int]]:
     hog = build_hog(workdir)
     out = workdir / f"{order}-{'ebpf' if ebpf else 'proc'}.ssf"
     name = f"t{uuid.uuid4().hex[:10]}"
-    common = ["-q", "-o", str(out), *(["--ebpf"] if ebpf else [])]
+    common = ["-q", "-o", str(out), *(["--ebpf"] if ebpf else []), *extra]
     first = None
     if order == "recorder":
         first = subprocess.Popen(
@@ -102,14 +111,41 @@ def record(order: str, ebpf: bool, starvations: int, workdir: Path) -> tuple[Pat
             )  # fmt: skip
         wait_capture_growing(out, recorder, timeout_s=120.0, growths=2, poll_s=0.5)
         time.sleep(3.0)
-        spans = run_hog(hog, priority=HOG_PRIORITY, spin_ms=12, count=starvations, gap_ms=1000)
+        spans = run_hog(hog, priority=HOG_PRIORITY, spin_ms=SPIN_MS, count=starvations, gap_ms=gap_ms)
         time.sleep(1.0)
         recorder.send_signal(2)
         _, err = recorder.communicate(timeout=600)
         if recorder.returncode != 0:
             raise SystemExit(f"catch-load failed: {err}")
-        jackd_pid = server.process.pid
-    return out, [(s, e) for s, e, _ in spans], jackd_pid
+        pids = {"jackd": server.process.pid, **{k: p.pid for k, p in processes.items()}}
+    return out, spans, pids
+
+
+def write_fixture(target: Path) -> None:
+    """The recorder-first eBPF recording of 3 starvations, cut and stamped (tests/real_captures.cut)."""
+    from tests.real_captures import cut
+
+    workdir = Path(tempfile.mkdtemp(prefix="shapes-fixture-"))
+    path, spans, pids = record("recorder", True, 3, workdir, gap_ms=600, extra=("--taskstats", "none"))
+    made_by = {
+        "how": (
+            "catch-load --ebpf --taskstats none --match '^jackd$' --children started first, then jackd -R dummy "
+            "48000 Hz 128 frames, fluidsynth holding a note into four jalv in series (" + ", ".join(PLUGINS) + "; "
+            "the calf ones with MIDI/atom ports unconnected) and ecasound -r running the same four from "
+            "fluidsynth to the playback ports in parallel (an engine thread at FIFO 50 beside its process "
+            f"thread), while tests/workloads/fifo_hog.c (SCHED_FIFO {HOG_PRIORITY} on every CPU) starved it "
+            f"{len(spans)} times for {SPIN_MS} ms, 600 ms apart"
+        ),
+        "script": "bench/real_graph_shapes.py",
+        "command": f"python bench/real_graph_shapes.py --fixture {target}",
+        "pids": pids,
+        "hog": {"priority": HOG_PRIORITY, "spin_ms": SPIN_MS, "gap_ms": 600, "count": len(spans)},
+        # CLOCK_MONOTONIC, the capture's clock; steal_ns: the hypervisor's steal over it (None: unread).
+        "starvations": [{"start_ns": s, "end_ns": e, "steal_ns": st} for s, e, st in spans],
+    }
+    cut(path, target, spans[0][0] - 1_000_000_000, spans[-1][1] + 500_000_000, made_by)
+    print(f"{target}: {target.stat().st_size} bytes, starvations {spans}")
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 def judge(path: Path, spans: list[tuple[int, int]], jackd_pid: int, ebpf: bool) -> dict[str, object]:
@@ -142,19 +178,24 @@ def main() -> None:
     parser.add_argument("--starvations", type=int, default=8)
     parser.add_argument("--order", choices=("both", "graph", "recorder"), default="both")
     parser.add_argument("--keep", type=Path, help="a directory to keep the captures in")
+    parser.add_argument("--fixture", type=Path, help="write the stored fixture there instead (see above)")
     args = parser.parse_args()
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         raise SystemExit(f"real_graph_shapes: missing {', '.join(missing)} (tests/install-deps.sh installs them)")
+    if args.fixture:
+        write_fixture(args.fixture)
+        return
     orders = ("graph", "recorder") if args.order == "both" else (args.order,)
     for order in orders:
         workdir = Path(tempfile.mkdtemp(prefix=f"shapes-{order}-"))
-        path, spans, jackd_pid = record(order, True, args.starvations, workdir)
+        path, hog_spans, pids = record(order, True, args.starvations, workdir)
+        spans = [(s, e) for s, e, _ in hog_spans]
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, args.keep / path.name)
         for ebpf in (True, False):
-            result = judge(path, spans, jackd_pid, ebpf)
+            result = judge(path, spans, pids["jackd"], ebpf)
             right = sum(r[3] for r in result["rows"])  # type: ignore[index,union-attr]
             print(
                 f"\n{order} first, {'eBPF' if ebpf else '/proc'}: {right}/{len(spans)} right, "

@@ -25,6 +25,7 @@ APT_PACKAGES=(
     jalv              # LV2 host: real JACK clients
     lsp-plugins-lv2   # LV2 plugins the tests load (series vs chain)
     x42-plugins
+    calf-plugins      # issue 22's graph: plugins with MIDI/atom ports left unconnected (bench/real_graph_shapes.py)
     fluidsynth        # a real softsynth client
     timgm6mb-soundfont
     ecasound          # several LV2 plugins in one JACK client (the chain)

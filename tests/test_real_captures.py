@@ -21,6 +21,12 @@ captures/jack-client-spins.ssf  jackd (dummy, 128 frames) and the cue client, ca
 captures/jack-recorder-first.ssf the same spins as a new user records them: catch-load --match '^jackd$'
                                 --children first, then jackd (its output to a file) and the cue client
                                 (tests/real_captures.record_recorder_first)
+captures/jack-shapes-recorder-first.ssf issue 22's graph, recorded as a new user does (catch-load --ebpf --match
+                                '^jackd$' --children first): fluidsynth into four jalv in series (calf
+                                Equalizer8Band, Compressor, Reverb with MIDI/atom ports unconnected; lsp
+                                compressor_stereo) and ecasound -r running the same four in parallel (an engine
+                                thread at FIFO 50 beside its process thread), starved three times for 12 ms by a
+                                SCHED_FIFO 80 hog (`python bench/real_graph_shapes.py --fixture PATH`)
 
 The first two and the last made by `python -m tests.real_captures captures/` on the project's VM (2 CPUs, kernel 6.18);
 each says how it was made in its metadata (meta["made_by"]: the command, the graph, the hog and the span
@@ -50,9 +56,12 @@ DRIVER = "captures/jack-driver-suspect.ssf"
 PIPEWIRE = "captures/pipewire-late-client.ssf"
 SPINS = "captures/jack-client-spins.ssf"
 FIRST = "captures/jack-recorder-first.ssf"
+SHAPES = "captures/jack-shapes-recorder-first.ssf"
 SPIN_MS = 12
 
 CASES = [
+    ("jack-shapes-recorder-first.stalls.txt", ["stalls", SHAPES]),
+    ("jack-shapes-recorder-first.xruns.txt", ["xruns", SHAPES]),
     ("jack-starved-ebpf.stalls.txt", ["stalls", EBPF]),
     ("jack-starved-ebpf.xruns.txt", ["xruns", EBPF]),
     ("jack-starved-ebpf.proc-only.stalls.txt", ["stalls", EBPF, "--proc-only"]),
@@ -268,3 +277,38 @@ def test_the_perfetto_export_marks_late_the_client_cycles_the_analysis_finds_lat
     assert named_late and named_late <= ts(busy & late)
     nominal = busy & nodes["xrun"].fillna(False).astype(bool) & ~late
     assert ts(nominal) and ts(nominal) <= plain
+
+
+def _shapes(view: str):  # type: ignore[no-untyped-def]
+    cap = real_captures.view(forensics.load(REPO / SHAPES), view)
+    spans = real_captures.starvations_of(cap)
+    return cap, spans, real_captures.score_starved(cap, spans, cap.meta["made_by"]["pids"]["jackd"], SPIN_MS)
+
+
+def test_issue_22s_graph_has_the_shape_no_other_fixture_has():
+    """The fixture is the shape it says: a parallel chain (fluidsynth feeds p0 and ecasound), a client with
+    two real-time threads at different priorities (ecasound's FIFO 50 and its process thread), and
+    plugins whose MIDI/atom ports no connection names."""
+    cap = forensics.load(REPO / SHAPES)
+    graph = cap.table("engine_graph")
+    fed = set(graph.loc[graph["src_client"] == "fluidsynth", "dst_client"].astype(str))
+    assert {"p0", "ecasound"} <= fed
+    threads = cap.threads.drop_duplicates("tid", keep="last")
+    ecasound = threads[threads["pid"] == cap.meta["made_by"]["pids"]["ecasound"]]
+    assert {1, 2} & set(ecasound["policy"].astype(int)) and len(set(ecasound["rtprio"].astype(int)) - {0}) >= 2
+    assert "calf" in cap.meta["made_by"]["how"]
+
+
+@pytest.mark.parametrize("view", ["jack+ebpf", "jack+proc"])
+def test_issue_22s_graph_recorded_first_roots_every_starvation_at_jackd_and_nothing_else(view):
+    """Issue 22's graph recorded as a new user does, from eBPF and from /proc: each starvation is one
+    incident rooted at jackd (runqueue), every xrun the engine reported joins one rooted at jackd, and
+    nothing else is an incident. Reported in the issue on this shape: 7 of 8 starvations rooted at
+    `fluidsynth lock` from eBPF, none found from /proc, a crash on the unconnected ports' NaN."""
+    cap, spans, score = _shapes(view)
+    assert score.scored == len(spans) and len(score.right) == len(spans), score.report(view)
+    assert score.extra.empty, score.report(view)
+    rows = xrun_rows(cap, score.incidents)
+    reported = rows[rows["kind"] == "xrun"]
+    assert len(reported) >= len(spans)
+    assert reported["incident"].notna().all() and (reported["root_comm"] == "jackd").all(), reported
