@@ -10,8 +10,12 @@ Recorded four ways: the graph up first and catch-load given its processes (`-p` 
 catch-load started first as a new user does (`--match '^jackd$' --children`, told nothing else), each from
 eBPF (`--ebpf`) and from /proc alone (the same capture without its exact tables). For each starvation: the
 incidents overlapping it (3 ms either side) and their root; right when there is exactly one and its root is
-a thread of jackd, `runqueue` (the driver, first starved link); findings away from every starvation are
-counted per minute.
+`runqueue` at a thread of the graph's processes (the driver, or the first starved link: a client the hog
+preempted mid-cycle); findings away from every starvation are listed.
+
+`--engine pipewire`: the real-graphs issue's PipeWire graph instead (headless PipeWire, Dummy-Driver
+256/48000, calf Reverb into lsp compressor_stereo as two jalv through pw-jack, the data loop and the
+clients at FIFO 88 as root; a FIFO 90 hog), recorder first with `--match '^pipewire$' --children`.
 
     sudo python bench/real_graph_shapes.py [--starvations 8] [--order both|graph|recorder] [--keep DIR]
     sudo python bench/real_graph_shapes.py --fixture captures/jack-shapes-recorder-first.ssf
@@ -28,6 +32,7 @@ Needs root (eBPF, SCHED_FIFO), jackd, jalv, fluidsynth, ecasound, calf-plugins a
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -121,6 +126,86 @@ def record(
     return out, spans, pids
 
 
+PW_PLUGINS = PLUGINS[2:]  # calf Reverb (MIDI/atom ports unconnected) into lsp compressor_stereo
+PW_HOG_PRIORITY = 90  # above PipeWire's data loops and its JACK clients' (88 as root)
+
+
+def _pw_jack(env: dict[str, str], *cmd: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["pw-jack", *cmd], env=env, capture_output=True, text=True, timeout=20)
+
+
+def _pw_ports(env: dict[str, str], client: str, direction: str) -> list[str]:
+    lines = _pw_jack(env, "jack_lsp", "-p", "-t").stdout.splitlines()
+    ports = []
+    for i, line in enumerate(lines):
+        if line.startswith(client + ":"):
+            props = " ".join(lines[i + 1 : i + 3])
+            if direction in props and "audio" in props:
+                ports.append(line.strip())
+    return sorted(ports)
+
+
+def record_pipewire(
+    order: str, ebpf: bool, starvations: int, workdir: Path
+) -> tuple[Path, list[tuple[int, int, int | None]], dict[str, int]]:
+    """Headless PipeWire (Dummy-Driver, 256/48000), two jalv through pw-jack in series, starved by a FIFO 90
+    hog: the issue's PipeWire graph."""
+    from tests.pipewire_lab import QUANTUM, daemon_env, pipewire_daemon
+
+    hog = build_hog(workdir)
+    out = workdir / f"pw-{order}-{'ebpf' if ebpf else 'proc'}.ssf"
+    runtime = Path(tempfile.mkdtemp(prefix="pw-shapes-"))
+    common = ["-q", "-o", str(out), *(["--ebpf"] if ebpf else [])]
+    first = None
+    if order == "recorder":
+        first = subprocess.Popen(
+            [*catch_load_argv(), *common, "--match", "^pipewire$", "--children"],
+            env=daemon_env(runtime), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(2.0)
+    with pipewire_daemon(runtime) as daemon:
+        env = {**daemon.env, "PIPEWIRE_QUANTUM": QUANTUM}
+        clients: dict[str, subprocess.Popen[bytes]] = {}
+        held: list[int] = []  # the write ends of the clients' stdin: jalv exits at EOF on stdin
+        for k, uri in enumerate(PW_PLUGINS):
+            read_end, write_end = os.pipe()
+            clients[f"p{k}"] = subprocess.Popen(
+                ["pw-jack", "jalv", "-n", f"p{k}", uri], env=env, stdin=read_end,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )  # fmt: skip
+            os.close(read_end)
+            held.append(write_end)
+            daemon.children.append(clients[f"p{k}"])
+            deadline = time.monotonic() + 60
+            while not _pw_ports(env, f"p{k}", "output") and time.monotonic() < deadline:
+                time.sleep(0.3)
+        for src, dst in zip(_pw_ports(env, "p0", "output"), _pw_ports(env, "p1", "input"), strict=False):
+            result = _pw_jack(env, "jack_connect", src, dst)
+            if result.returncode != 0:
+                raise SystemExit(f"jack_connect {src} {dst}: {result.stderr}")
+        recorder = first
+        if recorder is None:
+            args = [*common, "-p", str(daemon.pid)]
+            for k in range(len(PW_PLUGINS)):
+                args += ["-p", str(clients[f"p{k}"].pid)]
+            recorder = subprocess.Popen(
+                [*catch_load_argv(), *args], env=daemon.env, cwd=REPO,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+        wait_capture_growing(out, recorder, timeout_s=120.0, growths=2, poll_s=0.5)
+        time.sleep(3.0)
+        spans = run_hog(hog, priority=PW_HOG_PRIORITY, spin_ms=SPIN_MS, count=starvations, gap_ms=1000)
+        time.sleep(2.5)  # the profiler module sends its records once a second
+        recorder.send_signal(2)
+        _, err = recorder.communicate(timeout=600)
+        if recorder.returncode != 0:
+            raise SystemExit(f"catch-load failed: {err}")
+        pids = {"pipewire": daemon.pid, **{k: p.pid for k, p in clients.items()}}
+        for fd in held:
+            os.close(fd)
+    return out, spans, pids
+
+
 def write_fixture(target: Path) -> None:
     """The recorder-first eBPF recording of 3 starvations, cut and stamped (tests/real_captures.cut)."""
     from tests.real_captures import cut
@@ -148,10 +233,10 @@ def write_fixture(target: Path) -> None:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-def judge(path: Path, spans: list[tuple[int, int]], jackd_pid: int, ebpf: bool) -> dict[str, object]:
+def judge(path: Path, spans: list[tuple[int, int]], pids: dict[str, int], ebpf: bool) -> dict[str, object]:
     cap = forensics.load(path)
     incidents = incidents_of(cap, ebpf=ebpf)
-    server_tids = set(cap.threads.loc[cap.threads["pid"] == jackd_pid, "tid"].astype(int))
+    graph_tids = set(cap.threads.loc[cap.threads["pid"].isin(list(pids.values())), "tid"].astype(int))
     starts = incidents["start_ns"].to_numpy(np.int64)
     ends = incidents["end_ns"].to_numpy(np.int64)
     used: set[int] = set()
@@ -163,10 +248,10 @@ def judge(path: Path, spans: list[tuple[int, int]], jackd_pid: int, ebpf: bool) 
             f"{incidents.iloc[k]['root_client'] or incidents.iloc[k]['root_comm']} {incidents.iloc[k]['root_verdict']}"
             for k in hit
         ]
-        right = len(hit) == 1 and (
-            incidents.iloc[hit[0]]["root_verdict"] == "runqueue"
-            and int(incidents.iloc[hit[0]]["root_tid"]) in server_tids
-        )
+        # The driver, or the first starved link: a client preempted mid-cycle by the hog (its cycle
+        # was running when the hog began) is runnable from the hog's start, and the driver only after.
+        one = incidents.iloc[hit[0]] if len(hit) == 1 else None
+        right = one is not None and one["root_verdict"] == "runqueue" and int(one["root_tid"]) in graph_tids
         rows.append((s, len(hit), "; ".join(roots) or "-", right))
     away = incidents.iloc[[k for k in range(len(incidents)) if k not in used]]
     span_s = (cap.end_ns - cap.start_ns) / 1e9 if hasattr(cap, "end_ns") else float("nan")
@@ -179,6 +264,7 @@ def main() -> None:
     parser.add_argument("--order", choices=("both", "graph", "recorder"), default="both")
     parser.add_argument("--keep", type=Path, help="a directory to keep the captures in")
     parser.add_argument("--fixture", type=Path, help="write the stored fixture there instead (see above)")
+    parser.add_argument("--engine", choices=("jack", "pipewire"), default="jack")
     args = parser.parse_args()
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
@@ -189,13 +275,16 @@ def main() -> None:
     orders = ("graph", "recorder") if args.order == "both" else (args.order,)
     for order in orders:
         workdir = Path(tempfile.mkdtemp(prefix=f"shapes-{order}-"))
-        path, hog_spans, pids = record(order, True, args.starvations, workdir)
+        if args.engine == "pipewire":
+            path, hog_spans, pids = record_pipewire(order, True, args.starvations, workdir)
+        else:
+            path, hog_spans, pids = record(order, True, args.starvations, workdir)
         spans = [(s, e) for s, e, _ in hog_spans]
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, args.keep / path.name)
         for ebpf in (True, False):
-            result = judge(path, spans, pids["jackd"], ebpf)
+            result = judge(path, spans, pids, ebpf)
             right = sum(r[3] for r in result["rows"])  # type: ignore[index,union-attr]
             print(
                 f"\n{order} first, {'eBPF' if ebpf else '/proc'}: {right}/{len(spans)} right, "
