@@ -4,7 +4,8 @@ Records bench/many_threads.c with N threads in-process for S seconds, the frames
 the writer's pipe, under cProfile; then replays that frame file through the writer's CaptureSink under
 cProfile. Prints the top functions of each and the CPU per thread-sample of each side.
 
-    python bench/profile_recorder.py --threads 200 --seconds 5 [--fast REGEX]
+    python bench/profile_recorder.py --threads 200 --seconds 5 [--fast REGEX] [--slow 20ms|off]
+    python bench/profile_recorder.py --bitwig --seconds 5 --slow 20ms   # bench/bitwig_shape.c 121/408/4
 
 cProfile's own overhead inflates what calls many small functions (the tick's per-thread loop): read the
 split between functions, and take the costs from bench/sampler_bench.py.
@@ -47,22 +48,24 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=200)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--fast", default=None, help="--fast REGEX for the recorder (tiers)")
-    ap.add_argument("--no-tiers", action="store_true", help="read every thread every tick")
+    ap.add_argument("--slow", default="20ms", help="--slow-interval (off: every thread every tick)")
+    ap.add_argument("--bitwig", action="store_true", help="bench/bitwig_shape.c (121 RT, 408 asleep, 4 busy)")
+    ap.add_argument("--frames-out", type=Path, help="keep the frames the recorder handed over (bench/writer_replay.py)")
     args = ap.parse_args()
-    target_bin, *_ = build()
-    target = subprocess.Popen([str(target_bin), str(args.threads), str(args.seconds + 30)], stdout=subprocess.DEVNULL)
+    many_bin, _, bitwig_bin = build()
+    hold = str(args.seconds + 30)
+    argv = [str(bitwig_bin), "121", "408", "4", hold] if args.bitwig else [str(many_bin), str(args.threads), hold]
+    target = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
         with tempfile.TemporaryDirectory() as tmp:
             frames_path = Path(tmp) / "frames.bin"
-            options = RecorderOptions(output=str(Path(tmp) / "x.ssf"), duration_ns=int(args.seconds * 1e9))
-            extra = {}
-            if hasattr(options, "tiers"):
-                extra["tiers"] = not args.no_tiers
-                if args.fast:
-                    extra["fast"] = re.compile(args.fast)
-            for key, value in extra.items():
-                setattr(options, key, value)
+            options = RecorderOptions(
+                output=str(Path(tmp) / "x.ssf"),
+                duration_ns=int(args.seconds * 1e9),
+                slow_interval_ns=0 if args.slow == "off" else int(float(args.slow.removesuffix("ms")) * 1e6),
+                fast=re.compile(args.fast) if args.fast else None,
+            )
             recorder = Recorder(TargetSpec(pids=[target.pid]), options)
             fd = os.open(frames_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             profile = cProfile.Profile()
@@ -77,6 +80,8 @@ def main() -> None:
             print(f"recorder: {trailer['ticks']} ticks, {trailer['missed_ticks']} missed, {rows} thread-samples")
             print(f"recorder CPU under cProfile: {rec_cpu / max(rows, 1):.0f} ns per thread-sample")
             print(top(profile))
+            if args.frames_out is not None:
+                args.frames_out.write_bytes(frames_path.read_bytes())
 
             sink = CaptureSink(str(Path(tmp) / "replay.ssf"))
             data = frames_path.read_bytes()

@@ -190,6 +190,13 @@ class Recorder:
         self.phase_sched: list[list[tuple[int, int]]] = [[]]
         self.phase_tids: list[list[int]] = [[]]
         self.slot_threads: list[_Thread] = []
+        self.slot_tids: list[int] = []
+        self.slot_pids: list[int] = []
+        self.slot_fd_st: list[int] = []
+        self.slot_read_skip: list[tuple[int, int, bool, int]] = []
+        self.slot_read_forced: list[tuple[int, int, bool, int]] = []
+        self.slot_fd_sched: list[int] = []
+        self.slot_known: dict[int, int] = {}  # threads per process, of every slot (the layouts' "known")
         self.last_ss: list[bytes] = []
         self.base_ss: list[bytes] = []
         self.moved_tick: list[int] = []
@@ -411,7 +418,53 @@ class Recorder:
 
     def _publish_layout(self) -> None:
         """One LAYOUT per phase of the slow tier (samplers/tiers.py): the threads read at that phase's
-        ticks, fast ones first. The writer keeps the whole group; a tick names its phase's layout."""
+        ticks, fast ones first. The writer keeps the whole group; a tick names its phase's layout.
+
+        The slots (threads sorted by pid, tid, with their read state and fds) change only when a thread
+        comes or goes or its sources change (_layout_dirty); a tier change alone rebuilds the phases'
+        read lists on the slots as they are."""
+        if self._layout_dirty:
+            self._build_slots()
+        tids, pids, fd_sched = self.slot_tids, self.slot_pids, self.slot_fd_sched
+        read_skip, read_forced = self.slot_read_skip, self.slot_read_forced
+        group = self.layout_id + 1
+        ebpf = self.ebpf_ticker is not None  # --sampler ebpf: no /proc read per thread at the tick
+        fast, forced_at, slow_at = self.tiers.phase_split(tids)
+        # What every phase shares: the fast threads first, in the same order.
+        fast_hot = [read_skip[slot] for slot in fast]
+        fast_tids = [tids[slot] for slot in fast]
+        fast_pids = [pids[slot] for slot in fast]
+        fast_sched = [(fd_sched[slot], slot) for slot in fast if fd_sched[slot] >= 0]
+        fast_sched_at = [i for i, slot in enumerate(fast) if fd_sched[slot] >= 0]
+        self.phase_hot, self.phase_slow, self.phase_sched, self.phase_tids = [], [], [], []
+        for forced, slow in zip(forced_at, slow_at, strict=True):
+            self.layout_id += 1
+            hot = fast_hot.copy()
+            for k in forced:
+                hot[k] = read_forced[fast[k]]
+            hot += [read_forced[slot] for slot in slow]
+            self.phase_hot.append([] if ebpf else hot)
+            self.phase_slow.append([(slot, tids[slot]) for slot in slow])
+            self.phase_sched.append(fast_sched + [(fd_sched[slot], slot) for slot in slow if fd_sched[slot] >= 0])
+            phase_tids = fast_tids + [tids[slot] for slot in slow]
+            self.phase_tids.append(phase_tids)
+            spec: dict[str, Any] = {
+                "id": self.layout_id,
+                "group": group,
+                "tids": phase_tids,
+                "pids": fast_pids + [pids[slot] for slot in slow],
+                "sched": fast_sched_at + [len(fast) + i for i, slot in enumerate(slow) if fd_sched[slot] >= 0],
+                "known": self.slot_known,
+            }
+            if ebpf:  # one phase: the tiers are off under the eBPF sampler
+                members = fast + slow
+                spec["slots"] = self.ebpf_ticker.layout(phase_tids, [self.slot_fd_st[slot] for slot in members])
+            self._send(frames.encode_json(frames.LAYOUT, spec))
+        self.layout_base = group
+        self._send_tiers()
+
+    def _build_slots(self) -> None:
+        """The slots anew: each thread's read state goes back to its _Thread, then into the new order."""
         for slot, thread in enumerate(self.slot_threads):
             thread.last_schedstat, thread.base_schedstat = self.last_ss[slot], self.base_ss[slot]
             thread.last_stat, thread.seen_stat = self.last_stat[slot], self.seen_stat[slot]
@@ -424,37 +477,19 @@ class Recorder:
         self.last_stat = [t.last_stat for t in order]
         self.stat_tick = [t.stat_tick for t in order]
         self.seen_stat = [t.seen_stat for t in order]
-        tids = [t.tid for t in order]
-        group = self.layout_id + 1
+        self.slot_tids = [t.tid for t in order]
+        self.slot_pids = [t.pid for t in order]
+        self.slot_fd_st = [t.fd_stat for t in order]
+        self.slot_fd_sched = [t.fd_sched for t in order]
+        # The tick's read entries (fd schedstat, fd stat, stat forced, slot), made once per slot.
+        self.slot_read_skip = [(t.fd_schedstat, t.fd_stat, False, slot) for slot, t in enumerate(order)]
+        self.slot_read_forced = [(t.fd_schedstat, t.fd_stat, True, slot) for slot, t in enumerate(order)]
         known: dict[int, int] = {}
         for t in order:
             known[t.pid] = known.get(t.pid, 0) + 1
-        self.phase_hot, self.phase_slow, self.phase_sched, self.phase_tids = [], [], [], []
-        for members in self.tiers.phase_members(tids):
-            self.layout_id += 1
-            threads = [order[slot] for slot, _ in members]
-            hot = [(order[slot].fd_schedstat, order[slot].fd_stat, forced, slot) for slot, forced in members]
-            if self.ebpf_ticker is not None:  # --sampler ebpf: no /proc read per thread at the tick
-                hot = []
-            self.phase_hot.append(hot)
-            self.phase_slow.append([(slot, tids[slot]) for slot, _ in members if self.tiers.is_slow(tids[slot])])
-            self.phase_sched.append([(order[slot].fd_sched, slot) for slot, _ in members if order[slot].fd_sched >= 0])
-            self.phase_tids.append([t.tid for t in threads])
-            spec: dict[str, Any] = {
-                "id": self.layout_id,
-                "group": group,
-                "tids": self.phase_tids[-1],
-                "pids": [t.pid for t in threads],
-                "sched": [i for i, t in enumerate(threads) if t.fd_sched >= 0],
-                "known": known,
-            }
-            if self.ebpf_ticker is not None:  # one phase: the tiers are off under the eBPF sampler
-                spec["slots"] = self.ebpf_ticker.layout(self.phase_tids[-1], [t.fd_stat for t in threads])
-            self._send(frames.encode_json(frames.LAYOUT, spec))
-        self.layout_base = group
+        self.slot_known = known
         self.taskstats_hot = [t.tid for t in order if t.taskstats]
         self._layout_dirty = False
-        self._send_tiers()
 
     def _send_tiers(self) -> None:
         rows = self.tiers.take_rows()

@@ -36,7 +36,7 @@ from samplers.tiers import (
     busy_ns,
 )
 from tests.fakeproc import FakeProc
-from tests.helpers import wait_for_quiet_machine
+from tests.helpers import SCHED_618, wait_for_quiet_machine
 from tests.recording import record_capture
 from tests.test_recorder_canned import _record
 
@@ -282,3 +282,55 @@ def _sampler_gaps_ns(cap: forensics.Capture, start_ns: int, end_ns: int) -> list
     ticks = per_tick.index.to_numpy(np.int64)
     before_gap = np.flatnonzero(np.diff(ticks) > 1)
     return [int(per_tick.iloc[i]) for i in before_gap]
+
+
+def test_a_tier_change_rebuilds_the_read_lists_as_a_full_rebuild_would(tmp_path: Path) -> None:
+    """A tier change alone re-lays the phases on the slots as they are (no sort, the read state kept in
+    place): the same read lists and LAYOUT frames as rebuilding the slots from the threads."""
+    import json
+
+    from samplers import frames
+    from samplers.recorder import Recorder, RecorderOptions
+
+    fake = FakeProc(tmp_path / "proc")
+    fake.add_thread(PID, PID, comm="host")
+    for k in range(1, 25):  # a sched file for every other thread: the others' stay unread
+        fake.add_thread(PID, PID + k, comm=f"worker-{k}", run_ns=k, sched=SCHED_618.decode() if k % 2 else None)
+    options = RecorderOptions(
+        output=str(tmp_path / "x.ssf"), procfs=str(fake.root), sched="all", fast=re.compile("-3$")
+    )
+    recorder = Recorder(TargetSpec(pids=[PID]), options)
+    for info in recorder.discovery.initial():
+        recorder._add_process(info, 0, at_start=True)
+
+    def publish(full: bool) -> tuple[object, ...]:
+        recorder._outbox.clear()
+        recorder._layout_dirty = full
+        recorder._publish_layout()
+        specs = []
+        for frame in recorder._outbox:
+            kind, _ = frames.FRAME.unpack_from(frame)
+            if kind == frames.LAYOUT:
+                spec = json.loads(frame[frames.FRAME.size :])
+                specs.append({key: value for key, value in spec.items() if key not in ("id", "group")})
+        lists = (recorder.phase_hot, recorder.phase_slow, recorder.phase_sched, recorder.phase_tids)
+        return (*lists, specs)
+
+    publish(full=True)
+    recorder.last_ss[3] = b"1 2 3\n"  # read state of a slot, as a tick leaves it
+    for tid in (PID + 5, PID + 17):
+        recorder.tiers.ran(tid, 1)  # promoted: fast in every phase
+    recorder.tiers.demote_quiet(10**12)  # and back: the layouts churn as under load
+    recorder.tiers.ran(PID + 9, 10**12)
+    by_tiers = publish(full=False)
+    assert recorder.last_ss[3] == b"1 2 3\n"
+    assert by_tiers == publish(full=True)
+    assert recorder.last_ss[3] == b"1 2 3\n"
+    hot, _, sched, tids, specs = by_tiers
+    assert all(PID + 9 in phase and PID + 3 in phase and PID in phase for phase in tids)  # fast: every phase
+    members = recorder.tiers.phase_members(recorder.slot_tids)
+    assert [[(slot, forced) for _, _, forced, slot in phase] for phase in hot] == members
+    odd = [[tid for tid in phase if (tid - PID) % 2] for phase in tids]
+    assert [[recorder.slot_tids[slot] for _, slot in phase] for phase in sched] == odd
+    assert [[phase[i] for i in spec["sched"]] for phase, spec in zip(tids, specs, strict=True)] == odd
+    assert [spec["tids"] for spec in specs] == tids
