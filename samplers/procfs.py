@@ -164,6 +164,14 @@ def parse_sched_batch(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str,
     for a field whose text is not plain, one parse per text. A field no text prints is absent."""
     if not raws:
         return {}
+    fixed = _sched_fixed_width(raws, wanted)
+    return fixed if fixed is not None else sched_batch_by_regex(raws, wanted)
+
+
+def sched_batch_by_regex(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str, SchedColumn]:
+    """parse_sched_batch the general way: one regex pass over all the texts joined."""
+    if not raws:
+        return {}
     first = _SCHED_LINE.findall(raws[0])
     pairs = _SCHED_LINE.findall(b"\n".join(raws))
     width = len(first)
@@ -186,6 +194,87 @@ def parse_sched_batch(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str,
             text = text.replace(b".", b"")
         columns[name] = np.array(text.split(), dtype=np.int64)
     return columns
+
+
+_SCHED_HEADER_END = b"--\n"  # the end of the line of dashes under "comm (pid, #threads: n)"
+_SCHED_MAX_DIGITS = 18  # a value cell with more digits goes the regex way (int64 holds 18 digits whole)
+
+
+def _sched_fixed_width(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str, SchedColumn] | None:
+    """parse_sched_batch's columns without a regex pass over every text, or None to go that way.
+
+    The kernel prints each field at a fixed width ("%-45s:%21Ld" and "%-45s:%21Ld.%06ld",
+    kernel/sched/debug.c), so after the header line (its comm and counts vary) the texts of one kernel
+    are the same bytes but for the values. The first text is the template: the value cells of the wanted
+    fields are found by the regex in it alone; every text must then hold the template's bytes everywhere
+    else up to the last wanted line, and in each cell spaces, an optional '-' and digits right-aligned
+    (with the template's '.' six digits from the end in a time field). Anything else (a wider value, a
+    line more or less, a field the first text lacks) returns None. The same values as the regex pass:
+    tests/test_procfs_parsing.py compares the two."""
+    template = raws[0]
+    start = template.rfind(_SCHED_HEADER_END) + len(_SCHED_HEADER_END)
+    if start < len(_SCHED_HEADER_END):
+        return None
+    want = set(wanted)
+    cells: dict[str, tuple[int, int]] = {}  # wanted field -> its value cell [from, to) in the body
+    values_at: list[tuple[int, int]] = []  # every field's value cell
+    offset = 0
+    body = template[start:]
+    for line in body.split(b"\n"):
+        match = _SCHED_LINE.fullmatch(line)
+        if match is not None:
+            values_at.append((offset + line.index(b":") + 1, offset + len(line)))
+            if _sched_name(match.group(1)) in want:
+                cells[_sched_name(match.group(1))] = values_at[-1]
+        offset += len(line) + 1
+    if not cells:
+        return None
+    end = max(to for _, to in cells.values()) + 1  # through the last wanted line's "\n"
+    if len(body) < end:
+        return None
+    parts = []
+    for raw in raws:
+        begin = raw.rfind(_SCHED_HEADER_END) + len(_SCHED_HEADER_END)
+        if begin < len(_SCHED_HEADER_END) or len(raw) - begin < end:
+            return None
+        parts.append(raw[begin : begin + end])
+    grid = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(len(raws), end)
+    outside = np.ones(end, dtype=bool)
+    for lo, hi in values_at:
+        outside[lo:hi] = False
+    if not (grid[:, outside] == grid[0, outside]).all():
+        return None
+    columns: dict[str, SchedColumn] = {}
+    for name, (lo, hi) in cells.items():
+        cell = grid[:, lo:hi]
+        dot = template[start + hi - 7 : start + hi - 6] == b"."
+        if dot:  # a time: "ms.nnnnnn", exact ns are its digits without the dot
+            if not (cell[:, -7] == ord(".")).all():
+                return None
+            cell = np.delete(cell, -7, axis=1)
+        values = _right_aligned_int64(cell)
+        if values is None:
+            return None
+        columns[name] = values
+    return {name: columns[name] for name in wanted if name in columns}
+
+
+def _right_aligned_int64(cell: np.ndarray) -> np.ndarray | None:
+    """Rows of spaces, an optional '-' and digits to the end, as int64; None when a row is not that."""
+    digit = (cell >= ord("0")) & (cell <= ord("9"))
+    space = cell == ord(" ")
+    if not len(cell) or not cell.shape[1] or not digit[:, -1].all():
+        return None
+    first = np.argmax(~space, axis=1)  # the sign or the first digit
+    rows = np.arange(len(cell))
+    minus = cell[rows, first] == ord("-")
+    after = np.arange(cell.shape[1])[None, :] >= (first + minus)[:, None]
+    if not (digit == after).all() or (cell.shape[1] - first - minus).max() > _SCHED_MAX_DIGITS:
+        return None
+    values = np.zeros(len(cell), dtype=np.int64)
+    for k in range(int((first + minus).min()), cell.shape[1]):
+        values = values * 10 + np.where(digit[:, k], cell[:, k].astype(np.int64) - ord("0"), 0)
+    return np.where(minus, -values, values)
 
 
 def _sched_rows_to_columns(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str, SchedColumn]:

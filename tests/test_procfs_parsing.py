@@ -128,3 +128,62 @@ def test_sched_in_bulk_matches_one_parse_per_text() -> None:
                 got = columns[name][i] if name in columns else None
                 assert (None if got is None else int(got)) == one.get(name), name
     assert parse_sched_batch([bumped], ["sum_exec_runtime"])["sum_exec_runtime"][0] == 123_456_000_789
+
+
+def _kernel_sched_text(comm: bytes, values: dict[str, int], times: dict[str, int]) -> bytes:
+    """A sched file as kernel/sched/debug.c prints it: P() "%-45s:%21Ld", PN() "%-45s:%21Ld.%06ld"."""
+    lines = [comm + b" (4242, #threads: 7)", b"-" * 67]
+    for name, ns in times.items():  # SPLIT_NS: the sign on the ms, the ns below them always positive
+        high = -(abs(ns) // 1_000_000) if ns < 0 else ns // 1_000_000
+        lines.append(f"{name:<45s}:{high:>21d}.{abs(ns) % 1_000_000:06d}".encode())
+    for name, value in values.items():
+        lines.append(f"{name:<45s}:{value:>21d}".encode())
+    lines.append(b"current_node=0, numa_group_id=0")
+    return b"\n".join(lines) + b"\n"
+
+
+def test_sched_in_bulk_at_fixed_width_matches_the_regex_pass() -> None:
+    """The writer's common case: texts of one kernel differ only in their values (fixed-width fields), and
+    are read by position (procfs._sched_fixed_width). The same columns as the regex pass and as one
+    parse_sched per text; a text that does not fit the first one's layout sends the batch the regex way."""
+    import random
+
+    from capture.format import SCHED_FIELDS
+    from samplers.procfs import _sched_fixed_width, parse_sched, parse_sched_batch, sched_batch_by_regex
+
+    wanted = list(SCHED_FIELDS.values())
+    rng = random.Random(12)
+    comms = [b"audio-1", b"a (b) c", b"x\n--\ny", b"-" * 15, b"\xff\xfe"]
+    time_names = ["se.exec_start", "se.vruntime", "se.sum_exec_runtime", "se.statistics.wait_sum"]
+    count_names = ["se.nr_migrations", "nr_switches", "nr_voluntary_switches", "se.statistics.wait_count", "policy"]
+
+    def text() -> bytes:
+        times = {name: rng.choice([0, 1, -1, -250, 999_999, rng.randrange(-(10**12), 10**15)]) for name in time_names}
+        values = {name: rng.choice([0, -1, 7, rng.randrange(10**17)]) for name in count_names}
+        return _kernel_sched_text(rng.choice(comms), values, times)
+
+    def same(texts: list[bytes], columns: dict) -> None:
+        assert set(columns) == set(sched_batch_by_regex(texts, wanted))
+        for i, one in enumerate(parse_sched(t) for t in texts):
+            for name in wanted:
+                got = columns[name][i] if name in columns else None
+                assert (None if got is None else int(got)) == one.get(name), name
+
+    for _ in range(30):
+        texts = [text() for _ in range(rng.randrange(1, 12))]
+        fixed = _sched_fixed_width(texts, wanted)
+        assert fixed is not None
+        same(texts, fixed)
+        same(texts, parse_sched_batch(texts, wanted))
+    mixed = [text(), text(), SCHED_618]
+    assert _sched_fixed_width(mixed, wanted) is None
+    same(mixed, parse_sched_batch(mixed, wanted))
+    assert _sched_fixed_width([text(), b"x (1, #threads: 1)\n" + b"-" * 67 + b"\n"], wanted) is None
+    seven = _kernel_sched_text(b"t", dict.fromkeys(count_names, 7), dict.fromkeys(time_names, 5))
+    assert _sched_fixed_width([seven, seven], wanted) is not None
+    assert _sched_fixed_width([seven, seven.replace(b"    7\n", b"   +7\n", 1)], wanted) is None
+    assert _sched_fixed_width([seven, seven.replace(b"    7\n", b"   7 \n", 1)], wanted) is None
+    assert _sched_fixed_width([seven, seven.replace(b"0.000005\n", b"0000.05\n", 1)], wanted) is None
+    real = [SCHED_618, re.sub(rb"(se.sum_exec_runtime\s*:\s*)1234", rb"\g<1>   1", SCHED_618)]
+    assert _sched_fixed_width(real, wanted) is not None
+    same(real, parse_sched_batch(real, wanted))
