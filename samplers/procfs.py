@@ -197,6 +197,7 @@ def sched_batch_by_regex(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[s
 
 
 _SCHED_HEADER_END = b"--\n"  # the end of the line of dashes under "comm (pid, #threads: n)"
+_COMM_MAX = 15  # TASK_COMM_LEN - 1: the header's comm ends before this, so "--\n" from here is the dashes'
 _SCHED_MAX_DIGITS = 18  # a value cell with more digits goes the regex way (int64 holds 18 digits whole)
 
 
@@ -212,7 +213,7 @@ def _sched_fixed_width(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str
     line more or less, a field the first text lacks) returns None. The same values as the regex pass:
     tests/test_procfs_parsing.py compares the two."""
     template = raws[0]
-    start = template.rfind(_SCHED_HEADER_END) + len(_SCHED_HEADER_END)
+    start = template.find(_SCHED_HEADER_END, _COMM_MAX) + len(_SCHED_HEADER_END)
     if start < len(_SCHED_HEADER_END):
         return None
     want = set(wanted)
@@ -234,16 +235,20 @@ def _sched_fixed_width(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str
         return None
     parts = []
     for raw in raws:
-        begin = raw.rfind(_SCHED_HEADER_END) + len(_SCHED_HEADER_END)
+        begin = raw.find(_SCHED_HEADER_END, _COMM_MAX) + len(_SCHED_HEADER_END)
         if begin < len(_SCHED_HEADER_END) or len(raw) - begin < end:
             return None
         parts.append(raw[begin : begin + end])
     grid = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(len(raws), end)
-    outside = np.ones(end, dtype=bool)
-    for lo, hi in values_at:
-        outside[lo:hi] = False
-    if not (grid[:, outside] == grid[0, outside]).all():
-        return None
+    # Where the fields are not their values: the same bytes in every text (compared run by run, in place).
+    run_from = 0
+    for lo, hi in [*values_at, (end, end)]:
+        lo = min(lo, end)
+        if lo > run_from and not (grid[:, run_from:lo] == grid[0, run_from:lo]).all():
+            return None
+        if hi >= end:
+            break
+        run_from = hi
     columns: dict[str, SchedColumn] = {}
     for name, (lo, hi) in cells.items():
         cell = grid[:, lo:hi]
