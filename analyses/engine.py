@@ -46,6 +46,8 @@ A cycle's end is the engine's (the last client's finish), never inferred from th
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -262,6 +264,9 @@ def cycle_observation(cap: Capture) -> tuple[int, int]:
 
 
 XRUN_COLUMNS = ["t_ns", "end_ns", "engine", "reports", "client", "delay_us", "source"]
+# How far _xruns_of widens its bisection bounds beyond the join's own (ns): more than a float sum of a
+# capture time and a lead can round off.
+_BISECT_MARGIN_NS = 1_000_000
 NODE_STATUS = re.compile(r"(?:^|: |; )([^;:]+?) \(node \d+\) (triggered|awake|not-triggered|inactive)")
 
 
@@ -279,10 +284,23 @@ def engine_xruns(cap: Capture, t_range: tuple[int | None, int | None] | None = N
         return pd.DataFrame({c: pd.Series(dtype=object) for c in XRUN_COLUMNS})
     reports = cap.table("xruns")
     reports = reports[in_span(reports["t_ns"].to_numpy(), t_range)]
+    # The engine tables read once, then split per engine.
+    status = cap.table("engine_status", ["engine", "quantum_frames", "rate_hz"]).dropna()
+    cycles = cap.table("engine_cycles", ["t_ns", "engine", "period_ns", "end_ns"])
+    status_engine, cycle_engine = status["engine"].astype(str).to_numpy(), cycles["engine"].astype(str).to_numpy()
+    medians: list[pd.Series] = []  # engine_period_medians, taken once where an engine's status gives no period
+
+    def median_ns(engine: str) -> float:
+        if not medians:
+            medians.append(engine_period_medians(cycles[["engine", "period_ns"]]))
+        return float(medians[0].get(engine, np.nan))
+
     rows: list[dict[str, Any]] = []
     for engine, mine in reports.groupby(reports["engine"].astype(str), sort=True):
+        engine = str(engine)
+        period_ns = _period_ns(status[status_engine == engine], partial(median_ns, engine))
         rows += _xruns_of(
-            mine.sort_values("t_ns", kind="stable"), str(engine), _period_ns(cap, str(engine)), _cycles_of(cap, engine)
+            mine.sort_values("t_ns", kind="stable"), engine, period_ns, _cycles_of(cycles[cycle_engine == engine])
         )
     out = pd.DataFrame(rows, columns=XRUN_COLUMNS).sort_values("t_ns", kind="stable").reset_index(drop=True)
     # None where it named none (pandas 3 would infer a string column holding NaN).
@@ -290,21 +308,18 @@ def engine_xruns(cap: Capture, t_range: tuple[int | None, int | None] | None = N
     return out
 
 
-def _period_ns(cap: Capture, engine: str) -> float:
-    """The engine's period: its last status (quantum / rate), else the median of its cycles' periods
-    (engine_period_medians)."""
-    status = cap.table("engine_status", ["engine", "quantum_frames", "rate_hz"]).dropna()
-    status = status[status["engine"].astype(str) == engine]
+def _period_ns(status: pd.DataFrame, median_ns: Callable[[], float]) -> float:
+    """An engine's period: its last status (`status`: its engine_status rows with a quantum and a rate),
+    else `median_ns()`, the median of its cycles' periods (engine_period_medians)."""
     if len(status) and status["rate_hz"].iloc[-1]:
         return float(1e9 * status["quantum_frames"].iloc[-1] / status["rate_hz"].iloc[-1])
-    return float(engine_period_medians(cap.table("engine_cycles", ["engine", "period_ns"])).get(engine, np.nan))
+    return median_ns()
 
 
-def _cycles_of(cap: Capture, engine: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """An engine's recorded cycles, by start: every start, and the starts and ends of those that ended
-    within their period."""
-    cycles = cap.table("engine_cycles", ["t_ns", "engine", "period_ns", "end_ns"])
-    cycles = cycles[cycles["engine"].astype(str) == engine].sort_values("t_ns", kind="stable")
+def _cycles_of(cycles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An engine's recorded cycles (`cycles`: its engine_cycles rows), by start: every start, and the
+    starts and ends of those that ended within their period."""
+    cycles = cycles.sort_values("t_ns", kind="stable")
     t = cycles["t_ns"].to_numpy(np.int64)
     end = pd.to_numeric(cycles["end_ns"], errors="coerce").to_numpy(np.float64)
     period = pd.to_numeric(cycles["period_ns"], errors="coerce").to_numpy(np.float64)
@@ -345,19 +360,38 @@ def _xruns_of(
     # read at once, a callback arrives through libjack's notification thread) and ended at most
     # SERVER_LOG_LAG_NS before it.
     lead_ns = XRUN_REPORT_GAP_PERIODS * period_ns if np.isfinite(period_ns) else 0.0
+    # Which xruns a line can join, by bisection on the counted xruns' first and last times (runs of sorted
+    # reports: both ascending), not by a scan of every xrun per line. A line only moves the times of the
+    # xrun it joins or begins, to its own time, and lines come in time order: such an xrun has begun by
+    # the next line (it joins no later one as "ahead") and can fit a later line only while its last time
+    # is within SERVER_LOG_LAG_NS of it, so it is kept among the candidates (`moved`) until then. The
+    # bounds are widened by a margin (the float sum of a time and lead_ns rounds) and the candidates tested
+    # as written, in order: the bisection only leaves out xruns that cannot fit.
+    first0, last0 = np.array(first_t, np.int64), np.array(last_t, np.int64)
+    reach_ns = int(np.ceil(lead_ns)) + _BISECT_MARGIN_NS
+    moved: list[int] = []
     for position in late_lines.tolist():
         at = int(t_all[position])
-        fits = [k for k in range(len(members)) if first_t[k] <= at + lead_ns and at <= last_t[k] + SERVER_LOG_LAG_NS]
+        moved = [k for k in moved if at <= last_t[k] + SERVER_LOG_LAG_NS]
+        lo = int(np.searchsorted(last0, at - SERVER_LOG_LAG_NS - _BISECT_MARGIN_NS))
+        hi = int(np.searchsorted(first0, at + reach_ns, side="right"))
+        candidates = sorted(set(range(lo, hi)).union(moved))
+        fits = [k for k in candidates if first_t[k] <= at + lead_ns and at <= last_t[k] + SERVER_LOG_LAG_NS]
         # Else the first xrun that begins within SERVER_LOG_LEAD_NS after it: its callbacks were held up.
-        ahead = [k for k in range(len(members)) if at < first_t[k] <= at + SERVER_LOG_LEAD_NS]
+        a = int(np.searchsorted(first0, at, side="right"))
+        b = int(np.searchsorted(first0, at + SERVER_LOG_LEAD_NS, side="right"))
+        ahead = [k for k in range(a, b) if at < first_t[k] <= at + SERVER_LOG_LEAD_NS]
         if fits or ahead:
             k = max(fits, key=lambda k: first_t[k]) if fits else min(ahead, key=lambda k: first_t[k])
             members[k].append(position)
             first_t[k], last_t[k] = min(first_t[k], at), max(last_t[k], at)
         else:
+            k = len(members)
             members.append([position])
             first_t.append(at)
             last_t.append(at)
+        if k not in moved:
+            moved.append(k)
     parts = [reports.iloc[m] for m in members]
     rows = []
     for part in parts:

@@ -79,6 +79,22 @@ def test_a_log_line_read_before_the_callbacks_it_announced_joins_them():
     assert x[["reports", "client"]].values.tolist() == [[1, "cue"], [4, None]]
 
 
+def test_a_log_line_joined_to_an_xrun_carries_its_last_report_for_the_lines_after_it():
+    """A log line moves the xrun it joins (or begins) to its own time: a later line within
+    SERVER_LOG_LAG_NS of that line joins the same xrun though it is farther than that from the callbacks,
+    and a line that began an xrun of its own gathers the lines after it alike (what engine_xruns' bisection
+    over the callbacks' xruns must keep)."""
+    at = 1_000 * MS
+    callbacks = [(at + k * 100 * US, "callback", 37.0, None) for k in range(3)]
+    chained = [(at + 60 * MS, "server-log", None, "p1"), (at + 150 * MS, "server-log", None, "p2")]
+    alone = [(at + 500 * MS, "server-log", None, "p3"), (at + 550 * MS, "server-log", None, "p4")]
+    x = engine_xruns(_engine("jack", callbacks + chained + alone, 128))
+    assert x[["t_ns", "end_ns", "reports", "client"]].values.tolist() == [
+        [at, at + 150 * MS, 5, "p1, p2"],
+        [at + 500 * MS, at + 550 * MS, 2, "p3, p4"],
+    ]
+
+
 def test_callbacks_through_one_overrun_are_one_xrun_however_far_apart():
     """A client spinning 20 ms at a 2.667 ms period: jack2 notified it unfinished at every cycle start, and
     the recorder's callbacks came 2.3-5.4 ms apart (captures/jack-recorder-first.ssf); none of the cycles
