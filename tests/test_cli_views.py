@@ -97,6 +97,18 @@ def test_xruns_view_joins_each_missed_deadline_to_its_incident(run_module):
     assert late and late <= {i["incident"] for i in incidents}
 
 
+def test_xruns_table_at_100_columns_shows_each_root_whole(run_module):
+    """The root of an xrun's incident is what its row is read by: at 100 columns the PipeWire capture's
+    roots, the engine's client before the thread's comm, print whole (they were cut to `cue: pyth…` and
+    `Dummy-Dri…`); the less important text columns are shortened instead and none is left out."""
+    out = run_module("forensics", "xruns", "captures/pipewire-late-client.ssf", check=True).stdout
+    assert _lines_fit(out, 100)
+    rows = [line for line in out.splitlines() if line.lstrip()[:1].isdigit()]
+    assert len(rows) == 4
+    assert "Dummy-Driver: pipewire" in rows[0] and all("cue: python" in row for row in rows[1:])
+    assert "columns left out" not in out
+
+
 def test_stalls_truth_scores(run_module, capture_file):
     out = run_module("forensics", "stalls", capture_file, "--truth", check=True).stdout
     assert "Recall and precision per cause" in out
@@ -254,6 +266,13 @@ def test_renderer_registry_and_shrinking():
     coloured = render(report, "table", width=100, color=True)
     assert ANSI.search(coloured)
     assert choose_format(None, False, "out.json") == "json"
+    # A `whole` column is never shortened: the other text columns are, to their floor, then the last
+    # columns are left out.
+    frame = pd.DataFrame({"who": ["w" * 30], "what": ["x" * 60], "why": ["y" * 30]})
+    text = render(Report("t", [Section("s", "S", frame, whole=("who",))]), "table", width=100)
+    assert _lines_fit(text) and "w" * 30 in text and "x" * 60 not in text and "y" * 30 in text
+    text = render(Report("t", [Section("s", "S", frame, whole=("who", "what"))]), "table", width=100)
+    assert _lines_fit(text) and "w" * 30 in text and "x" * 60 in text and "columns left out" in text
     assert choose_format(None, False, None) == "table"
     assert choose_format("table", True, None) == "json"
 

@@ -25,6 +25,8 @@ class Section:
 
     `columns` maps frame column -> heading (and sets the order); None shows every column. `detail` names
     a long text column printed under each row instead of in it (evidence lines); `note` follows the table.
+    `whole` names columns the table renderer never shortens (what a row is read by): too wide a table
+    shortens its other text columns, then leaves out its last columns.
     """
 
     name: str
@@ -38,6 +40,7 @@ class Section:
     image: bytes | None = None  # a PNG shown before the table (html and markdown embed it)
     image_alt: str = ""  # what the picture shows, for readers who cannot see it
     level: int = 2  # heading level in html/markdown: 2 a chapter, 3 a part of one
+    whole: tuple[str, ...] = ()  # columns the table renderer never shortens
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """The terminal renderer: aligned tables that fit `width` columns (100), bold headings on a terminal only.
 
 Too wide a table first shortens its longest text cells (with an ellipsis), then leaves out its last
-columns and says so: `--json` always has everything.
+columns and says so: `--json` always has everything. A section's `whole` columns (what its rows are read
+by) are never shortened: the other columns are.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ def _numeric(frame: pd.DataFrame, column: str) -> bool:
     return pd.api.types.is_numeric_dtype(frame[column].dtype) and not pd.api.types.is_bool_dtype(frame[column].dtype)
 
 
-def _fit(headers: list[str], cells: list[list[str]], width: int) -> tuple[list[int], int]:
-    """Column widths that fit `width` (shrinking long text), and how many columns are shown."""
+def _fit(
+    headers: list[str], cells: list[list[str]], width: int, whole: frozenset[int] = frozenset()
+) -> tuple[list[int], int]:
+    """Column widths that fit `width` (shrinking long text, never that of the `whole` columns), and how many
+    columns are shown."""
     widths = [max([len(h)] + [len(row[i]) for row in cells]) for i, h in enumerate(headers)]
     shown = len(headers)
 
@@ -31,8 +35,9 @@ def _fit(headers: list[str], cells: list[list[str]], width: int) -> tuple[list[i
         return sum(widths[:n]) + 2 * (n - 1)
 
     while total(shown) > width:
-        longest = max(range(shown), key=lambda i: widths[i])
-        floor = max(MIN_TEXT, len(headers[longest]))
+        shortened = [i for i in range(shown) if i not in whole]
+        longest = max(shortened, key=lambda i: widths[i]) if shortened else shown - 1
+        floor = max(MIN_TEXT, len(headers[longest])) if shortened else widths[longest]
         if widths[longest] > floor:
             widths[longest] = max(floor, widths[longest] - (total(shown) - width))
         elif shown > 1:
@@ -66,7 +71,8 @@ def render_section(section: Section, *, width: int, color: bool, origin_ns: int 
     rows = frame[names].itertuples(index=False, name=None)
     units = column_units(frame, names)
     cells = [[fmt_cell(c, v, origin_ns, units.get(c)) for c, v in zip(names, row, strict=True)] for row in rows]
-    widths, shown = _fit(headers, cells, width - 2)
+    whole = frozenset(i for i, c in enumerate(names) if c in section.whole)
+    widths, shown = _fit(headers, cells, width - 2, whole)
     right = [_numeric(frame, c) for c in names]
 
     def line(values: list[str]) -> str:

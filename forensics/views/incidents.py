@@ -32,7 +32,7 @@ XRUN_TABLE = {
     "client": "client",
     "delay_us": "delay us",
     "source_text": "reported by",
-    "incident_text": "incident",
+    "incident_text": "#",  # the incident's number, under the heading `forensics stalls` gives it
     "root_text": "root",
     "root_verdict": "root verdict",
 }
@@ -206,7 +206,14 @@ def xruns_report(
     elif tids:
         why = f"(no xrun whose incident involves {asked_threads(None, tids)})"
     report.sections.append(
-        Section("xruns", "Xruns (engine-reported) and missed deadlines", frame, XRUN_TABLE, empty=why or "(none)")
+        Section(
+            "xruns",
+            "Xruns (engine-reported) and missed deadlines",
+            frame,
+            XRUN_TABLE,
+            empty=why or "(none)",
+            whole=("root_text",),  # the root (the engine's client: the thread's comm) is what a row is read by
+        )
     )
     report.notes += damage_notes(cap, origin_ns, t_range)  # an xrun there has no incident: nothing was read
     report.notes.append(xrun_thresholds())
