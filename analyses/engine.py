@@ -165,10 +165,13 @@ def engine_period_medians(cycles: pd.DataFrame) -> pd.Series:
     """engine -> the median period_ns of its cycles (finite and positive only), shortest first (a tie by
     name). JACK and PipeWire can be recorded together at different periods: one median over both
     engines' cycles is the period of whichever recorded more rows (JACK's poller sees only some of its
-    cycles), and the other engine's cycles would be judged against it."""
+    cycles), and the other engine's cycles would be judged against it. The one rule of an engine's period
+    from its cycles: `forensics system`'s engine figures, the xruns' report gap and the incidents' cycles
+    take it from here."""
     if cycles.empty:
         return pd.Series(dtype=np.float64)
-    period = pd.to_numeric(cycles["period_ns"], errors="coerce")
+    # float64: a period the source left unknown (NA) is NaN, left out of the median.
+    period = pd.to_numeric(cycles["period_ns"], errors="coerce").astype(np.float64)
     engine = cycles["engine"].astype(str)
     # Series.median per engine: the value a median over a one-engine capture's cycles always was.
     medians = {str(e): float(period[(engine == e).to_numpy()].median()) for e in sorted(set(engine))}

@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.cycles import lab_cycles, proc_cycles
-from analyses.engine import cycle_starts, engine_cycle_ends, engine_cycles, xrun_figures
+from analyses.engine import cycle_starts, engine_cycle_ends, engine_cycles, engine_period_medians, xrun_figures
 from analyses.span import in_span
 from analyses.threads import thread_names, thread_profiles
 from capture.format import Capture
@@ -230,7 +230,7 @@ def _engine_cycle_figures(
     cycles = cycles[(cycles["engine"].astype(str) == engine).to_numpy()]
     begun = cycle_starts(cycles)
     ended = engine_cycle_ends(cycles, cap.engine_nodes)
-    period = float(pd.to_numeric(begun["period_ns"], errors="coerce").median())
+    period = float(engine_period_medians(cycles).get(engine, np.nan))  # NaN: no finite positive period
     span = float(begun["t_ns"].max() - begun["t_ns"].min()) + period
     per_hour = HOUR_NS / span if span > 0 else np.nan
     never = int(begun["missed_before"].sum())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from analyses.engine import engine_cycle_ends, engine_cycle_summary
 
@@ -113,3 +114,26 @@ def test_system_figures_of_cycles_known_only_late_say_the_maximum_is_unknown() -
     assert pd.isna(figures.loc["Cycle maximum (engine)", "value"])
     assert figures.loc["Cycle maximum (engine)", "source"].startswith("unknown")
     assert figures.loc["Deadline misses (engine)", "value"] == 5
+
+
+@pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning", "ignore:invalid value:RuntimeWarning")
+def test_system_figures_of_cycles_with_no_positive_period_leave_what_needs_it_unknown() -> None:
+    """The engine's period is the median of its cycles' periods, finite and positive only
+    (analyses.engine.engine_period_medians, the one rule the threads' engine periods use too): cycles
+    whose period is 0 give no period, so the DSP load and the rates that need it are unknown (NaN);
+    they raised ZeroDivisionError when `forensics system` took its own median."""
+    from analyses.system import system_figures
+    from capture.format import Capture
+
+    starts = [10_000_000_000 + i * P for i in range(5)]
+    cap = Capture.from_frames(
+        meta={"sources": {"engine": {"kind": "jack"}}},
+        engine_cycles=pd.DataFrame(
+            {"t_ns": starts, "engine": "jack", "driver": "system", "quantum_frames": 256, "rate_hz": 48000,
+             "period_ns": 0, "end_ns": pd.array([s + 300_000 for s in starts], dtype="Int64")}
+        ),
+    )  # fmt: skip
+    figures = system_figures(cap).set_index("figure")
+    assert pd.isna(figures.loc["Average DSP load", "value"])
+    assert pd.isna(figures.loc["XRUN rate (deadline misses)", "value"])
+    assert figures.loc["Cycle maximum", "value"] == 300.0
