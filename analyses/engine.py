@@ -166,8 +166,8 @@ def engine_period_medians(cycles: pd.DataFrame) -> pd.Series:
     name). JACK and PipeWire can be recorded together at different periods: one median over both
     engines' cycles is the period of whichever recorded more rows (JACK's poller sees only some of its
     cycles), and the other engine's cycles would be judged against it. The one rule of an engine's period
-    from its cycles: `forensics system`'s engine figures, the xruns' report gap and the incidents' cycles
-    take it from here."""
+    from its cycles: the threads' engine periods (analyses.threads.engine_periods), `forensics system`'s
+    engine figures, the xruns' report gap and the incidents' cycles take it from here."""
     if cycles.empty:
         return pd.Series(dtype=np.float64)
     # float64: a period the source left unknown (NA) is NaN, left out of the median.

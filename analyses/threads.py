@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from analyses import rules
+from analyses.engine import engine_period_medians
 from analyses.source import capture_interval_ns, iter_samples
 from capture.errors import ForensicsError
 from capture.format import Capture
@@ -242,13 +243,7 @@ def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
     cycles = cap.table("engine_cycles", columns=["engine", "period_ns"])
     if cycles.empty:
         return profiles
-    periods = (
-        pd.to_numeric(cycles["period_ns"], errors="coerce")
-        .astype("float64")
-        .groupby(cycles["engine"].astype(object), dropna=True)
-        .median()
-    )
-    periods = periods[np.isfinite(periods) & (periods > 0)].sort_values()  # shortest first: it wins a tie
+    periods = engine_period_medians(cycles)  # shortest first: it wins a tie
     if periods.empty:
         return profiles
     clients = cap.table("engine_clients", columns=["engine", "pid"])
