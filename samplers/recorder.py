@@ -436,6 +436,11 @@ class Recorder:
         fast_pids = [pids[slot] for slot in fast]
         fast_sched = [(fd_sched[slot], slot) for slot in fast if fd_sched[slot] >= 0]
         fast_sched_at = [i for i, slot in enumerate(fast) if fd_sched[slot] >= 0]
+        fast_text = {  # the LAYOUT lists' shared part, as JSON text once (frames.encode_layout)
+            "tids": frames.int_list_text(fast_tids),
+            "pids": frames.int_list_text(fast_pids),
+            "sched": frames.int_list_text(fast_sched_at),
+        }
         self.phase_hot, self.phase_slow, self.phase_sched, self.phase_tids = [], [], [], []
         for forced, slow in zip(forced_at, slow_at, strict=True):
             self.layout_id += 1
@@ -446,20 +451,28 @@ class Recorder:
             self.phase_hot.append([] if ebpf else hot)
             self.phase_slow.append([(slot, tids[slot]) for slot in slow])
             self.phase_sched.append(fast_sched + [(fd_sched[slot], slot) for slot in slow if fd_sched[slot] >= 0])
-            phase_tids = fast_tids + [tids[slot] for slot in slow]
+            slow_tids = [tids[slot] for slot in slow]
+            phase_tids = fast_tids + slow_tids
             self.phase_tids.append(phase_tids)
-            spec: dict[str, Any] = {
-                "id": self.layout_id,
-                "group": group,
-                "tids": phase_tids,
-                "pids": fast_pids + [pids[slot] for slot in slow],
-                "sched": fast_sched_at + [len(fast) + i for i, slot in enumerate(slow) if fd_sched[slot] >= 0],
-                "known": self.slot_known,
-            }
+            slow_sched_at = [len(fast) + i for i, slot in enumerate(slow) if fd_sched[slot] >= 0]
             if ebpf:  # one phase: the tiers are off under the eBPF sampler
-                members = fast + slow
-                spec["slots"] = self.ebpf_ticker.layout(phase_tids, [self.slot_fd_st[slot] for slot in members])
-            self._send(frames.encode_json(frames.LAYOUT, spec))
+                spec: dict[str, Any] = {
+                    "id": self.layout_id,
+                    "group": group,
+                    "tids": phase_tids,
+                    "pids": fast_pids + [pids[slot] for slot in slow],
+                    "sched": fast_sched_at + slow_sched_at,
+                    "known": self.slot_known,
+                    "slots": self.ebpf_ticker.layout(phase_tids, [self.slot_fd_st[slot] for slot in fast + slow]),
+                }
+                self._send(frames.encode_json(frames.LAYOUT, spec))
+                continue
+            lists = {
+                "tids": (fast_text["tids"], frames.int_list_text(slow_tids)),
+                "pids": (fast_text["pids"], frames.int_list_text([pids[slot] for slot in slow])),
+                "sched": (fast_text["sched"], frames.int_list_text(slow_sched_at)),
+            }
+            self._send(frames.encode_layout(self.layout_id, group, lists, self.slot_known))
         self.layout_base = group
         self._send_tiers()
 

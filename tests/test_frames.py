@@ -60,3 +60,23 @@ def test_system_round_trip_keeps_stat_and_pressure_texts_in_order() -> None:
     kind, _ = frames.FRAME.unpack_from(data)
     assert kind == frames.SYSTEM
     assert frames.decode_system(data[frames.FRAME.size :]) == (123, texts)
+
+
+def test_a_layout_from_text_pieces_is_the_json_frame_of_its_spec() -> None:
+    """encode_layout (the recorder's tier layouts: shared pieces made text once) writes the same bytes as
+    encode_json of the spec, empty pieces and empty lists included."""
+    import json
+
+    text = frames.int_list_text
+    for tids, pids, sched, known in (
+        (([7, 8], [9]), ([1, 1], [1]), ([0], [2]), {1: 3}),
+        (([], [5, -6]), ([], [2, 2]), ([], []), {2: 2, 10: 1}),
+        (([], []), ([], []), ([], []), {}),
+        (([123456789], []), ([4], []), ([0], []), {4: 1}),
+    ):
+        lists = {"tids": tuple(map(text, tids)), "pids": tuple(map(text, pids)), "sched": tuple(map(text, sched))}
+        frame = frames.encode_layout(42, 40, lists, known)
+        spec = {"id": 42, "group": 40, "tids": [*tids[0], *tids[1]], "pids": [*pids[0], *pids[1]]}
+        spec |= {"sched": [*sched[0], *sched[1]], "known": known}
+        assert frame == frames.encode_json(frames.LAYOUT, spec)
+        assert json.loads(frame[frames.FRAME.size :])["known"] == {str(k): v for k, v in known.items()}

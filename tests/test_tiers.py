@@ -312,6 +312,7 @@ def test_a_tier_change_rebuilds_the_read_lists_as_a_full_rebuild_would(tmp_path:
             kind, _ = frames.FRAME.unpack_from(frame)
             if kind == frames.LAYOUT:
                 spec = json.loads(frame[frames.FRAME.size :])
+                assert frame == frames.encode_json(frames.LAYOUT, spec)  # encode_layout: json.dumps' bytes
                 specs.append({key: value for key, value in spec.items() if key not in ("id", "group")})
         lists = (recorder.phase_hot, recorder.phase_slow, recorder.phase_sched, recorder.phase_tids)
         return (*lists, specs)
