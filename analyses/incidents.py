@@ -64,7 +64,7 @@ INCIDENT_COLUMNS = [
     "root_tid", "root_comm", "root_client", "root_verdict", "root_episode", "inferred", "waited", "members",
     "evidence",
 ]  # fmt: skip
-MEMBER_COLUMNS = ["incident", "role", "incident_verdict", "upstream_tid"]
+MEMBER_COLUMNS = ["incident", "role", "incident_verdict", "upstream_tid", "client"]
 WAIT_VERDICTS = ("lock", "unknown")  # asleep: what a client waiting for its upstream shows
 
 
@@ -182,10 +182,15 @@ def _links_of_engine(
             )
     if not rows:
         return None
-    links = pd.DataFrame(rows).drop_duplicates("tid")
+    feeds = _graph_edges(cap, engine)
+    # A process with several clients (ecasound registers `ecasound` and an unconnected
+    # `ecasound-ctrl-PID`): its thread is the link of the client the graph connects, not of the first.
+    connected = set(feeds) | {src for sources in feeds.values() for src in sources}
+    links = pd.DataFrame(rows)
+    links = links.assign(_off=~links["client"].isin(connected)).sort_values("_off", kind="stable")
+    links = links.drop_duplicates("tid").drop(columns="_off").sort_index()
     # A client's upstream: the clients connected into it (engine_graph), as their process threads.
     tids_of = links.groupby("client")["tid"].apply(tuple).to_dict()
-    feeds = _graph_edges(cap, engine)
     driver_tids = tuple(links.loc[links["driver"], "tid"].tolist())
     links["upstream"] = [
         tuple(t for src in feeds.get(c, ()) for t in tids_of.get(src, ())) or (() if d else driver_tids)
@@ -378,7 +383,8 @@ def find_incidents(
     """(incidents, members): one incident row per late cycle or run of them (INCIDENT_COLUMNS), and the
     episodes (analyses.stalls.find_stalls rows, unchanged) with MEMBER_COLUMNS added: which incident,
     role ("root" | "upstream" | "member"), the verdict in the incident (`upstream` for a client that only
-    waited for its upstream link) and that upstream link's tid.
+    waited for its upstream link), that upstream link's tid, and the thread's client as the engine names
+    it (None off the engine's chain).
 
     `threads`: the watched threads (tid pid comm period_ns policy ...). With `quiet_outside` and an engine
     found, episodes of threads that are neither a link of it nor real-time (a client's housekeeping
@@ -484,6 +490,10 @@ def find_incidents(
     client_of = dict(zip(links["tid"].astype(np.int64).tolist(), links["client"].tolist(), strict=True))
     roots = incidents["root_tid"].tolist() if len(incidents) else []
     incidents["root_client"] = pd.Series([_client_name(client_of.get(t)) for t in roots], dtype=object)
+    # Each episode's thread as the engine names its client, as the root is (None off the engine's chain).
+    members["client"] = pd.Series(
+        [_client_name(client_of.get(int(t))) for t in members["tid"]], index=members.index, dtype=object
+    )
     incidents = _add_cycles(cap, incidents, records, rules)
     members = members.drop(columns=["inc_engine", "inc_period"])
     on_time = incidents["on_time"].to_numpy(dtype=bool)

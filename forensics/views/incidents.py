@@ -83,7 +83,7 @@ def incident_rows(incidents: pd.DataFrame, members: pd.DataFrame) -> pd.DataFram
                     "start_ns": m.start_ns,
                     "cycle_text": "",
                     "xrun_text": "",
-                    "thread": f"  {m.comm} ({m.tid})",
+                    "thread": f"  {_client_prefix(m.client, m.comm)}{m.comm} ({m.tid})",
                     "verdict": f"{role}{waited_for}",
                     "stall_ns": m.stall_ns,
                     "waited_text": "",
