@@ -172,10 +172,16 @@ class Watcher:
 
     def _take(self, segment: Segment) -> None:
         cap = load(segment.path)
-        samples = cap.samples  # read now: the writer may delete the file once it is older than the ring
+        # Only the stall rule reads the samples (and keeps them for the next segment's overlap): xrun,
+        # late and marker read the small tables. Decoding every segment's samples was most of the
+        # watcher's cost without it (bench/flight_bench.py --trigger late: 2.8 % of a core).
+        stall = "stall" in self.kinds
+        samples = cap.samples if stall else None  # read now: the writer may delete the file once it is old
         bounds = (cap.trailer or {}).get("segment") or {}  # a killed recorder's last segment has none
-        first = bounds.get("first_ns", samples["t_ns"].min() if len(samples) else None)
-        last = bounds.get("last_ns", samples["t_ns"].max() if len(samples) else None)
+        if "first_ns" not in bounds or "last_ns" not in bounds:
+            times = (samples if samples is not None else cap.table("samples", ["t_ns"]))["t_ns"]
+            bounds = {"first_ns": times.min() if len(times) else None, "last_ns": times.max() if len(times) else None}
+        first, last = bounds["first_ns"], bounds["last_ns"]
         if first is None or last is None:  # no sample yet (waiting for a target)
             self.seen[segment.index] = _Seen(segment.path, 0, 0)
             return
@@ -196,8 +202,9 @@ class Watcher:
                 self.planner.add(trigger)
         if "xruns" in cap.table_names:
             self.xruns.append(cap.table("xruns"))
-        self.previous = {"samples": samples}
-        self.previous.update({name: cap.table(name) for name in PIECE_TABLES if name in cap.table_names})
+        if samples is not None:
+            self.previous = {"samples": samples}
+            self.previous.update({name: cap.table(name) for name in PIECE_TABLES if name in cap.table_names})
 
     def _triggers(self, cap: Capture, opened_ns: int) -> list[Trigger]:
         xruns, late = engine_triggers(cap, self.last.get("xrun"))
