@@ -182,7 +182,7 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
     engines = cap.engine_sources
     for kind, engine in engines.items():  # a section per engine source (a JACK server beside PipeWire: two)
         if len(engines) == 1:
-            sections["Engine"] = engine_rows(engine, counts)
+            sections["Engine"] = {**engine_rows(engine, counts), **_attached_rows(cap, rec.get("started_ns"))}
             continue
         own: dict[str, int] = {  # each source's own rows (the engine column)
             name: int((cap.table(name, ["engine"])["engine"].astype(str) == kind).sum())
@@ -216,6 +216,23 @@ def engine_rows(engine: dict[str, Any], counts: dict[str, int]) -> dict[str, str
     if engine.get("client_pids"):
         rows["client pids"] = str(engine["client_pids"])
     return rows
+
+
+SOURCE_EVENTS = {"engine_source_started": "attached", "engine_source_ended": "ended"}
+
+
+def _attached_rows(cap: Capture, started_ns: Any) -> dict[str, str]:
+    """When the capture's one engine source attached and ended (its events), from the recording's start:
+    a source that waited for its server ("wait for jackd") attached later, and one whose server went away
+    ended early. Several sources at once: their events name no engine, so none is said."""
+    if "events" not in cap.table_names or not isinstance(started_ns, int):
+        return {}
+    events = cap.table("events", ["t_ns", "kind", "text"])
+    out: dict[str, list[str]] = {}
+    for row in events[events["kind"].astype(str).isin(list(SOURCE_EVENTS)).to_numpy()].itertuples(index=False):
+        label = SOURCE_EVENTS[str(row.kind)]
+        out.setdefault(label, []).append(f"{(int(row.t_ns) - started_ns) / 1e9:.3f} s after the start: {row.text}")
+    return {label: "; ".join(texts) for label, texts in out.items()}
 
 
 def _first_column(cap: Capture, name: str) -> list[str] | None:
