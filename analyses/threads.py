@@ -34,6 +34,7 @@ import pandas as pd
 from analyses import rules
 from analyses.engine import engine_period_medians
 from analyses.source import capture_interval_ns, iter_samples
+from analyses.span import in_span
 from capture.errors import ForensicsError
 from capture.format import Capture
 from capture.vocabulary import RT_POLICIES, policy_name
@@ -381,15 +382,7 @@ def _by_voluntary_switches(
     lives = blocks.groupby("tid")["life"].nunique()
     left = [int(t) for t in left if lives.get(t, 2) == 1]  # a reused tid: its rows are not one thread's
     sched = cap.table("sched", columns=["t_ns", "tid", "nr_voluntary_switches"])
-    sched = sched[sched["tid"].isin(left).to_numpy()]
-    if t_range is not None:
-        lo, hi = t_range
-        keep = np.ones(len(sched), dtype=bool)
-        if lo is not None:
-            keep &= sched["t_ns"].to_numpy() >= lo
-        if hi is not None:
-            keep &= sched["t_ns"].to_numpy() <= hi
-        sched = sched[keep]
+    sched = sched[sched["tid"].isin(left).to_numpy() & in_span(sched["t_ns"].to_numpy(np.int64), t_range)]
     if sched.empty:
         return periodic
     sched = sched.sort_values(["tid", "t_ns"], kind="stable")

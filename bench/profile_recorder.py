@@ -84,13 +84,8 @@ def main() -> None:
                 args.frames_out.write_bytes(frames_path.read_bytes())
 
             sink = CaptureSink(str(Path(tmp) / "replay.ssf"))
-            data = frames_path.read_bytes()
-            parsed = []
-            offset = 0
-            while offset + frames.FRAME.size <= len(data):
-                kind, length = frames.FRAME.unpack_from(data, offset)
-                parsed.append((kind, data[offset + frames.FRAME.size : offset + frames.FRAME.size + length]))
-                offset += frames.FRAME.size + length
+            with open(frames_path, "rb") as fh:
+                parsed = list(frames.read_frames(fh.fileno()))
             profile = cProfile.Profile()
             c0 = time.process_time_ns()
             profile.enable()

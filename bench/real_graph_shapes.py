@@ -49,7 +49,7 @@ sys.path.insert(0, str(HERE.parent))
 import forensics  # noqa: E402
 from tests.helpers import REPO, child_env  # noqa: E402
 from tests.injections import incidents_of  # noqa: E402
-from tests.jack_fixtures import build_hog, env_with, jackd, run_hog  # noqa: E402
+from tests.jack_fixtures import audio_ports_listed, build_hog, env_with, jackd, run_hog  # noqa: E402
 from tests.recording import catch_load_argv, wait_capture_growing  # noqa: E402
 
 PLUGINS = (
@@ -96,13 +96,7 @@ def record(
     out = workdir / f"{order}-{'ebpf' if ebpf else 'proc'}.ssf"
     name = f"t{uuid.uuid4().hex[:10]}"
     common = ["-q", "-o", str(out), *(["--ebpf"] if ebpf else []), *extra]
-    first = None
-    if order == "recorder":
-        first = subprocess.Popen(
-            [*catch_load_argv(), *common, "--match", "^jackd$", "--children"],
-            env=env_with(name), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        time.sleep(2.0)
+    first = _recorder_first(common, "^jackd$", env_with(name)) if order == "recorder" else None
     with jackd(workdir, period=128, name=name) as server:
         processes = build_graph(server, workdir)
         recorder = first
@@ -135,14 +129,17 @@ def _pw_jack(env: dict[str, str], *cmd: str) -> subprocess.CompletedProcess[str]
 
 
 def _pw_ports(env: dict[str, str], client: str, direction: str) -> list[str]:
-    lines = _pw_jack(env, "jack_lsp", "-p", "-t").stdout.splitlines()
-    ports = []
-    for i, line in enumerate(lines):
-        if line.startswith(client + ":"):
-            props = " ".join(lines[i + 1 : i + 3])
-            if direction in props and "audio" in props:
-                ports.append(line.strip())
-    return sorted(ports)
+    return audio_ports_listed(_pw_jack(env, "jack_lsp", "-p", "-t").stdout, client, direction)
+
+
+def _recorder_first(common: list[str], match: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """catch-load --match MATCH --children, started before the engine and told nothing of it."""
+    first = subprocess.Popen(
+        [*catch_load_argv(), *common, "--match", match, "--children"],
+        env=env, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    time.sleep(2.0)
+    return first
 
 
 def record_pipewire(
@@ -156,13 +153,7 @@ def record_pipewire(
     out = workdir / f"pw-{order}-{'ebpf' if ebpf else 'proc'}.ssf"
     runtime = Path(tempfile.mkdtemp(prefix="pw-shapes-"))
     common = ["-q", "-o", str(out), *(["--ebpf"] if ebpf else [])]
-    first = None
-    if order == "recorder":
-        first = subprocess.Popen(
-            [*catch_load_argv(), *common, "--match", "^pipewire$", "--children"],
-            env=daemon_env(runtime), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        time.sleep(2.0)
+    first = _recorder_first(common, "^pipewire$", daemon_env(runtime)) if order == "recorder" else None
     with pipewire_daemon(runtime) as daemon:
         env = {**daemon.env, "PIPEWIRE_QUANTUM": QUANTUM}
         clients: dict[str, subprocess.Popen[bytes]] = {}

@@ -27,13 +27,8 @@ def main() -> None:
     ap.add_argument("frames", type=Path)
     ap.add_argument("--runs", type=int, default=3, help="replays; the least CPU is printed (and each)")
     args = ap.parse_args()
-    data = args.frames.read_bytes()
-    parsed = []
-    offset = 0
-    while offset + frames.FRAME.size <= len(data):
-        kind, length = frames.FRAME.unpack_from(data, offset)
-        parsed.append((kind, data[offset + frames.FRAME.size : offset + frames.FRAME.size + length]))
-        offset += frames.FRAME.size + length
+    with open(args.frames, "rb") as fh:
+        parsed = list(frames.read_frames(fh.fileno()))
     cpu = []
     rows = 0
     for _ in range(args.runs):
@@ -47,7 +42,8 @@ def main() -> None:
             assert sink.writer is not None
             rows = sink.writer.rows_written.get("samples", 0)
     print(
-        f"{len(data) / 1e6:.1f} MB of frames, {rows} thread-samples: writer CPU {min(cpu) / 1e6:.0f} ms "
+        f"{args.frames.stat().st_size / 1e6:.1f} MB of frames, {rows} thread-samples: "
+        f"writer CPU {min(cpu) / 1e6:.0f} ms "
         f"({min(cpu) / max(rows, 1):.0f} ns per thread-sample; runs {', '.join(f'{c / 1e6:.0f}' for c in cpu)} ms)"
     )
 

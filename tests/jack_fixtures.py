@@ -53,6 +53,19 @@ def need_jack() -> None:
         pytest.skip(f"JACK-Client/libjack unavailable: {err}")
 
 
+def audio_ports_listed(jack_lsp_p_t: str, client: str, direction: str) -> list[str]:
+    """`client`'s audio ports of `direction` ("input"/"output") in the output of `jack_lsp -p -t`, which
+    prints each port's properties and type on the two lines after its name; sorted."""
+    lines = jack_lsp_p_t.splitlines()
+    ports = []
+    for i, line in enumerate(lines):
+        if line.startswith(client + ":"):
+            props = " ".join(lines[i + 1 : i + 3])
+            if direction in props and "audio" in props:
+                ports.append(line.strip())
+    return sorted(ports)
+
+
 @dataclass
 class JackServer:
     name: str
@@ -98,14 +111,7 @@ class JackServer:
     def audio_ports(self, client: str, direction: str) -> list[str]:
         """`client`'s audio ports of `direction` ("input"/"output"), sorted: jack_lsp -p -t prints each
         port's properties and type on the two lines after its name."""
-        lines = self.run("jack_lsp", "-p", "-t").stdout.splitlines()
-        ports = []
-        for i, line in enumerate(lines):
-            if line.startswith(client + ":"):
-                props = " ".join(lines[i + 1 : i + 3])
-                if direction in props and "audio" in props:
-                    ports.append(line.strip())
-        return sorted(ports)
+        return audio_ports_listed(self.run("jack_lsp", "-p", "-t").stdout, client, direction)
 
     def cue_client(self, name: str = "cue") -> CueClient:
         control = self.tmp / f"{name}.ctl"
