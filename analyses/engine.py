@@ -46,8 +46,6 @@ A cycle's end is the engine's (the last client's finish), never inferred from th
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -291,17 +289,11 @@ def engine_xruns(cap: Capture, t_range: tuple[int | None, int | None] | None = N
     status = cap.table("engine_status", ["engine", "quantum_frames", "rate_hz"]).dropna()
     cycles = cap.table("engine_cycles", ["t_ns", "engine", "period_ns", "end_ns"])
     status_engine, cycle_engine = status["engine"].astype(str).to_numpy(), cycles["engine"].astype(str).to_numpy()
-    medians: list[pd.Series] = []  # engine_period_medians, taken once where an engine's status gives no period
-
-    def median_ns(engine: str) -> float:
-        if not medians:
-            medians.append(engine_period_medians(cycles[["engine", "period_ns"]]))
-        return float(medians[0].get(engine, np.nan))
-
+    medians = engine_period_medians(cycles[["engine", "period_ns"]])  # where an engine's status gives no period
     rows: list[dict[str, Any]] = []
     for engine, mine in reports.groupby(reports["engine"].astype(str), sort=True):
         engine = str(engine)
-        period_ns = _period_ns(status[status_engine == engine], partial(median_ns, engine))
+        period_ns = _period_ns(status[status_engine == engine], float(medians.get(engine, np.nan)))
         rows += _xruns_of(
             mine.sort_values("t_ns", kind="stable"), engine, period_ns, _cycles_of(cycles[cycle_engine == engine])
         )
@@ -311,12 +303,12 @@ def engine_xruns(cap: Capture, t_range: tuple[int | None, int | None] | None = N
     return out
 
 
-def _period_ns(status: pd.DataFrame, median_ns: Callable[[], float]) -> float:
+def _period_ns(status: pd.DataFrame, median_ns: float) -> float:
     """An engine's period: its last status (`status`: its engine_status rows with a quantum and a rate),
-    else `median_ns()`, the median of its cycles' periods (engine_period_medians)."""
+    else `median_ns`, the median of its cycles' periods (engine_period_medians)."""
     if len(status) and status["rate_hz"].iloc[-1]:
         return float(1e9 * status["quantum_frames"].iloc[-1] / status["rate_hz"].iloc[-1])
-    return median_ns()
+    return median_ns
 
 
 def _cycles_of(cycles: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

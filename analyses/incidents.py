@@ -1210,11 +1210,13 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords, 
                 linked,
             )
         engine_of = _engines_of(incidents, set(per_engine))
+        around: dict[int, np.ndarray] = {}  # each incident's cycles, a period either side of it
         for i, engine in enumerate(engine_of):
             if engine is None:
                 continue
             t, period, late, numbers, _, _ = per_engine[engine]
-            near = np.flatnonzero(late & (t >= starts[i] - period) & (t <= ends[i] + period))
+            around[i] = np.flatnonzero((t >= starts[i] - period) & (t <= ends[i] + period))
+            near = around[i][late[around[i]]]
             k = int(near[0]) if len(near) else int(np.searchsorted(t, starts[i], side="right")) - 1
             cycle[i] = int(numbers[max(k, 0)])
         if "xruns" in names:
@@ -1226,17 +1228,15 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords, 
                 if hit is not None:
                     xruns[hit] += 1
             xrun = [bool(v) for v in xruns]
-        for i, engine in enumerate(engine_of):
-            if engine is not None:
-                t, period, late, _, known, linked = per_engine[engine]
-                # The cycles around it (a period either side, as `cycle` above), each with the gap from
-                # the start recorded before it: a first cycle with none before is no whole record.
-                around = np.flatnonzero((t >= starts[i] - period) & (t <= ends[i] + period))
-                around = around[around > 0]
-                on_time[i] = rules.engine_on_time(
-                    t[around] - t[around - 1], period, late[around] | linked[around], known[around],
-                    int(xruns[i]), rule.engine_late_share,
-                )  # fmt: skip
+        for i, mine in around.items():  # after the xruns: an incident with one is not on time
+            t, period, late, _, known, linked = per_engine[str(engine_of[i])]
+            # Each cycle around it with the gap from the start recorded before it: a first cycle with none
+            # before is no whole record.
+            after = mine[mine > 0]
+            on_time[i] = rules.engine_on_time(
+                t[after] - t[after - 1], period, late[after] | linked[after], known[after], int(xruns[i]),
+                rule.engine_late_share,
+            )  # fmt: skip
     else:
         lab = cap.cycles
         if not lab.empty:
