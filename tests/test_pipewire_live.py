@@ -15,7 +15,8 @@ import pytest
 
 from analyses.engine import node_lateness
 from capture.format import load
-from tests.pipewire_lab import PERIOD_NS, catch_load, pipewire_daemon, read_truth
+from tests.jack_fixtures import LV2_PLUGINS
+from tests.pipewire_lab import PERIOD_NS, catch_load, pipewire_daemon, read_truth, require_lv2_hosts
 
 pytestmark = [pytest.mark.needs_root, pytest.mark.slow]
 
@@ -198,6 +199,60 @@ def test_compare_series_against_chain_from_engine_cycles(tmp_path: Path, run_mod
         links = set(zip(graph["src_client"], graph["src_port"], graph["dst_client"], graph["dst_port"], strict=True))
         wanted = {(f"series{i}", "out", f"series{i + 1}", "in") for i in range(clients - 1)}
         assert links == wanted and set(graph["event"].astype(str)) <= {"snapshot"}  # linked before recording
+    result = run_module("forensics", "compare", str(series), str(chain), "--json")
+    assert result.returncode == 0, result.stderr
+    figures = {row["figure"]: row for row in json.loads(result.stdout)["sections"]["figures"]}
+    print({k: (figures[k]["a"], figures[k]["b"]) for k in ("cycle end p50", "cycle end p99", "deadline misses")})
+    for name in ("cycle end p50", "cycle end p99", "deadline misses"):
+        assert figures[name]["a"] is not None and figures[name]["b"] is not None, figures[name]
+    assert "pipewire engine cycles" in str(figures["cycles"])
+
+
+def _record_lv2_graph(tmp_path: Path, name: str, series: bool, seconds: int = 4) -> tuple[Path, dict[str, int]]:
+    """The JACK test's four LV2 plugins through pw-jack: four jalv clients linked in series, or one
+    ecasound client running them as one chain; recorded with the daemon as the only target. Returns the
+    capture and each plugin client's pid."""
+    require_lv2_hosts()
+    out = tmp_path / f"{name}.ssf"
+    with pipewire_daemon() as daemon:
+        if series:
+            hosts = {f"p{i}": daemon.jalv(f"p{i}", uri) for i, uri in enumerate(LV2_PLUGINS)}
+            daemon.wait_ports(*(f"{client}:{port}" for client in hosts for port in ("in", "out")))
+            daemon.connect(*((f"p{i}:out", f"p{i + 1}:in") for i in range(len(hosts) - 1)))
+        else:
+            # ecasound exits at once (code 1) on a plugin it cannot load: alive, it runs all four.
+            plugins = ["-elv2:" + uri for uri in LV2_PLUGINS]
+            eca = daemon.start("ecasound", "-q", "-G:jack,eca,notransport", "-f:f32_le,1,48000", "-i", "jack",
+                               "-o", "jack", *plugins)  # fmt: skip
+            hosts = {"eca": eca}
+            daemon.wait_ports("eca:in_1", "eca:out_1")
+        recorder = catch_load(daemon.env, "-p", str(daemon.pid), "-d", f"{seconds}s", "-o", str(out))
+        _out, err = recorder.communicate(timeout=120)
+        assert recorder.returncode == 0, err
+        assert all(host.poll() is None for host in hosts.values()), {k: h.poll() for k, h in hosts.items()}
+    return out, {client: host.pid for client, host in hosts.items()}
+
+
+def test_compare_lv2_plugins_in_series_against_one_chain(tmp_path: Path, run_module) -> None:  # type: ignore[no-untyped-def]
+    series, series_pids = _record_lv2_graph(tmp_path, "series", series=True)
+    chain, chain_pids = _record_lv2_graph(tmp_path, "chain", series=False)
+    for path, pids, links in (
+        (series, series_pids, {(f"p{i}", "out", f"p{i + 1}", "in") for i in range(len(LV2_PLUGINS) - 1)}),
+        (chain, chain_pids, set()),
+    ):
+        capture = load(path)
+        clients = capture.table("engine_clients")
+        plugin_clients = clients[clients["pid"].isin(list(pids.values()))]
+        # Each plugin host is a client of the graph under its own name and pid, and no other process is.
+        assert dict(zip(plugin_clients["name"].astype(str), plugin_clients["pid"], strict=True)) == pids
+        nodes = capture.table("engine_nodes")
+        followers = set(nodes["name"].astype(str)) - set(capture.meta["sources"]["engine"]["driver_clock_names"])
+        assert followers == set(pids), followers
+        graph = capture.table("engine_graph")
+        made = set(zip(graph["src_client"], graph["src_port"], graph["dst_client"], graph["dst_port"], strict=True))
+        assert made == links and set(graph["event"].astype(str)) <= {"snapshot"}  # linked before recording
+        per_cycle = nodes.groupby("t_ns")["name"].nunique()
+        assert per_cycle.median() == len(pids)  # every plugin client in (nearly) every engine cycle
     result = run_module("forensics", "compare", str(series), str(chain), "--json")
     assert result.returncode == 0, result.stderr
     figures = {row["figure"]: row for row in json.loads(result.stdout)["sections"]["figures"]}
