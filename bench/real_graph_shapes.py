@@ -32,7 +32,6 @@ Needs root (eBPF, SCHED_FIFO), jackd, jalv, fluidsynth, ecasound, calf-plugins a
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -49,7 +48,7 @@ sys.path.insert(0, str(HERE.parent))
 import forensics  # noqa: E402
 from tests.helpers import REPO, child_env  # noqa: E402
 from tests.injections import incidents_of  # noqa: E402
-from tests.jack_fixtures import audio_ports_listed, build_hog, env_with, jackd, run_hog  # noqa: E402
+from tests.jack_fixtures import build_hog, env_with, jackd, run_hog  # noqa: E402
 from tests.recording import catch_load_argv, wait_capture_growing  # noqa: E402
 
 PLUGINS = (
@@ -124,14 +123,6 @@ PW_PLUGINS = PLUGINS[2:]  # calf Reverb (MIDI/atom ports unconnected) into lsp c
 PW_HOG_PRIORITY = 90  # above PipeWire's data loops and its JACK clients' (88 as root)
 
 
-def _pw_jack(env: dict[str, str], *cmd: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["pw-jack", *cmd], env=env, capture_output=True, text=True, timeout=20)
-
-
-def _pw_ports(env: dict[str, str], client: str, direction: str) -> list[str]:
-    return audio_ports_listed(_pw_jack(env, "jack_lsp", "-p", "-t").stdout, client, direction)
-
-
 def _recorder_first(common: list[str], match: str, env: dict[str, str]) -> subprocess.Popen[str]:
     """catch-load --match MATCH --children, started before the engine and told nothing of it."""
     first = subprocess.Popen(
@@ -147,7 +138,7 @@ def record_pipewire(
 ) -> tuple[Path, list[tuple[int, int, int | None]], dict[str, int]]:
     """Headless PipeWire (Dummy-Driver, 256/48000), two jalv through pw-jack in series, starved by a FIFO 90
     hog: the issue's PipeWire graph."""
-    from tests.pipewire_lab import QUANTUM, daemon_env, pipewire_daemon
+    from tests.pipewire_lab import daemon_env, pipewire_daemon
 
     hog = build_hog(workdir)
     out = workdir / f"pw-{order}-{'ebpf' if ebpf else 'proc'}.ssf"
@@ -155,25 +146,11 @@ def record_pipewire(
     common = ["-q", "-o", str(out), *(["--ebpf"] if ebpf else [])]
     first = _recorder_first(common, "^pipewire$", daemon_env(runtime)) if order == "recorder" else None
     with pipewire_daemon(runtime) as daemon:
-        env = {**daemon.env, "PIPEWIRE_QUANTUM": QUANTUM}
-        clients: dict[str, subprocess.Popen[bytes]] = {}
-        held: list[int] = []  # the write ends of the clients' stdin: jalv exits at EOF on stdin
-        for k, uri in enumerate(PW_PLUGINS):
-            read_end, write_end = os.pipe()
-            clients[f"p{k}"] = subprocess.Popen(
-                ["pw-jack", "jalv", "-n", f"p{k}", uri], env=env, stdin=read_end,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
-            os.close(read_end)
-            held.append(write_end)
-            daemon.children.append(clients[f"p{k}"])
-            deadline = time.monotonic() + 60
-            while not _pw_ports(env, f"p{k}", "output") and time.monotonic() < deadline:
-                time.sleep(0.3)
-        for src, dst in zip(_pw_ports(env, "p0", "output"), _pw_ports(env, "p1", "input"), strict=False):
-            result = _pw_jack(env, "jack_connect", src, dst)
-            if result.returncode != 0:
-                raise SystemExit(f"jack_connect {src} {dst}: {result.stderr}")
+        clients = {f"p{k}": daemon.jalv(f"p{k}", uri) for k, uri in enumerate(PW_PLUGINS)}
+        deadline = time.monotonic() + 60
+        while not all(daemon.ports(name, "output") for name in clients) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        daemon.connect(*zip(daemon.ports("p0", "output"), daemon.ports("p1", "input"), strict=False))
         recorder = first
         if recorder is None:
             args = [*common, "-p", str(daemon.pid)]
@@ -192,8 +169,6 @@ def record_pipewire(
         if recorder.returncode != 0:
             raise SystemExit(f"catch-load failed: {err}")
         pids = {"pipewire": daemon.pid, **{k: p.pid for k, p in clients.items()}}
-        for fd in held:
-            os.close(fd)
     return out, spans, pids
 
 
