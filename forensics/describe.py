@@ -181,15 +181,16 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
     sections["Markers"] = marker_rows(cap)
     engines = cap.engine_sources
     for kind, engine in engines.items():  # a section per engine source (a JACK server beside PipeWire: two)
+        attached = _attached_rows(cap, rec.get("started_ns"), engine, alone=len(engines) == 1)
         if len(engines) == 1:
-            sections["Engine"] = {**engine_rows(engine, counts), **_attached_rows(cap, rec.get("started_ns"))}
+            sections["Engine"] = {**engine_rows(engine, counts), **attached}
             continue
         own: dict[str, int] = {  # each source's own rows (the engine column)
             name: int((cap.table(name, ["engine"])["engine"].astype(str) == kind).sum())
             for name in ("xruns", "engine_cycles")
             if name in cap.table_names
         }
-        sections[f"Engine ({kind})"] = engine_rows(engine, own)
+        sections[f"Engine ({kind})"] = {**engine_rows(engine, own), **attached}
     if cap.warnings:
         sections["Warnings"] = {str(i + 1): w for i, w in enumerate(cap.warnings)}
     return {"sections": sections, "meta": meta, "trailer": trailer, "rows": counts}
@@ -221,11 +222,27 @@ def engine_rows(engine: dict[str, Any], counts: dict[str, int]) -> dict[str, str
 SOURCE_EVENTS = {"engine_source_started": "attached", "engine_source_ended": "ended"}
 
 
-def _attached_rows(cap: Capture, started_ns: Any) -> dict[str, str]:
-    """When the capture's one engine source attached and ended (its events), from the recording's start:
-    a source that waited for its server ("wait for jackd") attached later, and one whose server went away
-    ended early. Several sources at once: their events name no engine, so none is said."""
-    if "events" not in cap.table_names or not isinstance(started_ns, int):
+def _attached_rows(cap: Capture, started_ns: Any, engine: dict[str, Any], alone: bool) -> dict[str, str]:
+    """When an engine source attached and ended, from the recording's start: a source that waited for its
+    server ("wait for jackd") attached later, one whose server went away ended early, a restarted server
+    is attached again. From the source's own metadata (`attachments`: [attached_ns, ended_ns or None] per
+    server); captures from before it have only the events, which name no engine: read for a capture with
+    one source alone."""
+    if not isinstance(started_ns, int):
+        return {}
+    if isinstance(engine.get("attachments"), list):
+
+        def since(t_ns: int) -> str:  # a server already up is attached while the recorder starts
+            s = (int(t_ns) - started_ns) / 1e9
+            return f"{s:.3f} s after the start" if s >= 0 else f"{-s:.3f} s before the start"
+
+        rows: dict[str, list[str]] = {}
+        for attached_ns, ended_ns in engine["attachments"]:
+            rows.setdefault("attached", []).append(since(attached_ns))
+            if ended_ns is not None:
+                rows.setdefault("ended", []).append(since(ended_ns))
+        return {label: "; ".join(texts) for label, texts in rows.items()}
+    if "events" not in cap.table_names or not alone:
         return {}
     events = cap.table("events", ["t_ns", "kind", "text"])
     out: dict[str, list[str]] = {}

@@ -38,7 +38,8 @@ TABLE = 7  # JSON: {"name": table, "rows": {column: [values]}}: small tables (la
 TRAILER = 8  # JSON: the trailer; the writer finishes the file and exits
 PROCESSES = 9  # JSON: {"t_ns", "statm": [[pid, "statm text"], ...]}: process memory, at the system rate
 TASKSTATS = 10  # binary, see TASKSTATS_HEADER: raw netlink replies of one tick
-ENGINE_TARGETS = 11  # JSON {"engine", "pids"}: an engine source's clients; the recorder adopts them (not stored)
+# 11 is not used: it carried an engine source's clients through the recorder; they now go on a pipe of
+# their own (samplers/engine/source.py). Not reused, so that an old stream cannot be misread.
 EBPF_TICK = 12  # binary, see EBPF_TICK_HEADER: the eBPF sampler's slots as read at one tick
 STAT_SLOW = 13  # binary, see EBPF_TICK_HEADER: stat texts of some threads (the eBPF sampler's slow reads)
 TIERS = 14  # JSON {"rows": [{t_ns, tid, pid, tier, interval_ns, why}]}: read-tier changes (samplers/tiers.py)

@@ -53,6 +53,10 @@ BACKLOG_BYTES = 16 << 20
 # (counted as lost), so every stop ends the recording in bounded time whatever the writer does.
 END_DRAIN_NS = 400_000_000
 CALM_END_NS = 60_000_000_000  # the end without a signal: a writer that takes longer than this is stuck
+# How long the engine sources get to send their last rows at the end: a JACK client's close can wait on a
+# server in trouble (the source gives it 2 s itself); after a signal, a share of the session's budget.
+ENGINE_STOP_S = 10.0
+ENGINE_STOP_URGENT_S = 0.3
 
 SCHEDSTAT_BYTES = 128  # "run wait slices\n": three u64 at most 61 bytes
 STAT_BYTES = 1024  # 52 fields of at most 20 digits plus a 64-byte comm (TASK_COMM_LEN 16, escaped)
@@ -80,8 +84,9 @@ class RecorderOptions:
     pipewire: str = "off"  # auto | on | off: record the PipeWire profiler stream (samplers/engine)
     procfs: str = "/proc"
     meta: dict[str, Any] = field(default_factory=dict)
-    # An engine source run beside the recording (samplers/engine): {"kind": "jack", "server": name or None,
-    # "explicit": bool, "log_fd": fd of the server's output or None, "log_file": path or None, "wait_s": s}
+    # The JACK source's choice (samplers/engine/choose.py): {"kind": "jack", "server": name or None,
+    # "explicit": bool, "follow": bool, "log_fd": fd of the server's output or None, "log_file": path or
+    # None, "wait_s": s}; started with the recorder (samplers/engine/source.py).
     engine: dict[str, Any] | None = None
     # Read tiers (samplers/tiers.py): threads not worth every tick are read this often; 0: all every tick.
     slow_interval_ns: int = SLOW_INTERVAL_NS
@@ -133,7 +138,10 @@ class Recorder:
         options: RecorderOptions,
         on_status: Callable[[Status], None] | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
+        engine_rows_fds: dict[str, int] | None = None,
     ) -> None:
+        """`engine_rows_fds`: per engine kind that may run, the write end of the writer's pipe for its
+        rows (samplers/engine/source.py); the session makes them. Without one, that kind is not recorded."""
         self.spec = spec
         self.options = options
         self.procfs = ProcPaths(options.procfs)
@@ -177,12 +185,11 @@ class Recorder:
         self._statm_fds: dict[int, int] = {}
         self._marker_count = 0
         self._last_marker: tuple[int, str] | None = None
-        self.engines = EngineSources(options.pipewire, self.procfs, spec.exclude)
+        self.engines = EngineSources(options.pipewire, self.procfs, spec.exclude, engine_rows_fds, options.engine)
         self.ebpf_ticker: Any = None  # samplers.ebpf.sampler.EbpfTicker under --sampler ebpf
         # The eBPF sampler reads every thread's kernel counters in one copy: no read tiers under it.
         slow_interval_ns = options.slow_interval_ns if options.sampler == "proc" else 0
         self.tiers = Tiers(options.interval_ns, slow_interval_ns, options.fast)
-        self.engine_pids: set[int] = set()
         # Per phase of the slow tier: (fd schedstat, fd stat, stat forced, slot) per read, the layout id,
         # and (slot, tid) of the slow threads read there. Slots index the per-thread lists below.
         self.phase_hot: list[list[tuple[int, int, bool, int]]] = [[]]
@@ -546,10 +553,9 @@ class Recorder:
         self._update_rt_sources()
 
     def _engines(self, t_ns: int) -> None:
-        """Start an engine source when a target is its client; store what it sent; record its clients."""
+        """Start an engine source when a target is its client; record the engines' clients."""
         self.engines.consider(list(self.processes))
-        stored, pids = self.engines.poll()
-        self._outbox += stored
+        pids = self.engines.poll(set(self.processes))
         self.tiers.set_engine_pids(pids, t_ns)  # an engine's threads are read every tick
         for pid in pids:
             info = self.discovery.adopt(pid, "engine client")
@@ -900,7 +906,9 @@ class Recorder:
         if self.ebpf_ticker is not None:
             self.reads += self.ebpf_ticker.reads
             self.ebpf_sampler_end = self.ebpf_ticker.stop()
-        self._outbox += self.engines.stop()
+        # Each source writes its last rows and its end to the writer, which reads every pipe to its end
+        # before the trailer; a stop by signal leaves them a share of WRITER_END_BUDGET_NS (session.py).
+        self.engines.stop(ENGINE_STOP_URGENT_S if self.urgent else ENGINE_STOP_S)
         stopped_at = self.stop_requested_ns or end
         if self.writer_pid is not None:
             # A writer stopped (SIGSTOP, or job control that reached it alone) could never finish the

@@ -52,13 +52,14 @@ class RecordingSession:
             raise ForensicsError(f"cannot write {out}: directory {out.parent} does not exist")
         if not os.access(out.parent, os.W_OK):
             raise ForensicsError(f"cannot write {out}: no permission to write in {out.parent}")
-        engine_args: list[str] = []
-        engine_fds: tuple[int, int] | None = None
+        # One pipe per engine kind that may run (samplers/engine/source.py): the writer reads each to its
+        # end, the source writes its rows into it; nothing of it passes through the recorder's tick.
+        engine_pipes: dict[str, tuple[int, int]] = {}
         if options.engine is not None:
-            # The engine source's rows go straight to the writer, its client pids to the recorder's
-            # discovery: nothing of it passes through the tick (see samplers/engine/jack.py).
-            engine_fds = os.pipe()
-            engine_args = ["--engine-fd", str(engine_fds[0])]
+            engine_pipes["jack"] = os.pipe()
+        if options.pipewire != "off":
+            engine_pipes["pipewire"] = os.pipe()
+        engine_args = [arg for read_end, _ in engine_pipes.values() for arg in ("--engine-fd", str(read_end))]
         self.writer = subprocess.Popen(
             [
                 sys.executable,
@@ -72,58 +73,23 @@ class RecordingSession:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=package_env(),
-            pass_fds=engine_fds[:1] if engine_fds else (),
+            pass_fds=tuple(read_end for read_end, _ in engine_pipes.values()),
             # Its own process group: Ctrl-C and the terminal's SIGHUP reach the recorder alone (even
             # while the writer is still importing), and the writer ends on EOF after the trailer.
             process_group=0,
         )
+        for read_end, _ in engine_pipes.values():
+            os.close(read_end)
         assert self.writer.stdin is not None
         with contextlib.suppress(OSError):
             fcntl.fcntl(self.writer.stdin.fileno(), F_SETPIPE_SZ, 1 << 20)
         spec.exclude.update({os.getpid(), self.writer.pid})
-        self.engine: subprocess.Popen[bytes] | None = None
-        if engine_fds is not None and options.engine is not None:
-            os.close(engine_fds[0])
-            self.engine = self._start_engine(options.engine, engine_fds[1], spec)
-        self.recorder = Recorder(spec, options, on_status=on_status)
+        self.recorder = Recorder(
+            spec, options, on_status=on_status, engine_rows_fds={k: w for k, (_, w) in engine_pipes.items()}
+        )
         self.recorder.writer_pid = self.writer.pid
         self._ready = False
         self.notes: list[str] = []  # one-line messages about the end (a writer that could not finish)
-
-    @staticmethod
-    def _start_engine(engine: dict[str, Any], rows_fd: int, spec: TargetSpec) -> subprocess.Popen[bytes]:
-        pids_read, pids_write = os.pipe()
-        os.set_blocking(pids_read, False)
-        args = [sys.executable, "-m", f"samplers.engine.{engine['kind']}", "--rows-fd", str(rows_fd)]
-        args += ["--pids-fd", str(pids_write), "--wait-s", str(engine.get("wait_s", 0.0))]
-        keep = [rows_fd, pids_write]
-        if engine.get("server"):
-            args += ["--server", engine["server"]]
-        if engine.get("explicit"):
-            args.append("--explicit")
-        if engine.get("log_fd") is not None:
-            args += ["--log-fd", str(engine["log_fd"])]
-            keep.append(engine["log_fd"])
-        if engine.get("log_file"):
-            args += ["--log-file", engine["log_file"]]
-        process = subprocess.Popen(args, pass_fds=keep, env=package_env())
-        for fd in keep:
-            os.close(fd)
-        spec.engine_pids_fd = pids_read
-        spec.engine_follow = bool(engine.get("follow"))
-        spec.exclude.add(process.pid)
-        return process
-
-    def stop_engine(self, timeout_s: float = 10.0) -> None:
-        """End the engine source: it sends its last rows and an end event, then closes its pipe."""
-        if self.engine is None or self.engine.poll() is not None:
-            return
-        self.engine.terminate()
-        try:
-            self.engine.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.engine.kill()
-            self.engine.wait()
 
     def wait_ready(self, timeout_s: float = 60.0) -> None:
         """Block until the writer has imported everything (call before launching a command to record)."""
@@ -179,8 +145,6 @@ class RecordingSession:
 
     def finish(self, trailer: dict[str, Any]) -> None:
         assert self.writer.stdin is not None
-        # A stop by signal is bounded (WRITER_END_BUDGET_NS): the engine source gets a share of it.
-        self.stop_engine(timeout_s=0.3 if self.recorder.urgent else 10.0)
         stopped = self.recorder.stop_requested_ns
         if self.recorder.urgent and stopped is not None:
             deadline = stopped + WRITER_END_BUDGET_NS
@@ -217,7 +181,7 @@ class RecordingSession:
 
     def abandon(self) -> None:
         """Close the pipe without a trailer (an error ended the recording): keep what was written."""
-        self.stop_engine()
+        self.recorder.engines.stop(timeout_s=2.0)
         if self.writer.stdin is not None:
             with contextlib.suppress(OSError):
                 self.writer.stdin.close()

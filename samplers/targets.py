@@ -29,10 +29,6 @@ class TargetSpec:
     # The recorder's own process: its ancestors (the `timeout` or `bash -c` that launched it, whose
     # command line holds the --match pattern too) are never targets unless named by pid.
     recorder_pid: int = field(default_factory=os.getpid)
-    # An engine source's clients (JACK clients are not the server's children): pids arrive one per
-    # line on this pipe. Followed when asked (engine_follow) or once a target is one of them.
-    engine_pids_fd: int = -1
-    engine_follow: bool = False
 
     def describe(self) -> dict[str, object]:
         return {
@@ -50,7 +46,7 @@ class ProcessInfo:
     ppid: int
     comm: str
     cmdline: str
-    why: str  # "pid", "match", "child", "command", "engine"
+    why: str  # "pid", "match", "child", "command", "engine client" (samplers/engine/source.py names it)
 
 
 def read_process(procfs: ProcPaths, pid: int) -> tuple[StatLine, str] | None:
@@ -131,18 +127,11 @@ class Discovery:
         # A process caught between fork and exec still carries its parent's name: look again at new
         # non-matching processes for a few scans before deciding they are not targets.
         self._recheck: dict[int, int] = {}
-        self.engine_pids: set[int] = set()
-        self._engine_buffer = b""
         self.ancestors = ancestors(procfs, spec.recorder_pid)
 
     @property
     def follows_new_processes(self) -> bool:
-        return (
-            self.spec.match is not None
-            or self.spec.children
-            or self.spec.command_pid is not None
-            or self.spec.engine_pids_fd >= 0
-        )
+        return self.spec.match is not None or self.spec.children or self.spec.command_pid is not None
 
     def initial(self) -> list[ProcessInfo]:
         """The targets that exist now. An explicit pid that does not exist is an error."""
@@ -170,9 +159,6 @@ class Discovery:
         """New processes that became targets since the last scan (by match or as descendants)."""
         if not self.follows_new_processes:
             return []
-        engine_new = self._engine_clients()
-        if self.spec.match is None and not self.spec.children and self.spec.command_pid is None:
-            return engine_new  # only the engine's clients to follow: no need to list /proc
         pids = list_pids(self.procfs)
         alive = set(pids)
         for gone in [p for p in self._seen if p not in alive]:
@@ -225,32 +211,7 @@ class Discovery:
                 self._recheck.pop(pid, None)
         for gone in [p for p in self._recheck if p not in alive]:
             del self._recheck[gone]
-        return engine_new + new
-
-    def _engine_clients(self) -> list[ProcessInfo]:
-        """The engine's client processes reported since the last scan, once they are to be followed."""
-        fd = self.spec.engine_pids_fd
-        if fd < 0:
-            return []
-        try:
-            while chunk := os.read(fd, 4096):  # non-blocking: BlockingIOError when empty
-                self._engine_buffer += chunk
-        except BlockingIOError:
-            pass
-        except OSError:
-            return []
-        *lines, self._engine_buffer = self._engine_buffer.split(b"\n")
-        self.engine_pids.update(int(x) for x in lines if x.strip().isdigit())
-        if not self.spec.engine_follow and not self.engine_pids & set(self.targets):
-            return []
-        self.spec.engine_follow = True
-        found = []
-        for pid in sorted(self.engine_pids - set(self.targets) - self.spec.exclude - self.ancestors):
-            info = read_process(self.procfs, pid)
-            if info is not None:
-                found.append(self._accept(pid, info, "engine"))
-        self.engine_pids &= set(self.targets) | self.spec.exclude  # gone ones are not looked at again
-        return found
+        return new
 
     def adopt(self, pid: int, why: str) -> ProcessInfo | None:
         """A process another source names as a target (an engine's client), unless gone or known."""

@@ -102,24 +102,27 @@ class CaptureSink:
         self.final: dict[str, Any] = {}
         self.cpu_at_ready = time.process_time_ns()
         self.unseen = UnseenThreads()
-        # Frames of an engine source (samplers/engine), read from their own pipe by a thread.
+        # Frames of the engine sources (samplers/engine/source.py), each read from its own pipe by a
+        # thread; None marks one pipe's end.
         self.engine_frames: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
-        self.engine_thread: threading.Thread | None = None
+        self.engine_pipes_open = 0
         self.engine_rows: dict[str, list[dict[str, list[Any]]]] = {}
         self.ebpf_rows: Any = None  # samplers.ebpf.sampler_rows.EbpfRows under --sampler ebpf
 
     def follow_engine(self, fd: int) -> None:
+        """Read one engine source's pipe to its end (a frame cut short by the source's death is dropped)."""
+
         def drain() -> None:
             for frame in frames.read_frames(fd):
                 self.engine_frames.put(frame)
             self.engine_frames.put(None)
 
-        self.engine_thread = threading.Thread(target=drain, name="engine-drain", daemon=True)
-        self.engine_thread.start()
+        self.engine_pipes_open += 1
+        threading.Thread(target=drain, name=f"engine-drain-{fd}", daemon=True).start()
 
     def take_engine(self, wait_end_s: float = 0.0) -> None:
-        """Handle the engine frames received so far (until its pipe's end, waiting up to wait_end_s)."""
-        if self.engine_thread is None:
+        """Handle the engine frames received so far (until every pipe's end, waiting up to wait_end_s)."""
+        if not self.engine_pipes_open:
             return
         deadline = time.monotonic() + wait_end_s
         while True:
@@ -132,8 +135,10 @@ class CaptureSink:
             except queue.Empty:
                 return
             if item is None:
-                self.engine_thread = None
-                return
+                self.engine_pipes_open -= 1
+                if not self.engine_pipes_open:
+                    return
+                continue
             kind, payload = item
             if kind == frames.TABLE:  # buffered: written with the next chunk, not as a chunk each
                 spec = json.loads(payload)
@@ -148,7 +153,7 @@ class CaptureSink:
 
     # frame handling -------------------------------------------------------------------------------
     def handle(self, kind: int, payload: bytes) -> None:
-        if self.engine_thread is not None and kind != frames.TRAILER:
+        if self.engine_pipes_open and kind != frames.TRAILER:
             self.take_engine()
         if kind == frames.TICK:
             tick, layout_id, tick_ns, *_ = frames.TICK_HEADER.unpack_from(payload)
@@ -585,10 +590,10 @@ class CaptureSink:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     ebpf = "--ebpf" in args
-    engine_fd: int | None = None
-    if "--engine-fd" in args:
+    engine_fds: list[int] = []
+    while "--engine-fd" in args:  # one per engine source that may run
         at = args.index("--engine-fd")
-        engine_fd = int(args[at + 1])
+        engine_fds.append(int(args[at + 1]))
         args = args[:at] + args[at + 2 :]
     ring: dict[str, int] | None = None
     if "--ring" in args:  # --ring SEGMENT_NS KEEP_NS: OUTPUT is the ring's directory
@@ -598,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = [a for a in args if a != "--ebpf"]
     if len(paths) != 1:
         print(
-            "usage: python -m samplers.writer_process OUTPUT [--ebpf] [--engine-fd FD] [--ring SEGMENT_NS KEEP_NS]"
+            "usage: python -m samplers.writer_process OUTPUT [--ebpf] [--engine-fd FD ...] [--ring SEGMENT_NS KEEP_NS]"
             " < frames",
             file=sys.stderr,
         )
@@ -613,8 +618,8 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(OSError):
         os.nice(10)
     sink = CaptureSink(paths[0], ebpf=pump, ring=ring)
-    if engine_fd is not None:
-        sink.follow_engine(engine_fd)
+    for fd in engine_fds:
+        sink.follow_engine(fd)
     # Tell the recorder we are ready: until the imports above are done (and the probes attached),
     # frames would only fill the pipe and block its first ticks.
     os.write(sys.stdout.fileno(), b"R")

@@ -68,7 +68,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 LIVE_MODULES = frozenset(
     f"test_{name}"
     for name in (
-        "accuracy_lab", "discovery", "doctor", "ebpf_live", "ebpf_sampler", "engine_jack",
+        "accuracy_lab", "discovery", "doctor", "ebpf_live", "ebpf_sampler", "engine_jack", "engine_sources",
         "exact_accuracy_lab", "flight_lab", "flight_live", "incident_causes_real",
         "incidents_real", "lab", "markers", "output_safety", "periods", "pipewire_live", "record_e2e",
         "record_exact", "small_lies", "stop_signals", "sysctl_guard", "taskstats", "tid_reuse", "tiers",

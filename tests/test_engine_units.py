@@ -173,35 +173,46 @@ def test_in_jack_graph_reads_the_semaphore_mappings(tmp_path) -> None:  # type: 
     assert not in_jack_graph(43, "studio", proc=str(tmp_path))
 
 
-def test_discovery_follows_engine_clients_once_a_target_is_one() -> None:
-    """The engine's client pids arrive on a pipe; without --jack they are followed only once a target is
-    among them (a real sleeping process stands for each client)."""
-    import os
-    import subprocess
+class _Named:
+    """Stands for a running source (samplers/engine/source.py EngineProcess): the pids it named so far."""
 
+    def __init__(self) -> None:
+        self.pids: list[int] = []
+        self.notes: list[str] = []
+
+    def poll(self) -> list[int]:
+        return []
+
+
+def test_an_engines_clients_are_recorded_once_a_target_is_one_of_them() -> None:
+    """Without --jack (a --match recording beside a JACK server), the clients a source names are recorded
+    only once a target is among them; then every one, earlier and later, once each."""
+    from samplers.engine.source import EngineSources
     from samplers.procfs import ProcPaths
-    from samplers.targets import Discovery, TargetSpec
 
-    a = subprocess.Popen(["sleep", "30"])
-    b = subprocess.Popen(["sleep", "30"])
-    read_end, write_end = os.pipe()
-    os.set_blocking(read_end, False)
-    try:
-        spec = TargetSpec(pids=[a.pid], engine_pids_fd=read_end)
-        discovery = Discovery(spec, ProcPaths())
-        assert [p.pid for p in discovery.initial()] == [a.pid]
-        os.write(write_end, f"{b.pid}\n".encode())
-        assert discovery.scan() == []  # a is not a client: b is not followed
-        os.write(write_end, f"{a.pid}\n".encode())
-        found = discovery.scan()
-        assert [(p.pid, p.why) for p in found] == [(b.pid, "engine")]
-        assert discovery.scan() == []
-    finally:
-        for p in (a, b):
-            p.kill()
-            p.wait()
-        os.close(read_end)
-        os.close(write_end)
+    sources = EngineSources("off", ProcPaths(), set())
+    named = _Named()
+    sources.running["jack"], sources.follow["jack"], sources.followed["jack"] = named, False, 0  # type: ignore[assignment]
+    named.pids += [20]
+    assert sources.poll({10}) == []  # 10 is not a client: 20 is not followed
+    named.pids += [10]
+    assert sources.poll({10}) == [20, 10]
+    assert sources.poll({10, 20}) == []
+    named.pids += [30]
+    assert sources.poll({10, 20}) == [30]
+
+
+def test_a_followed_engine_hands_over_its_clients_at_once() -> None:
+    """An engine the recording follows (it launched the server, --jack, a PipeWire source started for a
+    target) hands over every client it names, whatever the targets."""
+    from samplers.engine.source import EngineSources
+    from samplers.procfs import ProcPaths
+
+    sources = EngineSources("off", ProcPaths(), set())
+    named = _Named()
+    sources.running["pipewire"], sources.follow["pipewire"], sources.followed["pipewire"] = named, True, 0  # type: ignore[assignment]
+    named.pids += [7, 8]
+    assert sources.poll(set()) == [7, 8]
 
 
 def test_engine_analyses_on_a_synthetic_capture() -> None:
@@ -394,5 +405,5 @@ def test_the_capture_names_the_server_libjack_opens(monkeypatch, asked, env, nam
         monkeypatch.delenv("JACK_DEFAULT_SERVER", raising=False)
     else:
         monkeypatch.setenv("JACK_DEFAULT_SERVER", env)
-    source = JackSource(asked, rows_fd=-1, pids_fd=-1, explicit=asked is not None)
+    source = JackSource(asked, rows_fd=-1, recorder_fd=-1, explicit=asked is not None)
     assert source.meta["server"] == named == jack_server_name(asked)

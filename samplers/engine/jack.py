@@ -1,7 +1,10 @@
 """The JACK source: a passive JACK client in its own process, feeding the capture writer.
 
-    python -m samplers.engine.jack --server NAME --rows-fd N --pids-fd M [--log-fd K | --log-file F]
-                                   [--wait-s S] [--explicit]
+    python -m samplers.engine.jack --rows-fd N --recorder-fd M --parent-pid P [--server NAME]
+                                   [--log-fd K | --log-file F] [--wait-s S] [--explicit]
+
+Launched by the recorder's engine sources (samplers/engine/source.py: the pipes, the end), as every
+engine source is.
 
 Why a process of its own: libjack runs the callbacks in its threads, and a Python callback needs the
 GIL. In the recorder it would take the GIL from the 2 ms tick; in the writer it would wait behind
@@ -16,7 +19,7 @@ xruns (callback, stamped CLOCK_MONOTONIC on arrival; and the server log's XRun l
 log), buffer size / rate / cpu_load() at 20 Hz, clients with pids as they come and go, ports and
 connections at start and at every graph reorder, and per-cycle client timing read from jack2's shared
 graph segment (samplers/engine/jack_shm.py) when its layout is recognised. Every client's pid also goes
-to the recorder (one decimal per line on --pids-fd) so the clients become recording targets.
+to the recorder ({"pids": [...]} on --recorder-fd) so the clients become recording targets.
 
 Clock: jack_get_time() is CLOCK_MONOTONIC_RAW in microseconds on Linux (jack2 linux/JackLinuxTime.c);
 the offset to CLOCK_MONOTONIC is measured (bracketed calls) every second and stored in meta.
@@ -41,6 +44,7 @@ from typing import Any
 
 from samplers import frames
 from samplers.engine.choose import SERVER_POLL_S, UNTIL_THE_END, jack_server_name, server_reachable
+from samplers.engine.source import die_with_recorder, tell_recorder
 
 ENGINE = "jack"
 STATUS_NS = 50_000_000  # cpu_load() and buffer size at 20 Hz
@@ -50,7 +54,6 @@ GRAPH_SETTLE_NS = 100_000_000  # one snapshot for a burst of graph-order callbac
 # A registering client's segment is complete a little after the notification: look its pid up again.
 PID_RETRY_NS = 100_000_000
 PID_TRIES = 10
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 SERVER_GONE = "the JACK server went away"  # how an end by the server's shutdown callback begins
 XRUN_LINE = re.compile(r"JackEngine::XRun: client = (.+?) was not finished(?:, state = (\w+))?")
 DRIVER_XRUN_LINE = re.compile(r"(\w+)::\w+ XRun = (\d+(?:\.\d+)?) usec")
@@ -62,10 +65,10 @@ def _split_port(name: str) -> tuple[str, str]:
 
 
 class JackSource:
-    def __init__(self, server: str | None, rows_fd: int, pids_fd: int, explicit: bool) -> None:
+    def __init__(self, server: str | None, rows_fd: int, recorder_fd: int, explicit: bool) -> None:
         self.server = server
         self.rows_fd = rows_fd
-        self.pids_fd = pids_fd
+        self.recorder_fd = recorder_fd
         self.explicit = explicit
         self.rows: dict[str, list[dict[str, Any]]] = {}
         self.jack: Any = None
@@ -75,6 +78,8 @@ class JackSource:
         self.log_given: str | None = None  # how the server's log is followed when it was given (else found)
         self.gone_clients: list[Any] = []  # clients of servers that went away: never closed, never freed
         self.stop_reason: str | None = None
+        # [attached_ns, ended_ns or None] per server attached to (a restarted one is another): in meta.
+        self.attachments: list[list[int | None]] = []
         self._forget_server()
 
     def _forget_server(self) -> None:
@@ -146,10 +151,9 @@ class JackSource:
         frames.write_all(self.rows_fd, frames.encode_json(frames.META, {"sources": {"engine": self.meta}}))
 
     def _pid(self, pid: int | None) -> None:
-        if pid and pid not in self.pids_sent and self.pids_fd >= 0:
+        if pid and pid not in self.pids_sent:
             self.pids_sent.add(pid)
-            with contextlib.suppress(OSError):
-                os.write(self.pids_fd, f"{pid}\n".encode())
+            tell_recorder(self.recorder_fd, pids=[pid])
 
     # opening -----------------------------------------------------------------------------------
     def open(self, wait_s: float) -> str | None:
@@ -378,6 +382,8 @@ class JackSource:
         self._clients(t0, "present", list(dict.fromkeys([*present, *self.pids])))
         self.meta["jackd_pid"] = self.jackd_pid
         self.meta["server_log"] = self.log_given or self._follow_server_log()
+        self.attachments.append([time.monotonic_ns(), None])
+        self.meta["attachments"] = self.attachments
         self._send_meta()
         self._event("engine_source_started", f"JACK server {self.meta['server']!r} ({self.meta['version']})")
         last_status = self._status(t0, None)
@@ -489,6 +495,8 @@ class JackSource:
             self.meta["cycle_polls"] = self.assembler.polls
             self.meta["cycle_values_unplaced"] = self.assembler.unplaced
         self.meta["clock_offset_drift_ns"] = max(self.offsets) - min(self.offsets) if self.offsets else None
+        if self.attachments and self.attachments[-1][1] is None:
+            self.attachments[-1][1] = time.monotonic_ns()
         self._send()
         self._send_meta()
         self._event("engine_source_ended", self.stop_reason or "stopped")
@@ -559,13 +567,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m samplers.engine.jack")
     parser.add_argument("--server", default=None)
     parser.add_argument("--rows-fd", type=int, required=True)
-    parser.add_argument("--pids-fd", type=int, default=-1)
+    parser.add_argument("--recorder-fd", type=int, default=-1)
+    parser.add_argument("--parent-pid", type=int, default=None)
     parser.add_argument("--log-fd", type=int, default=None)
     parser.add_argument("--log-file", default=None)
     parser.add_argument("--wait-s", type=float, default=0.0)
     parser.add_argument("--explicit", action="store_true")
     args = parser.parse_args(argv)
-    source = JackSource(args.server, args.rows_fd, args.pids_fd, args.explicit)
+    source = JackSource(args.server, args.rows_fd, args.recorder_fd, args.explicit)
     if args.log_fd is not None:
         source.log_given = "followed: jackd's output (catch-load started it)"
     elif args.log_file:
@@ -576,10 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         source.stop_reason = source.stop_reason or "recording ended"
 
     signal.signal(signal.SIGTERM, stop)
-    # A recorder killed with SIGKILL cannot stop us: the kernel sends SIGTERM when it dies (prctl
-    # PR_SET_PDEATHSIG), so no passive client outlives the recording.
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    die_with_recorder(args.parent_pid)  # no passive client outlives the recording, even a killed one
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the group: the recorder decides the end
     if args.log_fd is not None or args.log_file:
         # From the start: jackd's first lines must not block on a full pipe while we wait for it.

@@ -1,9 +1,11 @@
 """PipeWire source: the daemon's profiler stream and its graph's clients, as engine tables.
 
 Mechanism: a small native client of the daemon's socket, in pure Python (no libpipewire bindings exist
-in Debian 12), run as its own process (`python -m samplers.engine.pipewire SOCKET`) that writes frames
-(samplers/frames.py) to its stdout for the recorder to forward. It binds the `PipeWire:Interface:Profiler`
-global, as pw-top and pw-profiler do, and reads the registry for nodes and clients.
+in Debian 12), run as its own process (`python -m samplers.engine.pipewire --rows-fd N --recorder-fd M
+--parent-pid P SOCKET`, launched as every engine source is: samplers/engine/source.py) that writes frames
+(samplers/frames.py) straight to the writer and the graph's client pids to the recorder. It binds the
+`PipeWire:Interface:Profiler` global, as pw-top and pw-profiler do, and reads the registry for nodes and
+clients.
 
 Why not parse `pw-profiler`: on 0.3.65 its TSV keeps no absolute time (every follower column is relative
 to the driver's signal, and the 4 driver columns are a period, an end, the clock's delay and an estimate),
@@ -24,6 +26,7 @@ own clock, named in the record (`clock.name`); it is used only when that name sa
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import select
@@ -38,6 +41,7 @@ from typing import Any
 
 from samplers import frames
 from samplers.engine import spa_pod as pod
+from samplers.engine.source import die_with_recorder, tell_recorder
 
 ENGINE = "pipewire"
 # spa/include/spa/param/profiler.h (0.3.65): properties of a SPA_TYPE_OBJECT_Profiler object.
@@ -64,7 +68,6 @@ _HEADER = struct.Struct("<IIII")  # id, opcode << 24 | size, seq, n_fds
 STATUS_EVERY_NS = 50_000_000  # engine_status at ~20 Hz, and on every change
 FLUSH_EVERY_NS = 1_000_000_000  # rows leave this process at least this often (the profiler's own pace)
 RESOLVE_NS = 2_000_000_000  # how long a late node's finish is waited for before it stays unknown
-ENGINE_TARGETS = frames.ENGINE_TARGETS
 
 
 def socket_path(env: dict[str, str]) -> str:
@@ -456,9 +459,12 @@ class Connection:
 class PipeWireSource:
     """Reads the daemon and writes frames to `out` (a file descriptor) until stopped or disconnected."""
 
-    def __init__(self, path: str, out: int, clock: Callable[[], int] = time.monotonic_ns) -> None:
+    def __init__(
+        self, path: str, out: int, clock: Callable[[], int] = time.monotonic_ns, recorder_fd: int = -1
+    ) -> None:
         self.path = path
         self.out = out
+        self.recorder_fd = recorder_fd
         self.clock = clock
         self.tables = ProfileTables()
         self.stop_reason: str | None = None
@@ -478,6 +484,7 @@ class PipeWireSource:
         self.max_lag_ns: int | None = None
         self.batches = 0
         self.daemon_pid: int | None = None
+        self.attachments: list[list[int | None]] = []  # [bound_ns, ended_ns or None]: when it recorded
 
     # output
     def _write(self, data: bytes) -> None:
@@ -486,6 +493,8 @@ class PipeWireSource:
     def _event(self, kind: str, text: str) -> None:
         row = {"t_ns": self.clock(), "kind": kind, "pid": self.daemon_pid, "tid": None, "text": text}
         self._write(frames.encode_json(frames.EVENT, row))
+        if kind == "engine_source_unavailable":  # a target uses PipeWire and it is not recorded: say so
+            tell_recorder(self.recorder_fd, note=text)
 
     def _flush(self, final: bool = False) -> None:
         out = b""
@@ -505,15 +514,16 @@ class PipeWireSource:
         """The processes that own nodes of the graph (and the daemon, for its drivers): recording targets."""
         pids = {pid for _name, client in self.nodes.values() if (pid := self._pid(client)) is not None}
         pids.discard(os.getpid())
-        if pids - self.targets_sent:
-            self.targets_sent |= pids
-            self._write(frames.encode_json(ENGINE_TARGETS, {"engine": ENGINE, "pids": sorted(pids)}))
+        if new := pids - self.targets_sent:
+            self.targets_sent |= new
+            tell_recorder(self.recorder_fd, pids=sorted(new))
 
     def meta(self) -> dict[str, Any]:
         seen = self.tables.seen
         return {
             "kind": ENGINE,
             "version": self.version,
+            "attachments": self.attachments,
             "socket": self.path,
             "daemon_pid": self.daemon_pid,
             "mechanism": "native-protocol client bound to PipeWire:Interface:Profiler (no node in the graph)",
@@ -659,7 +669,8 @@ class PipeWireSource:
             conn.send(CORE_ID, CORE_SYNC, pod.struct_(pod.int_(CORE_ID), pod.int_(SYNC_SEQ)))
             last_flush = self.clock()
             while self.stop_reason is None:
-                ready, _, _ = select.select([conn.sock], [], [], 0.25)
+                # A stop is seen within 0.1 s: after a signal the source has 0.3 s for its last rows.
+                ready, _, _ = select.select([conn.sock], [], [], 0.1)
                 if ready:
                     messages = conn.receive()
                     if messages is None:
@@ -681,6 +692,7 @@ class PipeWireSource:
                     )
                     conn.send(REGISTRY_ID, REGISTRY_BIND, bind)
                     self.bound = True
+                    self.attachments.append([self.clock(), None])
                     self._send_meta()
                     self._event("engine_source_started", f"PipeWire {self.version}: profiler bound at {self.path}")
                 now = self.clock()
@@ -694,26 +706,31 @@ class PipeWireSource:
         finally:
             conn.close()
         self._flush(final=True)
+        if self.attachments:
+            self.attachments[-1][1] = self.clock()
         self._send_meta()
         self._event("engine_source_ended", f"PipeWire: {ended}")
         return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m samplers.engine.pipewire SOCKET > frames", file=sys.stderr)
-        return 2
-    source = PipeWireSource(args[0], sys.stdout.fileno())
+    parser = argparse.ArgumentParser(prog="python -m samplers.engine.pipewire")
+    parser.add_argument("--rows-fd", type=int, default=1)  # frames: the writer's pipe (stdout alone, for a bench)
+    parser.add_argument("--recorder-fd", type=int, default=-1)
+    parser.add_argument("--parent-pid", type=int, default=None)
+    parser.add_argument("socket")
+    args = parser.parse_args(argv)
+    source = PipeWireSource(args.socket, args.rows_fd, recorder_fd=args.recorder_fd)
 
     def on_signal(_signum: int, _frame: Any) -> None:
         source.stop_reason = source.stop_reason or "the recording ended"
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the recorder decides when this ends
+    die_with_recorder(args.parent_pid)
     try:
         return source.run()
-    except BrokenPipeError:  # the recorder is gone: nothing left to tell
+    except BrokenPipeError:  # the writer is gone: nothing left to tell
         return 0
 
 

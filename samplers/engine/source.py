@@ -1,29 +1,44 @@
-"""The recorder's side of an engine source: a child process that writes frames, read without blocking.
+"""Engine sources, the recorder's side: one launcher for every kind, their rows straight to the writer.
 
-The source runs in its own process so that parsing the engine's stream never holds the recorder's GIL
-during a tick, and so that a source that fails (the daemon went away, a protocol surprise) cannot take
-the recording down with it: the recorder only forwards the frames it reads, between ticks.
+Each source (samplers/engine/jack.py, samplers/engine/pipewire.py) runs as
+
+    python -m samplers.engine.KIND --rows-fd R --recorder-fd M --parent-pid P [its own arguments]
+
+in a process of its own, so that parsing the engine's stream never holds the recorder's GIL during a tick,
+and so that a source that fails (the server went away, a protocol surprise) cannot take the recording
+down with it. Two pipes, the same for every kind:
+- R, to the writer: the source's frames (samplers.frames: TABLE rows of the engine tables, EVENT rows,
+  META patches). The session makes one such pipe per kind that may run, before the writer starts, and
+  the writer reads each to its end; nothing of it passes through the recorder or its tick.
+- M, to the recorder: one JSON object per line, {"pids": [...]} (the engine's clients, to record) or
+  {"note": "..."} (what could not be recorded, said to the user when the recording ends). Read between
+  ticks, never blocking.
+The source dies with the recorder (die_with_recorder): a recorder killed with SIGKILL leaves no source
+behind, whichever kind.
+
+When each kind starts: JACK at once, from the session's choice (samplers/engine/choose.py; a source that
+waits for its server polls for it itself); PipeWire once a target is a PipeWire client or the daemon
+(its socket taken from that target's environment), or at once with --pipewire.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import ctypes
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
-from samplers import frames
 from samplers.procfs import ProcPaths
 
-F_SETPIPE_SZ = 1031  # fcntl.h: room for several seconds of engine rows while the recorder is busy
-STOP_TIMEOUT_S = 3.0
 PIPEWIRE_LIBRARY = b"libpipewire-0.3.so"
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def uses_pipewire(procfs: ProcPaths, pid: int) -> bool:
@@ -44,104 +59,177 @@ def process_environment(procfs: ProcPaths, pid: int) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
-class EngineProcess:
-    """`python -m MODULE ARGS`, its stdout a non-blocking pipe of frames."""
+def die_with_recorder(parent_pid: int | None) -> None:
+    """In a source process: end (SIGTERM, as a stop) when the process that launched it dies, even by
+    SIGKILL (prctl PR_SET_PDEATHSIG). A recorder that died before the prctl took effect is caught by
+    comparing the parent with the one that launched us (prctl(2): the signal is not sent then)."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os.kill(os.getpid(), signal.SIGTERM)
 
-    def __init__(self, module: str, args: list[str]) -> None:
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])  # the source runs this copy of the toolkit
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", module, *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            env=env,
-            start_new_session=True,  # Ctrl-C goes to the recorder, which stops the source in order
-        )
-        assert self.proc.stdout is not None
-        self.fd = self.proc.stdout.fileno()
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(self.fd, F_SETPIPE_SZ, 1 << 20)
-        os.set_blocking(self.fd, False)
-        self.buffer = bytearray()
-        self.eof = False
+
+def tell_recorder(fd: int, **message: Any) -> None:
+    """In a source process: one line to the recorder (module docstring). A gone recorder is not an error:
+    the source ends by its own stop."""
+    if fd < 0:
+        return
+    with contextlib.suppress(OSError):
+        os.write(fd, (json.dumps(message) + "\n").encode())
+
+
+def package_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` (default ours) with this copy of the toolkit first on the path: the source runs this code."""
+    out = dict(os.environ if env is None else env)
+    root = str(Path(__file__).resolve().parents[2])
+    out["PYTHONPATH"] = root + (os.pathsep + out["PYTHONPATH"] if out.get("PYTHONPATH") else "")
+    return out
+
+
+class EngineProcess:
+    """One running source: `python -m samplers.engine.KIND` with its two pipes (module docstring)."""
+
+    def __init__(
+        self, kind: str, rows_fd: int, args: list[str], env: dict[str, str] | None = None, keep: Iterable[int] = ()
+    ) -> None:
+        self.kind = kind
+        recorder_read, recorder_write = os.pipe()
+        os.set_blocking(recorder_read, False)
+        passed = [rows_fd, recorder_write, *keep]
+        own = ["--rows-fd", str(rows_fd), "--recorder-fd", str(recorder_write), "--parent-pid", str(os.getpid())]
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", f"samplers.engine.{kind}", *own, *args],
+                stdin=subprocess.DEVNULL,
+                pass_fds=passed,
+                env=package_env(env),
+                start_new_session=True,  # Ctrl-C and the terminal's SIGHUP go to the recorder, which stops it
+            )
+        finally:
+            for fd in passed:  # the source holds them now: the writer sees the rows pipe end when it ends
+                os.close(fd)
+        self.fd = recorder_read
+        self.reaped = False
+        self.buffer = b""
+        self.pids: list[int] = []  # every client pid it named, in order
+        self.notes: list[str] = []
 
     @property
     def pid(self) -> int:
         return self.proc.pid
 
-    def poll(self) -> list[tuple[int, bytes]]:
-        """The whole frames that arrived since the last call (never blocks)."""
-        while not self.eof:
+    def poll(self) -> list[int]:
+        """The client pids named since the last call (never blocks); notes are kept in `notes`."""
+        new: list[int] = []
+        if self.reaped:
+            return new
+        with contextlib.suppress(BlockingIOError, OSError):
+            while chunk := os.read(self.fd, 65536):
+                self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
             try:
-                chunk = os.read(self.fd, 1 << 20)
-            except BlockingIOError:
-                break
-            if not chunk:
-                self.eof = True
-                break
-            self.buffer += chunk
-        return self._frames()
+                message = json.loads(line)
+            except ValueError:
+                continue
+            new += [int(p) for p in message.get("pids", ())]
+            if message.get("note"):
+                self.notes.append(str(message["note"]))
+        self.pids += new
+        return new
 
-    def _frames(self) -> list[tuple[int, bytes]]:
-        out = []
-        offset = 0
-        while len(self.buffer) - offset >= frames.FRAME.size:
-            kind, length = frames.FRAME.unpack_from(self.buffer, offset)
-            end = offset + frames.FRAME.size + length
-            if end > len(self.buffer):
-                break
-            out.append((kind, bytes(self.buffer[offset + frames.FRAME.size : end])))
-            offset = end
-        del self.buffer[:offset]
-        return out
-
-    def stop(self) -> list[tuple[int, bytes]]:
-        """Ask the source to end (it writes its last rows and an `engine_source_ended` event), read to
-        its end, reap it. A source that does not end within STOP_TIMEOUT_S is killed."""
+    def terminate(self) -> None:
         if self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        out: list[tuple[int, bytes]] = []
-        while not self.eof and time.monotonic() < deadline:
-            select.select([self.fd], [], [], 0.1)
-            out += self.poll()
-        if self.proc.poll() is None:
+
+    def reap(self, deadline: float) -> None:
+        """Wait for its end until `deadline` (time.monotonic), then kill it; read its last lines."""
+        if self.reaped:
+            return
+        try:
+            self.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
             self.proc.kill()
-        self.proc.wait()
-        assert self.proc.stdout is not None
-        self.proc.stdout.close()
-        return out
+            self.proc.wait()
+        self.poll()
+        os.close(self.fd)
+        self.reaped = True
 
 
-def event_of(kind: int, payload: bytes) -> dict[str, object] | None:
-    """The event row a frame carries, if it is an EVENT frame."""
-    return json.loads(payload) if kind == frames.EVENT else None
+def clients_to_record(pids: list[int], targets: set[int], follow: bool) -> bool:
+    """Whether an engine's clients become targets: when the recording follows the engine (it launched the
+    server, --jack, a PipeWire source started for a target), or once one of its clients is a target
+    anyway (a --match that caught one client: the rest of its graph comes with it)."""
+    return follow or any(pid in targets for pid in pids)
 
 
 class EngineSources:
-    """The engine sources of one recording: whether and when to start them, and what they send.
+    """The engine sources of one recording: when each starts, what each names, and their end.
 
-    `mode` "on" starts the PipeWire source at once; "auto" starts it once a target is a PipeWire client
-    or the daemon itself; "off" never. The source's clients become targets (`adopt`).
+    `rows_fds`: the write end of the writer's pipe for each kind that may run (the session made them);
+    a kind without one never runs. `jack`: the session's JACK choice (samplers/engine/choose.py, as a
+    dict), started at once. `pipewire`: "on" starts it at once; "auto" once a target is a PipeWire client
+    or the daemon itself; "off" never.
     """
 
-    def __init__(self, mode: str, procfs: ProcPaths, exclude: set[int]) -> None:
-        self.mode = mode
+    def __init__(
+        self,
+        pipewire: str,
+        procfs: ProcPaths,
+        exclude: set[int],
+        rows_fds: dict[str, int] | None = None,
+        jack: dict[str, Any] | None = None,
+    ) -> None:
+        self.pipewire = pipewire
         self.procfs = procfs
         self.exclude = exclude
-        self.process: EngineProcess | None = None
-        self.notes: list[str] = []  # one line each, for the user: what could not be recorded
+        self.rows_fds = dict(rows_fds or {})
+        self.running: dict[str, EngineProcess] = {}
+        self.follow: dict[str, bool] = {}
+        self.followed: dict[str, int] = {}  # kind -> how many of its pids were handed to the recording
         self.checked: set[int] = set()
+        self.stopped = False
+        if jack is not None and "jack" in self.rows_fds:
+            self._start_jack(jack)
+
+    @property
+    def notes(self) -> list[str]:
+        """One line each, for the user: what could not be recorded."""
+        return [note for process in self.running.values() for note in process.notes]
+
+    def _launch(
+        self, kind: str, args: list[str], follow: bool, env: dict[str, str] | None = None, keep: Iterable[int] = ()
+    ) -> None:
+        process = EngineProcess(kind, self.rows_fds.pop(kind), args, env, keep)
+        self.running[kind] = process
+        self.follow[kind] = follow
+        self.followed[kind] = 0
+        self.exclude.add(process.pid)
+
+    def _start_jack(self, jack: dict[str, Any]) -> None:
+        args = ["--wait-s", str(jack.get("wait_s", 0.0))]
+        keep: list[int] = []
+        if jack.get("server"):
+            args += ["--server", jack["server"]]
+        if jack.get("explicit"):
+            args.append("--explicit")
+        if jack.get("log_fd") is not None:  # jackd's output, when catch-load launches it
+            args += ["--log-fd", str(jack["log_fd"])]
+            keep.append(jack["log_fd"])
+        if jack.get("log_file"):
+            args += ["--log-file", jack["log_file"]]
+        self._launch("jack", args, bool(jack.get("follow")), keep=keep)
 
     def consider(self, pids: list[int]) -> None:
-        """New targets: in auto mode, the first that uses PipeWire starts the source (its daemon's socket
+        """New targets: in auto mode, the first that uses PipeWire starts its source (the daemon's socket
         taken from that process's environment, where it differs from ours)."""
-        if self.process is not None or self.mode == "off" or (self.mode == "auto" and not pids):
+        if self.stopped or "pipewire" not in self.rows_fds or self.pipewire == "off":
             return
-        if self.mode == "on":
-            self._start(dict(os.environ))
+        from samplers.engine.pipewire import socket_path
+
+        if self.pipewire == "on":
+            self._launch("pipewire", [socket_path(dict(os.environ))], True)
             return
         for pid in pids:
             if pid in self.checked:
@@ -149,34 +237,31 @@ class EngineSources:
             self.checked.add(pid)
             if uses_pipewire(self.procfs, pid):
                 env = {**os.environ, **process_environment(self.procfs, pid)}
-                self._start(env)
+                self._launch("pipewire", [socket_path(env)], True, env=env)
                 return
 
-    def _start(self, env: dict[str, str]) -> None:
-        from samplers.engine.pipewire import socket_path
-
-        self.process = EngineProcess("samplers.engine.pipewire", [socket_path(env)])
-        self.exclude.add(self.process.pid)
-
-    def poll(self) -> tuple[list[bytes], list[int]]:
-        """(frames to store, pids to record) that arrived since the last call."""
-        return self._sort(self.process.poll()) if self.process is not None else ([], [])
-
-    def stop(self) -> list[bytes]:
-        if self.process is None:
-            return []
-        stored, _ = self._sort(self.process.stop())
-        return stored
-
-    def _sort(self, received: list[tuple[int, bytes]]) -> tuple[list[bytes], list[int]]:
-        stored: list[bytes] = []
-        pids: list[int] = []
-        for kind, payload in received:
-            if kind == frames.ENGINE_TARGETS:
-                pids += json.loads(payload)["pids"]
+    def poll(self, targets: set[int]) -> list[int]:
+        """The engines' client pids to record that were not handed over before (never blocks)."""
+        out: list[int] = []
+        for kind, process in self.running.items():
+            process.poll()
+            if not clients_to_record(process.pids, targets, self.follow[kind]):
                 continue
-            event = event_of(kind, payload)
-            if event is not None and event["kind"] == "engine_source_unavailable":
-                self.notes.append(str(event["text"]))
-            stored.append(frames.encode(kind, payload))
-        return stored, pids
+            self.follow[kind] = True  # once one client is a target, every client is followed
+            out += process.pids[self.followed[kind] :]
+            self.followed[kind] = len(process.pids)
+        return list(dict.fromkeys(out))
+
+    def stop(self, timeout_s: float) -> None:
+        """End every source (each writes its last rows and an end event to the writer), within timeout_s
+        in all; close the pipes of kinds that never started, so that the writer sees every pipe end."""
+        self.stopped = True
+        deadline = time.monotonic() + timeout_s
+        for process in self.running.values():
+            process.terminate()
+        for process in self.running.values():
+            process.reap(deadline)
+        for fd in self.rows_fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.rows_fds.clear()

@@ -1,0 +1,129 @@
+"""Engine sources as one mechanism (samplers/engine/source.py): a JACK server and a PipeWire daemon
+recorded at once, each through its own pipe to the writer, each saying when it attached; every source
+dies with a killed recorder."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from capture.format import load
+from tests.helpers import REPO, child_env, stop_process
+from tests.jack_fixtures import jackd, need_jack, stop_recording, wait_engine_started
+from tests.pipewire_lab import pipewire_daemon
+from tests.recording import catch_load_argv, wait_capture_growing
+
+pytestmark = [pytest.mark.slow]
+
+
+def _gone(pid: int) -> bool:
+    """The process ended (a zombie of a dead parent counts: it runs no more)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def test_a_jack_server_and_a_pipewire_daemon_are_recorded_at_once(tmp_path: Path) -> None:
+    """`catch-load --jack NAME --pipewire` of jackd while a PipeWire daemon runs: both sources run, each
+    one's rows reach the capture through its own pipe (cycles of each engine), each source's metadata is
+    kept by its kind with when it attached, and `forensics info` says it per engine."""
+    need_jack()
+    out = tmp_path / "both.ssf"
+    with pipewire_daemon() as daemon, jackd(tmp_path) as server:
+        daemon.spin_client("pwc", tmp_path / "pwc.jsonl")  # a node: the daemon's driver runs cycles
+        env = {**server.env, "XDG_RUNTIME_DIR": daemon.env["XDG_RUNTIME_DIR"]}
+        rec = subprocess.Popen(
+            [*catch_load_argv(), "-q", "-o", str(out), "--jack", server.name, "--pipewire", "-d", "60s",
+             "-p", str(server.process.pid)],
+            env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            wait_engine_started(out)
+            wait_capture_growing(out, rec, 30, growths=3)
+            time.sleep(1.5)  # the profiler sends PipeWire's cycles once a second
+            _, err = stop_recording(rec)
+        finally:
+            stop_process(rec)
+    capture = load(out)
+    assert capture.complete, err
+    engines = capture.engine_sources
+    assert set(engines) == {"jack", "pipewire"}, engines
+    cycles = capture.engine_cycles
+    assert set(cycles["engine"].astype(str)) == {"jack", "pipewire"}, "each engine's cycles reached the writer"
+    started = capture.meta["recording"]["started_ns"]
+    for kind, meta in engines.items():
+        assert not meta.get("unavailable"), (kind, meta)
+        (attached_ns, ended_ns), *more = meta["attachments"]
+        # JACK's server was up: its source attached while the recorder was still starting, before tick 0
+        assert not more and attached_ns < ended_ns and started < ended_ns, (kind, meta["attachments"])
+    events = capture.events
+    assert (events["kind"] == "engine_source_started").sum() == 2, events
+    info = subprocess.run(
+        [sys.executable, "-m", "forensics", "info", str(out)], capture_output=True, text=True, env=child_env(), cwd=REPO
+    )
+    assert info.returncode == 0, info.stderr
+    for kind in ("jack", "pipewire"):
+        section = info.stdout.split(f"Engine ({kind})", 1)[1].split("\n\n", 1)[0]
+        assert "attached" in section and " the start" in section, info.stdout
+
+
+def test_every_engine_source_dies_with_a_killed_recorder() -> None:
+    """SIGKILL the process that launched the sources, with the writer's ends of their pipes held elsewhere
+    (as the writer holds them): no stop reaches them and no pipe ends, yet each source ends by itself.
+    JACK's waits for a server that never comes and PipeWire's is bound to a live daemon: neither would
+    end on its own."""
+    pipes = {kind: os.pipe() for kind in ("jack", "pipewire")}
+    launcher = (
+        "import json, sys, time\n"
+        "from samplers.engine.source import EngineSources\n"
+        "from samplers.procfs import ProcPaths\n"
+        "jack = {'kind': 'jack', 'server': 'forensics-nobody', 'wait_s': float('inf')}\n"
+        "sources = EngineSources('on', ProcPaths(), set(), json.loads(sys.argv[1]), jack)\n"
+        "sources.consider([])\n"
+        "print(json.dumps({k: p.pid for k, p in sources.running.items()}), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    alive: dict[str, int] = {}
+    with pipewire_daemon() as daemon:
+        parent = subprocess.Popen(
+            [sys.executable, "-c", launcher, json.dumps({k: w for k, (_, w) in pipes.items()})],
+            stdout=subprocess.PIPE, env=daemon.env, cwd=REPO, pass_fds=[w for _, w in pipes.values()],
+        )  # fmt: skip
+        for _, w in pipes.values():
+            os.close(w)
+        try:
+            assert parent.stdout is not None
+            children = json.loads(parent.stdout.readline() or "{}")
+            assert set(children) == {"jack", "pipewire"}, children
+            written = b""
+            deadline = time.monotonic() + 30
+            os.set_blocking(pipes["pipewire"][0], False)
+            while b"engine_source_started" not in written and time.monotonic() < deadline:
+                time.sleep(0.05)  # PipeWire's source bound the profiler; JACK's polls for its server
+                with contextlib.suppress(BlockingIOError):
+                    written += os.read(pipes["pipewire"][0], 1 << 20)
+            assert b"engine_source_started" in written, written[-500:]
+            assert not any(_gone(pid) for pid in children.values()), children
+        finally:
+            parent.send_signal(signal.SIGKILL)
+            parent.wait()
+        alive = dict(children)
+        deadline = time.monotonic() + 10
+        while alive and time.monotonic() < deadline:
+            alive = {kind: pid for kind, pid in alive.items() if not _gone(pid)}
+            time.sleep(0.05)
+        for pid in alive.values():  # a failing test leaves nothing behind
+            os.kill(pid, signal.SIGKILL)
+    for r, _ in pipes.values():
+        os.close(r)
+    assert not alive, f"sources still running after their recorder was killed: {alive}"
