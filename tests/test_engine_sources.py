@@ -33,6 +33,16 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _wait_bytes(out: Path, marker: bytes, timeout_s: float = 30) -> None:
+    """Until the capture holds `marker` (its metadata records are plain JSON)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if out.exists() and marker in out.read_bytes():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{marker!r} not in {out} after {timeout_s} s")
+
+
 def test_a_jack_server_and_a_pipewire_daemon_are_recorded_at_once(tmp_path: Path) -> None:
     """`catch-load --jack NAME --pipewire` of jackd while a PipeWire daemon runs: both sources run, each
     one's rows reach the capture through its own pipe (cycles of each engine), each source's metadata is
@@ -127,3 +137,51 @@ def test_every_engine_source_dies_with_a_killed_recorder() -> None:
     for r, _ in pipes.values():
         os.close(r)
     assert not alive, f"sources still running after their recorder was killed: {alive}"
+
+
+def test_a_restarted_pipewire_daemon_is_attached_again(tmp_path: Path) -> None:
+    """The PipeWire daemon stopped and started again (same socket) during one recording, as a restarted
+    jackd is followed: the source waits for the socket, attaches to the new daemon, and the capture holds
+    both attachments, the new daemon's cycles and its threads."""
+    import shutil
+    import tempfile
+
+    runtime = Path(tempfile.mkdtemp(prefix="pw-restart-"))
+    out = tmp_path / "restart.ssf"
+    sleeper = subprocess.Popen(["sleep", "120"])
+    rec: subprocess.Popen[str] | None = None
+    try:
+        with pipewire_daemon(runtime) as first:
+            first.spin_client("one", tmp_path / "one.jsonl")
+            rec = subprocess.Popen(
+                [*catch_load_argv(), "-q", "-o", str(out), "--pipewire", "-d", "60s", "-p", str(sleeper.pid)],
+                env=first.env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            _wait_bytes(out, b"native-protocol client bound")  # PipeWire's metadata: the profiler is bound
+            first_pid = first.pid
+        runtime.mkdir(exist_ok=True)  # the fixture removed it with the daemon
+        with pipewire_daemon(runtime) as second:
+            second.spin_client("two", tmp_path / "two.jsonl")
+            second_pid = second.pid
+            # Attached within RECONNECT_S of the socket, before the client is up; the profiler sends the
+            # cycles once a second.
+            time.sleep(3.0)
+            _, err = stop_recording(rec)
+    finally:
+        if rec is not None:
+            stop_process(rec)
+        sleeper.kill()
+        sleeper.wait()
+        shutil.rmtree(runtime, ignore_errors=True)
+    capture = load(out)
+    assert capture.complete, err
+    events = capture.events
+    started = events[events["kind"] == "engine_source_started"]
+    assert len(started) == 2, events
+    assert list(started["pid"].astype(int)) == [first_pid, second_pid]
+    meta = capture.engine_sources["pipewire"]
+    assert len(meta["attachments"]) == 2 and meta["daemon_pid"] == second_pid, meta
+    second_attached = meta["attachments"][1][0]
+    cycles = capture.engine_cycles
+    assert (cycles["t_ns"] > second_attached).sum() > 50, "the new daemon's cycles are recorded"
+    assert second_pid in set(capture.threads["pid"]), "the new daemon is a target"

@@ -68,6 +68,8 @@ _HEADER = struct.Struct("<IIII")  # id, opcode << 24 | size, seq, n_fds
 STATUS_EVERY_NS = 50_000_000  # engine_status at ~20 Hz, and on every change
 FLUSH_EVERY_NS = 1_000_000_000  # rows leave this process at least this often (the profiler's own pace)
 RESOLVE_NS = 2_000_000_000  # how long a late node's finish is waited for before it stays unknown
+DAEMON_GONE = "the PipeWire daemon went away (connection closed)"
+RECONNECT_S = 0.1  # a gone daemon's socket is tried this often: a restarted one is attached within it
 
 
 def socket_path(env: dict[str, str]) -> str:
@@ -358,6 +360,17 @@ class ProfileTables:
         x["client"].append(client)
         x["source"].append("profiler")
         x["text"].append(text)
+
+    def next_daemon(self) -> None:
+        """Another daemon follows (after a final take): its record counter, cycles and nodes are new."""
+        self.last_xrun_count.clear()
+        self.last_node_xruns.clear()
+        self.last_status = None
+        self.last_status_ns = 0
+        self.last_start = None
+        self.last_report_clock = None
+        self.late.clear()
+        self.waiting.clear()
 
     def take(self, final: bool = False) -> dict[str, dict[str, list[Any]]]:
         """The rows ready since the last take, by table (empty tables left out), with the engine column.
@@ -650,7 +663,9 @@ class PipeWireSource:
             self._profile(body)
 
     def run(self) -> int:
-        """Record until SIGTERM/SIGINT or until the daemon goes away. Never raises for the daemon's sake."""
+        """Record until SIGTERM/SIGINT. Never raises for the daemon's sake. A daemon that goes away is
+        waited for (its socket tried every RECONNECT_S): a restarted one is attached again, as a restarted
+        jackd is (samplers/engine/jack.py), with events and `attachments` of its own."""
         try:
             conn = Connection(self.path)
         except OSError as err:
@@ -659,6 +674,46 @@ class PipeWireSource:
                 f"PipeWire: cannot connect to {self.path}: {err.strerror or err}: no engine cycles recorded",
             )
             return 0
+        while True:
+            ended = self._record(conn)
+            if ended is None:
+                return 0
+            self._flush(final=True)
+            if self.attachments and self.attachments[-1][1] is None:
+                self.attachments[-1][1] = self.clock()
+            self._send_meta()
+            self._event("engine_source_ended", f"PipeWire: {ended}")
+            if ended != DAEMON_GONE or not self.bound:
+                return 0
+            next_conn = self._wait_for_daemon()
+            if next_conn is None:
+                return 0
+            self._forget_daemon()
+            conn = next_conn
+
+    def _wait_for_daemon(self) -> Connection | None:
+        """A connection to the next daemon on our socket, or None when the recording ends first."""
+        while self.stop_reason is None:
+            time.sleep(RECONNECT_S)
+            with contextlib.suppress(OSError):
+                return Connection(self.path)
+        return None
+
+    def _forget_daemon(self) -> None:
+        """What belongs to one daemon (its globals, its profiler, its record counter); what outlives it
+        (the tables' totals, the pids already sent, the attachments) is kept."""
+        self.nodes.clear()
+        self.client_pids.clear()
+        self.ports.clear()
+        self.links.clear()
+        self.version = None
+        self.synced = False
+        self.profiler_global = None
+        self.bound = False
+        self.tables.next_daemon()
+
+    def _record(self, conn: Connection) -> str | None:
+        """One daemon, from the hello to its end: why it ended (None: it could not be recorded)."""
         self.daemon_pid = conn.daemon_pid
         ended = "the recording ended"
         try:
@@ -674,7 +729,7 @@ class PipeWireSource:
                 if ready:
                     messages = conn.receive()
                     if messages is None:
-                        ended = "the PipeWire daemon went away (connection closed)"
+                        ended = DAEMON_GONE
                         break
                     for obj_id, opcode, body in messages:
                         self._dispatch(conn, obj_id, opcode, body)
@@ -686,7 +741,7 @@ class PipeWireSource:
                             "no engine cycles recorded",
                         )
                         self._flush()
-                        return 0
+                        return None  # said by the event: no end to tell
                     bind = pod.struct_(
                         pod.int_(self.profiler_global), pod.string(PROFILER_TYPE), pod.int_(3), pod.int_(PROFILER_ID)
                     )
@@ -705,12 +760,7 @@ class PipeWireSource:
             ended = f"the PipeWire connection failed: {err}"
         finally:
             conn.close()
-        self._flush(final=True)
-        if self.attachments:
-            self.attachments[-1][1] = self.clock()
-        self._send_meta()
-        self._event("engine_source_ended", f"PipeWire: {ended}")
-        return 0
+        return ended
 
 
 def main(argv: list[str] | None = None) -> int:
