@@ -70,8 +70,8 @@ class EbpfRows:
         self.decoded_rows = 0
         self.dead_bits = sum(bit for bit, letter in rules.letters.items() if letter in ("X", "Z"))
         self.layouts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # id -> tids, pids, slots
-        self.ticks: list[tuple[int, int, int, bytes]] = []  # layout id, tick, t_ns, slot bytes
-        self.stats: list[tuple[int, int, int, np.ndarray, np.ndarray, bytes]] = []
+        self.ticks: list[tuple[int, int, int, memoryview]] = []  # layout id, tick, t_ns, slot bytes
+        self.stats: list[bytes] = []  # STAT_SLOW payloads
         self.rows_pending = 0
         # The latest stat read of each thread, carried from chunk to chunk.
         self.carry_tid = np.zeros(0, dtype=np.int64)
@@ -95,38 +95,41 @@ class EbpfRows:
     def tick(self, payload: bytes) -> None:
         tick, layout_id, t_ns, length = frames.EBPF_TICK_HEADER.unpack_from(payload)
         start = frames.EBPF_TICK_HEADER.size
-        self.ticks.append((layout_id, tick, t_ns, payload[start : start + length]))
+        # A view, not a copy: the slots are copied once, joined with the other ticks' in take().
+        self.ticks.append((layout_id, tick, t_ns, memoryview(payload)[start : start + length]))
         self.rows_pending += len(self.layouts[layout_id][0])
 
     def stat(self, payload: bytes) -> None:
-        tick, layout_id, t_ns, n = frames.EBPF_TICK_HEADER.unpack_from(payload)
-        offset = frames.EBPF_TICK_HEADER.size
-        indices = frames.array_at(payload, "<u4", n, offset).astype(np.int64)
-        lengths = frames.array_at(payload, "<u4", n, offset + 4 * n).astype(np.int64)
-        self.stats.append((layout_id, tick, t_ns, indices, lengths, payload[offset + 8 * n :]))
+        self.stats.append(payload)  # parsed in _slow(), all of a chunk's at once
 
     def _slow(self) -> dict[str, Any] | None:
         """The STAT_SLOW rows since the last take: columns, and the stat texts (for renames, policy changes)."""
         if not self.stats:
             return None
-        ticks, t_ns, tids, pids, lengths, blobs = [], [], [], [], [], []
-        for layout_id, tick, t, indices, lens, blob in self.stats:
-            layout_tids, layout_pids, _ = self.layouts[layout_id]
-            ticks.append(np.full(len(indices), tick, dtype=np.int64))
-            t_ns.append(np.full(len(indices), t, dtype=np.int64))
-            tids.append(layout_tids[indices])
-            pids.append(layout_pids[indices])
-            lengths.append(lens)
-            blobs.append(blob)
+        size = frames.EBPF_TICK_HEADER.size
+        heads = [frames.EBPF_TICK_HEADER.unpack_from(payload) for payload in self.stats]  # tick, layout, t_ns, n
+        views = [memoryview(payload) for payload in self.stats]
+        indices = np.frombuffer(b"".join(v[size : size + 4 * h[3]] for v, h in zip(views, heads, strict=True)), "<u4")
+        length = np.frombuffer(
+            b"".join(v[size + 4 * h[3] : size + 8 * h[3]] for v, h in zip(views, heads, strict=True)), "<u4"
+        ).astype(np.int64)
+        blob = b"".join(v[size + 8 * h[3] :] for v, h in zip(views, heads, strict=True))
         self.stats = []
-        length = np.concatenate(lengths)
-        blob = b"".join(blobs)
+        counts = [h[3] for h in heads]
+        layout_of = np.repeat(np.array([h[1] for h in heads], dtype=np.int64), counts)
+        tids = np.zeros(len(indices), dtype=np.int64)
+        pids = np.zeros(len(indices), dtype=np.int64)
+        for layout_id in {h[1] for h in heads}:
+            layout_tids, layout_pids, _ = self.layouts[layout_id]
+            mine = layout_of == layout_id
+            tids[mine] = layout_tids[indices[mine]]
+            pids[mine] = layout_pids[indices[mine]]
         states, numbers = parse_stat_blob(blob, length)
         return {
-            "tick": np.concatenate(ticks),
-            "t_ns": np.concatenate(t_ns),
-            "tid": np.concatenate(tids),
-            "pid": np.concatenate(pids),
+            "tick": np.repeat(np.array([h[0] for h in heads], dtype=np.int64), counts),
+            "t_ns": np.repeat(np.array([h[2] for h in heads], dtype=np.int64), counts),
+            "tid": tids,
+            "pid": pids,
             "states": states.astype("<U1"),
             "numbers": numbers,
             "lengths": length,
