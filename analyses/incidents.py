@@ -50,6 +50,7 @@ from analyses.rules import (
     USUAL_WAKER_SHARE,
     XRUN_JOIN_NS,
     IncidentRules,
+    after_the_recording,
     period_limit_ns,
     runs_engine_cycle_by_rate,
 )
@@ -391,7 +392,8 @@ def find_incidents(
     thread at a period of its own) are no incident of their own: they appear when they ran instead of a
     member, or on request (quiet_outside=False). Their count is in members.attrs["hidden"]. With
     `quiet_outside`, groups of episodes over cycles the engine recorded whole and on time
-    (rules.engine_on_time) are no incident either: counted in members.attrs["on_time"] (incidents,
+    (rules.engine_on_time) are no incident either, nor groups that began after the recording's end
+    (rules.after_the_recording): counted in members.attrs["on_time"] and ["after_end"] (incidents,
     episodes), the rest numbered from 1.
     """
     rules = rules or IncidentRules()
@@ -409,6 +411,7 @@ def find_incidents(
             "threads": int(hidden["tid"].nunique()) if len(hidden) else 0,
         }
         members.attrs["on_time"] = {"incidents": 0, "episodes": 0}
+        members.attrs["after_end"] = {"incidents": 0, "episodes": 0}
         return _empty_incidents(), members
     link = links.set_index("tid") if len(links) else None
     tid = members["tid"].astype(np.int64).to_numpy()
@@ -497,21 +500,27 @@ def find_incidents(
     incidents = _add_cycles(cap, incidents, records, rules)
     members = members.drop(columns=["inc_engine", "inc_period"])
     on_time = incidents["on_time"].to_numpy(dtype=bool)
-    if quiet_outside and on_time.any():
-        # Groups of episodes over cycles the engine recorded on time are no late cycle (rules.engine_on_time):
-        # no incident, counted; --all keeps them. The others are numbered again from 1.
-        dropped = set(incidents.loc[on_time, "incident"].astype(int))
+    ended_ns = (cap.trailer or {}).get("ended_ns")
+    after_end = after_the_recording(incidents["start_ns"], int(ended_ns) if ended_ns is not None else None)
+    counts = {}
+    if quiet_outside and (on_time.any() or after_end.any()):
+        # Groups of episodes over cycles the engine recorded on time are no late cycle (rules.engine_on_time),
+        # and those after the recording's end are the tool's own (rules.after_the_recording): no incident,
+        # counted; --all keeps them. The others are numbered again from 1.
+        drop = on_time | after_end
+        for name, which in (("on_time", on_time & ~after_end), ("after_end", after_end)):
+            numbers = set(incidents.loc[which, "incident"].astype(int))
+            counts[name] = {"incidents": len(numbers), "episodes": int(members["incident"].isin(numbers).sum())}
+        dropped = set(incidents.loc[drop, "incident"].astype(int))
         gone = members["incident"].isin(dropped).to_numpy()
-        on_time_counts = {"incidents": len(dropped), "episodes": int(gone.sum())}
-        incidents = incidents[~on_time].reset_index(drop=True)
+        incidents = incidents[~drop].reset_index(drop=True)
         renumber = {int(old): new for new, old in enumerate(incidents["incident"], start=1)}
         incidents["incident"] = np.arange(1, len(incidents) + 1, dtype=np.int64)
         members = members[~gone]  # its index stays: root_episode names a row of it
         members["incident"] = members["incident"].map(renumber).astype(np.int64)
-    else:
-        on_time_counts = {"incidents": 0, "episodes": 0}
     members.attrs["hidden"] = {"episodes": len(hidden), "threads": int(hidden["tid"].nunique()) if len(hidden) else 0}
-    members.attrs["on_time"] = on_time_counts
+    for name in ("on_time", "after_end"):
+        members.attrs[name] = counts.get(name, {"incidents": 0, "episodes": 0})
     return incidents[INCIDENT_COLUMNS].reset_index(drop=True), members
 
 

@@ -362,6 +362,20 @@ def missed_cycles(gap_ns: np.ndarray, period_ns: np.ndarray) -> np.ndarray:
     return np.maximum(missed, 0).astype(np.int64)
 
 
+# The recording ends at its last tick (the trailer's ended_ns). Its probes still see the machine until the
+# writer detaches them, after the engine sources have left: what they show then is the tool's own end. On
+# issue 22's PipeWire graph (recorder first, eBPF) the only incident away from the 40 injections was there:
+# the data loop waited 5 ms for the daemon's main thread, 6 ms after the last tick, while catch-load's
+# profiler client disconnected. A group of episodes that begins after the recording ended is no incident.
+def after_the_recording(start_ns: np.ndarray, ended_ns: int | None) -> np.ndarray:
+    """Per group of episodes (its first start), whether it began after the recording's end (None: a capture
+    without its trailer, whose end is not known: nothing is after it)."""
+    start = np.asarray(start_ns, dtype=np.float64)
+    if ended_ns is None:
+        return np.zeros(len(start), dtype=bool)
+    return start > float(ended_ns)
+
+
 # An incident is a late engine cycle or a run of them (DESIGN.md, "Engines, cycles and incidents"). Where the
 # engine's records hold every cycle around a group of episodes one by one (successive recorded starts less
 # than 1 + engine_late_share periods apart: none the poller missed, none started late), each of them ended

@@ -253,6 +253,29 @@ def test_waits_over_cycles_the_engine_recorded_on_time_are_no_incident():
     assert holed["root_tid"].tolist() == [600]
 
 
+def test_a_group_that_began_after_the_recordings_end_is_no_incident():
+    """Episodes that begin after the recording's last tick (the trailer's ended_ns) are the tool's own end
+    (its engine sources leaving the graph while the probes still run): no incident, counted, kept on
+    request. The same episodes before the end are one incident. On issue 22's PipeWire graph (recorder
+    first, eBPF) this was the one incident away from 40 injections, 6 ms after the last tick."""
+    episodes_of = {0: [Episode("run", STARVED_CYCLE, 12.0)], 1: [Episode("lock", STARVED_CYCLE, 12.0)]}
+    links = _graph(client_episodes=episodes_of)
+    at = T0 + STARVED_CYCLE * PERIOD
+    cap = _capture(links, ebpf=_by_tid_waker(links))
+    cap.trailer["ended_ns"] = at + 60 * MS  # after the group: it stays
+    _, kept, _ = _analyse(cap)
+    assert kept["root_tid"].tolist() == [600]
+    cap.trailer["ended_ns"] = at - PERIOD  # the recording ended a period before the group began
+    episodes, incidents, members = _analyse(cap)
+    assert incidents.empty and members.empty
+    assert members.attrs["after_end"] == {"incidents": 1, "episodes": 2}
+    assert members.attrs["on_time"] == {"incidents": 0, "episodes": 0}
+    all_kept, _ = find_incidents(
+        cap, episodes, select_threads(thread_profiles(cap)), interval_ns=capture_interval_ns(cap), quiet_outside=False
+    )
+    assert all_kept["root_tid"].tolist() == [600]
+
+
 # ---------------------------------------------------------------------------------------------------
 # Root kinds
 

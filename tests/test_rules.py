@@ -194,3 +194,10 @@ def test_the_engine_says_on_time_only_from_a_whole_record_of_cycles_that_met_the
     assert not rules.engine_on_time(A([period, 1.5 * period]), period, ok[:2], known[:2], 0, share)  # late start
     assert rules.engine_on_time(A([period, 1.49 * period]), period, ok[:2], known[:2], 0, share)
     assert not rules.engine_on_time(A([]), period, A([]), A([]), 0, share)  # nothing recorded there
+
+
+def test_a_group_is_after_the_recording_only_when_it_began_after_the_last_tick() -> None:
+    ended = 1_000_000_000
+    starts = np.array([ended - 1, ended, ended + 1], dtype=np.int64)
+    assert rules.after_the_recording(starts, ended).tolist() == [False, False, True]
+    assert not rules.after_the_recording(starts, None).any()  # no trailer: its end is not known

@@ -140,6 +140,14 @@ def add_incident_sections(
             "the engine recorded on time (every one ended within its period, none late to start, no xrun): "
             "no late cycle, so no incident; --episodes lists them, --all keeps them as incidents."
         )
+    after_end = members.attrs.get("after_end") or {}
+    if after_end.get("incidents"):
+        groups = after_end["incidents"]
+        report.notes.append(
+            f"{groups} group{'s' if groups > 1 else ''} of episodes ({after_end['episodes']} "
+            f"episode{'s' if after_end['episodes'] > 1 else ''}) began after the recording's last tick, "
+            "while catch-load's own sources left: no incident; --episodes lists them, --all keeps them."
+        )
     if for_json:
         report.sections.append(Section("incidents", "Incidents", incidents_json(incidents, members)))
         report.json_root = "incidents"
