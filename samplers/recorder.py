@@ -554,7 +554,9 @@ class Recorder:
 
     def _engines(self, t_ns: int) -> None:
         """Start an engine source when a target is its client; record the engines' clients."""
-        self.engines.consider(list(self.processes))
+        self.engines.consider(
+            list(self.processes), targets_later=self.spec.match is not None or self.spec.command_pid is not None
+        )
         pids = self.engines.poll(set(self.processes))
         self.tiers.set_engine_pids(pids, t_ns)  # an engine's threads are read every tick
         for pid in pids:

@@ -185,3 +185,45 @@ def test_a_restarted_pipewire_daemon_is_attached_again(tmp_path: Path) -> None:
     cycles = capture.engine_cycles
     assert (cycles["t_ns"] > second_attached).sum() > 50, "the new daemon's cycles are recorded"
     assert second_pid in set(capture.threads["pid"]), "the new daemon is a target"
+
+
+@pytest.mark.parametrize("asked", [False, True], ids=["found", "asked"])
+def test_a_pipewire_daemon_started_after_the_recorder_is_attached(tmp_path: Path, asked: bool) -> None:
+    """The "wait for jackd" use with PipeWire: `catch-load --match '^pipewire$' --children` (and with
+    `--pipewire`, which starts the source at once) before the daemon. The source waits for the daemon's
+    socket instead of giving up before it listens; it attaches, the daemon and its client are targets and
+    the engine's cycles are recorded. The attach time after the daemon's socket appeared is printed."""
+    import shutil
+    import tempfile
+
+    from tests.pipewire_lab import daemon_env
+
+    runtime = Path(tempfile.mkdtemp(prefix="pw-first-"))
+    out = tmp_path / "first.ssf"
+    args = ["--match", "^pipewire$", "--children", *(["--pipewire"] if asked else [])]
+    rec = subprocess.Popen(
+        [*catch_load_argv(), "-q", "-o", str(out), "-d", "60s", *args],
+        env=daemon_env(runtime), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _wait_bytes(out, b"format_version")  # the writer is up: the recording runs, with no target yet
+        time.sleep(0.5)
+        with pipewire_daemon(runtime) as daemon:
+            seen_ns = (runtime / "pipewire-0").stat().st_ctime_ns - (time.time_ns() - time.monotonic_ns())
+            client = daemon.spin_client("late", tmp_path / "late.jsonl")
+            time.sleep(2.5)  # the profiler sends the cycles once a second
+            _, err = stop_recording(rec)
+            daemon_pid, client_pid = daemon.pid, client.pid
+    finally:
+        stop_process(rec)
+        shutil.rmtree(runtime, ignore_errors=True)
+    capture = load(out)
+    assert capture.complete, err
+    events = capture.events
+    started = events[events["kind"] == "engine_source_started"]
+    unavailable = events[events["kind"] == "engine_source_unavailable"]["text"].astype(str)
+    assert len(started) == 1 and not unavailable.str.startswith("PipeWire").any(), events
+    print(f"attached {(int(started['t_ns'].iloc[0]) - seen_ns) / 1e6:.0f} ms after the socket appeared")
+    assert len(capture.engine_cycles) > 100
+    recorded = set(capture.threads["pid"])
+    assert daemon_pid in recorded and client_pid in recorded, "the daemon and its client are targets"

@@ -158,6 +158,9 @@ def test_socket_path_follows_the_client_rules(tmp_path) -> None:  # type: ignore
     assert socket_path({"XDG_RUNTIME_DIR": str(tmp_path)}) == str(tmp_path / "pipewire-0")
     assert socket_path({"PIPEWIRE_REMOTE": "/x/y"}) == "/x/y"
     assert socket_path({}) == "/run/pipewire/pipewire-0"
+    # No socket yet (a daemon that starts after the recorder): where a daemon of that environment listens.
+    empty = tmp_path / "later"
+    assert socket_path({"XDG_RUNTIME_DIR": str(empty)}) == str(empty / "pipewire-0")
 
 
 def test_a_node_xrun_counter_where_the_version_has_one() -> None:

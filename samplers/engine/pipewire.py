@@ -74,16 +74,19 @@ RECONNECT_S = 0.1  # a gone daemon's socket is tried this often: a restarted one
 
 def socket_path(env: dict[str, str]) -> str:
     """Where a client with this environment connects (local-socket.c: PIPEWIRE_RUNTIME_DIR, then
-    XDG_RUNTIME_DIR, then USERPROFILE, then /run/pipewire; the name from PIPEWIRE_REMOTE or pipewire-0)."""
+    XDG_RUNTIME_DIR, then USERPROFILE, then /run/pipewire; the name from PIPEWIRE_REMOTE or pipewire-0).
+    With no socket there yet (a daemon that starts after us), the runtime directory's: where a daemon of
+    this environment will listen."""
     name = env.get("PIPEWIRE_REMOTE") or "pipewire-0"
     if name.startswith("/"):
         return name
-    for key in ("PIPEWIRE_RUNTIME_DIR", "XDG_RUNTIME_DIR", "USERPROFILE"):
-        if env.get(key):
-            path = os.path.join(env[key], name)
-            if os.path.exists(path):
-                return path
-    return os.path.join("/run/pipewire", name)
+    runtime = [os.path.join(env[key], name) for key in ("PIPEWIRE_RUNTIME_DIR", "XDG_RUNTIME_DIR", "USERPROFILE")
+               if env.get(key)]  # fmt: skip
+    system = os.path.join("/run/pipewire", name)
+    for path in [*runtime, system]:
+        if os.path.exists(path):
+            return path
+    return runtime[0] if runtime else system
 
 
 # ---- profile records ------------------------------------------------------------------------------
@@ -473,9 +476,15 @@ class PipeWireSource:
     """Reads the daemon and writes frames to `out` (a file descriptor) until stopped or disconnected."""
 
     def __init__(
-        self, path: str, out: int, clock: Callable[[], int] = time.monotonic_ns, recorder_fd: int = -1
+        self,
+        path: str,
+        out: int,
+        clock: Callable[[], int] = time.monotonic_ns,
+        recorder_fd: int = -1,
+        wait_s: float = 0.0,
     ) -> None:
         self.path = path
+        self.wait_s = wait_s  # how long a daemon that is not there yet is waited for (its socket tried)
         self.out = out
         self.recorder_fd = recorder_fd
         self.clock = clock
@@ -669,11 +678,16 @@ class PipeWireSource:
         try:
             conn = Connection(self.path)
         except OSError as err:
-            self._event(
-                "engine_source_unavailable",
-                f"PipeWire: cannot connect to {self.path}: {err.strerror or err}: no engine cycles recorded",
-            )
-            return 0
+            waited = self._wait_for_daemon(self.wait_s)
+            if waited is None:
+                self._event(
+                    "engine_source_unavailable",
+                    f"PipeWire: cannot connect to {self.path}: {err.strerror or err}: no engine cycles recorded"
+                    if not self.wait_s
+                    else f"PipeWire: no daemon answered at {self.path} during the recording: no engine cycles recorded",
+                )
+                return 0
+            conn = waited
         while True:
             ended = self._record(conn)
             if ended is None:
@@ -691,9 +705,11 @@ class PipeWireSource:
             self._forget_daemon()
             conn = next_conn
 
-    def _wait_for_daemon(self) -> Connection | None:
-        """A connection to the next daemon on our socket, or None when the recording ends first."""
-        while self.stop_reason is None:
+    def _wait_for_daemon(self, wait_s: float = float("inf")) -> Connection | None:
+        """A connection to a daemon on our socket (the next one, or one still starting), or None when the
+        recording ends first or `wait_s` passed."""
+        deadline = time.monotonic() + wait_s
+        while self.stop_reason is None and time.monotonic() < deadline:
             time.sleep(RECONNECT_S)
             with contextlib.suppress(OSError):
                 return Connection(self.path)
@@ -768,9 +784,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows-fd", type=int, default=1)  # frames: the writer's pipe (stdout alone, for a bench)
     parser.add_argument("--recorder-fd", type=int, default=-1)
     parser.add_argument("--parent-pid", type=int, default=None)
+    parser.add_argument("--wait-s", type=float, default=0.0)  # inf: as long as the recording runs
     parser.add_argument("socket")
     args = parser.parse_args(argv)
-    source = PipeWireSource(args.socket, args.rows_fd, recorder_fd=args.recorder_fd)
+    source = PipeWireSource(args.socket, args.rows_fd, recorder_fd=args.recorder_fd, wait_s=args.wait_s)
 
     def on_signal(_signum: int, _frame: Any) -> None:
         source.stop_reason = source.stop_reason or "the recording ended"

@@ -39,6 +39,9 @@ from samplers.procfs import ProcPaths
 
 PIPEWIRE_LIBRARY = b"libpipewire-0.3.so"
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# How long a PipeWire source started for a target waits for the daemon's socket: a daemon found by --match
+# is a target a few ms after its exec, before its socket listens (its start-up took ~50 ms here).
+PIPEWIRE_STARTING_S = 5.0
 
 
 def uses_pipewire(procfs: ProcPaths, pid: int) -> bool:
@@ -221,15 +224,19 @@ class EngineSources:
             args += ["--log-file", jack["log_file"]]
         self._launch("jack", args, bool(jack.get("follow")), keep=keep)
 
-    def consider(self, pids: list[int]) -> None:
+    def consider(self, pids: list[int], targets_later: bool = False) -> None:
         """New targets: in auto mode, the first that uses PipeWire starts its source (the daemon's socket
-        taken from that process's environment, where it differs from ours)."""
+        taken from that process's environment, where it differs from ours). `targets_later`: the recording
+        takes targets that appear later (--match, a command)."""
         if self.stopped or "pipewire" not in self.rows_fds or self.pipewire == "off":
             return
         from samplers.engine.pipewire import socket_path
 
         if self.pipewire == "on":
-            self._launch("pipewire", [socket_path(dict(os.environ))], True)
+            # Asked for: said at once when no daemon answers, unless targets are still to come (--match, a
+            # command): then its daemon may start after us, and is waited for as JACK's server is.
+            wait_s = float("inf") if targets_later else 0.0
+            self._launch("pipewire", ["--wait-s", str(wait_s), socket_path(dict(os.environ))], True)
             return
         for pid in pids:
             if pid in self.checked:
@@ -237,7 +244,10 @@ class EngineSources:
             self.checked.add(pid)
             if uses_pipewire(self.procfs, pid):
                 env = {**os.environ, **process_environment(self.procfs, pid)}
-                self._launch("pipewire", [socket_path(env)], True, env=env)
+                # A target that uses PipeWire: its daemon is there or starting (a --match found the daemon
+                # itself before its socket was up).
+                args = ["--wait-s", str(PIPEWIRE_STARTING_S), socket_path(env)]
+                self._launch("pipewire", args, True, env=env)
                 return
 
     def poll(self, targets: set[int]) -> list[int]:
