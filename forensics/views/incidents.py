@@ -131,23 +131,21 @@ def add_incident_sections(
             "(not real-time, not a link of it) are no incident of their own: --episodes, --all or --thread "
             "REGEX lists them."
         )
-    on_time = members.attrs.get("on_time") or {}
-    if on_time.get("incidents"):
-        groups = on_time["incidents"]
-        report.notes.append(
-            f"{groups} group{'s' if groups > 1 else ''} of episodes ({on_time['episodes']} "
-            f"episode{'s' if on_time['episodes'] > 1 else ''}) fell in cycles "
-            "the engine recorded on time (every one ended within its period, none late to start, no xrun): "
-            "no late cycle, so no incident; --episodes lists them, --all keeps them as incidents."
-        )
-    after_end = members.attrs.get("after_end") or {}
-    if after_end.get("incidents"):
-        groups = after_end["incidents"]
-        report.notes.append(
-            f"{groups} group{'s' if groups > 1 else ''} of episodes ({after_end['episodes']} "
-            f"episode{'s' if after_end['episodes'] > 1 else ''}) began after the recording's last tick, "
-            "while catch-load's own sources left: no incident; --episodes lists them, --all keeps them."
-        )
+    # Groups of episodes that are no incident (analyses.incidents.find_incidents counts them): why, per kind.
+    for kind, why in (
+        ("on_time", "fell in cycles the engine recorded on time (every one ended within its period, none late "
+                    "to start, no xrun): no late cycle, so no incident; --episodes lists them, --all keeps "
+                    "them as incidents."),
+        ("after_end", "began after the recording's last tick, while catch-load's own sources left: no "
+                      "incident; --episodes lists them, --all keeps them."),
+    ):  # fmt: skip
+        counted = members.attrs.get(kind) or {}
+        if counted.get("incidents"):
+            groups, episodes_n = counted["incidents"], counted["episodes"]
+            report.notes.append(
+                f"{groups} group{'s' if groups > 1 else ''} of episodes ({episodes_n} "
+                f"episode{'s' if episodes_n > 1 else ''}) {why}"
+            )
     if for_json:
         report.sections.append(Section("incidents", "Incidents", incidents_json(incidents, members)))
         report.json_root = "incidents"
