@@ -11,15 +11,17 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from capture.format import load
+from capture.format import Capture, load
 from tests.helpers import REPO, child_env, stop_process
 from tests.jack_fixtures import jackd, need_jack, stop_recording, wait_engine_started
 from tests.pipewire_lab import pipewire_daemon
-from tests.recording import catch_load_argv, wait_capture_growing
+from tests.recording import catch_load_argv
 
 pytestmark = [pytest.mark.slow]
 
@@ -43,6 +45,27 @@ def _wait_bytes(out: Path, marker: bytes, timeout_s: float = 30) -> None:
     raise AssertionError(f"{marker!r} not in {out} after {timeout_s} s")
 
 
+def _wait_capture(out: Path, holds: Callable[[Capture], bool], timeout_s: float = 60) -> None:
+    """Until the capture being written (read back without its trailer) `holds` what is asked: engine rows
+    reach it about once a second (PipeWire's profiler, the writer's chunks), later on a loaded machine."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                if holds(load(out)):
+                    return
+            except Exception:  # a capture cut mid-record reads back on a later try
+                pass
+        time.sleep(0.5)
+    raise AssertionError(f"{out} did not come to hold what the test waits for in {timeout_s} s")
+
+
+def _cycles_of(cap: Capture, engine: str, after_ns: int = 0) -> int:
+    cycles = cap.engine_cycles
+    return int(((cycles["engine"].astype(str) == engine) & (cycles["t_ns"] > after_ns)).sum()) if len(cycles) else 0
+
+
 def test_a_jack_server_and_a_pipewire_daemon_are_recorded_at_once(tmp_path: Path) -> None:
     """`catch-load --jack NAME --pipewire` of jackd while a PipeWire daemon runs: both sources run, each
     one's rows reach the capture through its own pipe (cycles of each engine), each source's metadata is
@@ -59,8 +82,7 @@ def test_a_jack_server_and_a_pipewire_daemon_are_recorded_at_once(tmp_path: Path
         )  # fmt: skip
         try:
             wait_engine_started(out)
-            wait_capture_growing(out, rec, 30, growths=3)
-            time.sleep(1.5)  # the profiler sends PipeWire's cycles once a second
+            _wait_capture(out, lambda cap: _cycles_of(cap, "jack") > 0 and _cycles_of(cap, "pipewire") > 0)
             _, err = stop_recording(rec)
         finally:
             stop_process(rec)
@@ -163,9 +185,10 @@ def test_a_restarted_pipewire_daemon_is_attached_again(tmp_path: Path) -> None:
         with pipewire_daemon(runtime) as second:
             second.spin_client("two", tmp_path / "two.jsonl")
             second_pid = second.pid
-            # Attached within RECONNECT_S of the socket, before the client is up; the profiler sends the
-            # cycles once a second.
-            time.sleep(3.0)
+            # Attached within RECONNECT_S of the socket; the new daemon's cycles come once a second.
+            _wait_capture(out, lambda cap: len(cap.engine_sources["pipewire"].get("attachments", [])) == 2)
+            second_ns = load_meta_attached(out)
+            _wait_capture(out, lambda cap: _cycles_of(cap, "pipewire", second_ns) > 50)
             _, err = stop_recording(rec)
     finally:
         if rec is not None:
@@ -211,7 +234,7 @@ def test_a_pipewire_daemon_started_after_the_recorder_is_attached(tmp_path: Path
         with pipewire_daemon(runtime) as daemon:
             seen_ns = (runtime / "pipewire-0").stat().st_ctime_ns - (time.time_ns() - time.monotonic_ns())
             client = daemon.spin_client("late", tmp_path / "late.jsonl")
-            time.sleep(2.5)  # the profiler sends the cycles once a second
+            _wait_capture(out, lambda cap: _cycles_of(cap, "pipewire") > 100)
             _, err = stop_recording(rec)
             daemon_pid, client_pid = daemon.pid, client.pid
     finally:
@@ -227,3 +250,10 @@ def test_a_pipewire_daemon_started_after_the_recorder_is_attached(tmp_path: Path
     assert len(capture.engine_cycles) > 100
     recorded = set(capture.threads["pid"])
     assert daemon_pid in recorded and client_pid in recorded, "the daemon and its client are targets"
+
+
+def load_meta_attached(out: Path) -> int:
+    """When the PipeWire source attached the second time, from the capture being written."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return int(load(out).engine_sources["pipewire"]["attachments"][1][0])
