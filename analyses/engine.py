@@ -226,13 +226,14 @@ def engine_cycle_summary(cycles: pd.DataFrame, nodes: pd.DataFrame) -> pd.DataFr
     """Per engine: cycles, cycles with a known end, end p50/p99/max (ns), deadline misses, cycles whose
     miss is unknown, and the span of the cycles (ns, for rates)."""
     ends = engine_cycle_ends(cycles, nodes)
+    periods = engine_period_medians(ends) if len(ends) else pd.Series(dtype=np.float64)
     rows = []
     for engine, group in ends.groupby("engine", sort=True):
         known = group["end_rel_ns"].dropna().to_numpy(dtype=np.int64)
         rows.append(
             {
                 "engine": engine,
-                "period_ns": float(group["period_ns"].astype("float64").median()),
+                "period_ns": float(periods.get(str(engine), np.nan)),  # the one rule of an engine's period
                 "cycles": len(group),
                 "cycles_with_end": len(known),
                 "end_p50_ns": float(np.percentile(known, 50)) if len(known) else np.nan,
