@@ -244,7 +244,8 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
     default=None,
     help="Record PipeWire's profiler stream beside the threads: per cycle the driver's times, quantum, rate "
     "and xrun count, each node's signal/awake/finish/status, and which process owns each node (its clients "
-    "become targets). Default: on when a target is a PipeWire client or the daemon.",
+    "become targets). Default: on when a target is a PipeWire client or the daemon. A daemon that is not up "
+    "yet (--match started first) is waited for, and one restarted during the recording is attached again.",
 )
 @click.option(
     "--slow-interval",
