@@ -1377,6 +1377,13 @@ class Capture:
         for table in self._read_arrow_chunks(name, cols):
             yield _to_pandas(table)
 
+    def arrow_chunks(self, name: str, columns: Iterable[str] | None = None) -> Iterator[pa.Table] | None:
+        """The file's chunks of the table as iter_chunks reads them, before they become pandas frames
+        (to_pandas makes each the frame iter_chunks yields); None when the table is held in memory."""
+        if name in self._tables:
+            return None
+        return self._read_arrow_chunks(name, list(columns) if columns is not None else None)
+
     def _read_arrow_chunks(self, name: str, columns: list[str] | None) -> Iterator[pa.Table]:
         if self.path is None or name not in self._chunks:
             return
@@ -1677,6 +1684,9 @@ def _to_pandas(table: pa.Table) -> pd.DataFrame:
     for name in nullable:
         frame[name] = table.column(name).to_pandas(types_mapper=lambda _t: pd.Int64Dtype()).array
     return frame[table.column_names] if nullable else frame
+
+
+to_pandas = _to_pandas
 
 
 def open_capture(path: Path) -> BinaryIO:
