@@ -113,47 +113,9 @@ def _profiles(cap: Capture, *, t_range: tuple[int | None, int | None] | None, bl
     for batch in iter_samples(cap, columns, t_range=t_range):
         if origin is None:
             origin = int(batch["t_ns"].min())
-        batch = batch.sort_values(["tid", "t_ns"], kind="stable")
-        rt = np.isin(batch["policy"].to_numpy(), RT_POLICIES)
-        previous = batch.groupby("tid", sort=False)["slices"].shift(1)
-        previous = previous.fillna(batch["tid"].map(last_slices))
-        last_slices = batch.groupby("tid", sort=False)["slices"].last().combine_first(last_slices)
-        frame = batch.assign(
-            block=(batch["t_ns"].to_numpy() - origin) // block_ns,
-            busy=batch["run_ns"].to_numpy() + batch["wait_ns"].to_numpy(),
-            rt=rt,
-            rt_prio=np.where(rt, batch["rtprio"].to_numpy(), -1),
-            # A thread is (tid, start time): a reused tid's counters start again from zero (DESIGN.md,
-            # "Kernel facts"); captures without start times read as one thread per tid.
-            life=pd.to_numeric(batch["starttime"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64),
-            # A window (the time since the thread's previous read) in which it was switched in at all.
-            woke=(batch["slices"].to_numpy(np.float64) > previous.to_numpy(np.float64)).astype(np.int64),
-        )
-        per_block.append(
-            frame.groupby(["tid", "life", "block"], sort=False).agg(
-                t_last=("t_ns", "max"), slices=("slices", "max"), busy=("busy", "max"), woke=("woke", "sum")
-            )
-        )
-        ordered = frame.sort_values("t_ns", kind="stable")
-        per_thread.append(
-            ordered.groupby(["tid", "life"], sort=False).agg(
-                pid=("pid", "last"),
-                samples=("t_ns", "size"),
-                first_ns=("t_ns", "min"),
-                last_ns=("t_ns", "max"),
-                run_first=("run_ns", "min"),
-                run_last=("run_ns", "max"),
-                wait_first=("wait_ns", "min"),
-                wait_last=("wait_ns", "max"),
-                slices_first=("slices", "min"),
-                slices_last=("slices", "max"),
-                rt=("rt", "max"),
-                max_rtprio=("rt_prio", "max"),
-                policy=("policy", "last"),
-                rtprio=("rtprio", "last"),
-                nice=("nice", "last"),
-            )
-        )
+        blocks_of, threads_of, last_slices = _batch_aggregates(batch, origin, block_ns, last_slices)
+        per_block.append(blocks_of)
+        per_thread.append(threads_of)
     if not per_thread:
         return _empty_profiles()
     lives = (
@@ -223,6 +185,131 @@ def _profiles(cap: Capture, *, t_range: tuple[int | None, int | None] | None, bl
         "periodic", "period_ns", "period_source", "steady_fraction",
     ]  # fmt: skip
     return engine_periods(cap, out[keep]).sort_values("tid").reset_index(drop=True)
+
+
+_PER_THREAD = {
+    "pid": ("pid", "last"), "samples": ("t_ns", "size"), "first_ns": ("t_ns", "min"), "last_ns": ("t_ns", "max"),
+    "run_first": ("run_ns", "min"), "run_last": ("run_ns", "max"), "wait_first": ("wait_ns", "min"),
+    "wait_last": ("wait_ns", "max"), "slices_first": ("slices", "min"), "slices_last": ("slices", "max"),
+    "rt": ("rt", "max"), "max_rtprio": ("rt_prio", "max"), "policy": ("policy", "last"),
+    "rtprio": ("rtprio", "last"), "nice": ("nice", "last"),
+}  # fmt: skip
+_PER_BLOCK = {"t_last": ("t_ns", "max"), "slices": ("slices", "max"), "busy": ("busy", "max"), "woke": ("woke", "sum")}
+_REDUCE = {"min": np.minimum, "max": np.maximum, "sum": np.add}
+
+
+def _batch_aggregates(
+    batch: pd.DataFrame, origin: int, block_ns: int, last_slices: pd.Series
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+    """One batch's part of _profiles: per (tid, life, block) and per (tid, life) what the whole capture's
+    figures are joined from, and each tid's last switch-in count. With plain numpy columns (no nulls) and
+    each tid one thread in the batch, the groups are runs of rows in (tid, t_ns) order and are reduced
+    by numpy; otherwise, and where that order cannot be had cheaply, by pandas (_batch_aggregates_pandas).
+    Both give the same frames (the same rows, values, dtypes and index; tests/test_fast_paths.py)."""
+    names = ["tid", "t_ns", "pid", "run_ns", "wait_ns", "slices", "policy", "rtprio", "nice"]
+    if not all(isinstance(batch[name].to_numpy(), np.ndarray) and batch[name].dtype.kind in "iu" for name in names):
+        return _batch_aggregates_pandas(batch, origin, block_ns, last_slices)
+    life_all = pd.to_numeric(batch["starttime"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
+    tid_all, t_all = batch["tid"].to_numpy(), batch["t_ns"].to_numpy()
+    order = np.argsort(tid_all, kind="stable")
+    tid, t = tid_all[order], t_all[order]
+    same_tid = tid[1:] == tid[:-1]
+    if np.any(same_tid & (t[1:] < t[:-1])):  # not in time order within a thread: sort by both
+        order = np.lexsort((t_all, tid_all))
+        tid, t = tid_all[order], t_all[order]
+        same_tid = tid[1:] == tid[:-1]
+    life = life_all[order]
+    if np.any(same_tid & (life[1:] != life[:-1])):  # a tid that was two threads in this batch
+        return _batch_aggregates_pandas(batch, origin, block_ns, last_slices)
+    column = {
+        name: batch[name].to_numpy()[order]
+        for name in ("pid", "run_ns", "wait_ns", "slices", "policy", "rtprio", "nice")
+    }
+    slices = column["slices"]
+    tid_start = np.r_[True, ~same_tid]
+    previous = np.empty(len(tid), dtype=np.float64)
+    previous[1:] = slices[:-1]
+    firsts = np.flatnonzero(tid_start)
+    previous[firsts] = pd.Series(tid[firsts]).map(last_slices).to_numpy(dtype=np.float64)
+    tid_end = np.r_[~same_tid, True]
+    ends = np.flatnonzero(tid_end)
+    last_slices = pd.Series(slices[ends], index=tid[ends]).combine_first(last_slices)
+    rt = np.isin(column["policy"], RT_POLICIES)
+    column.update(
+        t_ns=t,
+        block=(t - origin) // block_ns,
+        busy=column["run_ns"] + column["wait_ns"],
+        rt=rt,
+        rt_prio=np.where(rt, column["rtprio"], -1),
+        woke=(slices.astype(np.float64) > previous).astype(np.int64),
+    )
+    block = column["block"]
+    block_start = np.flatnonzero(tid_start | np.r_[True, block[1:] != block[:-1]])
+    blocks = _reduce_runs(column, block_start, _PER_BLOCK)
+    blocks.index = pd.MultiIndex.from_arrays(
+        [tid[block_start], life[block_start], block[block_start]], names=["tid", "life", "block"]
+    )
+    threads = _reduce_runs(column, firsts, _PER_THREAD)
+    threads.index = pd.MultiIndex.from_arrays([tid[firsts], life[firsts]], names=["tid", "life"])
+    return blocks, threads, last_slices
+
+
+def _reduce_runs(column: dict[str, np.ndarray], starts: np.ndarray, spec: dict[str, tuple[str, str]]) -> pd.DataFrame:
+    """Per run of rows (each from one of `starts` to the next), the named reductions of spec."""
+    ends = np.r_[starts[1:], len(column["t_ns"])] - 1
+    out = {}
+    for name, (source, how) in spec.items():
+        values = column[source]
+        if how == "size":
+            out[name] = (ends - starts + 1).astype(np.int64)
+        elif how == "last":
+            out[name] = values[ends]
+        else:
+            out[name] = _REDUCE[how].reduceat(values, starts)
+    return pd.DataFrame(out)
+
+
+def _batch_aggregates_pandas(
+    batch: pd.DataFrame, origin: int, block_ns: int, last_slices: pd.Series
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series]:
+    batch = batch.sort_values(["tid", "t_ns"], kind="stable")
+    rt = np.isin(batch["policy"].to_numpy(), RT_POLICIES)
+    previous = batch.groupby("tid", sort=False)["slices"].shift(1)
+    previous = previous.fillna(batch["tid"].map(last_slices))
+    last_slices = batch.groupby("tid", sort=False)["slices"].last().combine_first(last_slices)
+    frame = batch.assign(
+        block=(batch["t_ns"].to_numpy() - origin) // block_ns,
+        busy=batch["run_ns"].to_numpy() + batch["wait_ns"].to_numpy(),
+        rt=rt,
+        rt_prio=np.where(rt, batch["rtprio"].to_numpy(), -1),
+        # A thread is (tid, start time): a reused tid's counters start again from zero (DESIGN.md,
+        # "Kernel facts"); captures without start times read as one thread per tid.
+        life=pd.to_numeric(batch["starttime"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64),
+        # A window (the time since the thread's previous read) in which it was switched in at all.
+        woke=(batch["slices"].to_numpy(np.float64) > previous.to_numpy(np.float64)).astype(np.int64),
+    )
+    blocks = frame.groupby(["tid", "life", "block"], sort=False).agg(
+        t_last=("t_ns", "max"), slices=("slices", "max"), busy=("busy", "max"), woke=("woke", "sum")
+    )
+    ordered = frame.sort_values("t_ns", kind="stable")
+    threads = ordered.groupby(["tid", "life"], sort=False).agg(
+        pid=("pid", "last"),
+        samples=("t_ns", "size"),
+        first_ns=("t_ns", "min"),
+        last_ns=("t_ns", "max"),
+        run_first=("run_ns", "min"),
+        run_last=("run_ns", "max"),
+        wait_first=("wait_ns", "min"),
+        wait_last=("wait_ns", "max"),
+        slices_first=("slices", "min"),
+        slices_last=("slices", "max"),
+        rt=("rt", "max"),
+        max_rtprio=("rt_prio", "max"),
+        policy=("policy", "last"),
+        rtprio=("rtprio", "last"),
+        nice=("nice", "last"),
+    )
+    return blocks, threads, last_slices
 
 
 def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:

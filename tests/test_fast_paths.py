@@ -1,0 +1,86 @@
+"""The analyses' numpy fast paths give exactly what their pandas paths give (issue 12: analyses speed).
+
+analyses.source reads a file's samples straight from Arrow, analyses.threads reduces a batch of samples
+by numpy; each keeps the pandas way for what it does not take (in-memory tables, nullable columns, a tid
+that was two threads in one batch), and both ways must agree frame for frame.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import forensics
+from analyses import source, threads
+from tests.helpers import REPO
+
+CAPTURES = [REPO / "captures" / name for name in ("jack-starved-proc.ssf", "lab-episodes.ssf", "lab-clean.ssf")]
+PROFILE_COLUMNS = ["pid", "run_ns", "wait_ns", "slices", "policy", "rtprio", "nice", "starttime"]
+ALL_COLUMNS = [*PROFILE_COLUMNS, "state", "minflt", "majflt", "utime", "stime", "cpu", "blkio_ticks"]
+
+
+def _load(path: Path) -> forensics.Capture:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return forensics.load(path)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_samples_from_arrow_are_the_pandas_ones(path: Path) -> None:
+    cap, by_pandas = _load(path), _load(path)
+    by_pandas.arrow_chunks = lambda *_a, **_k: None  # type: ignore[method-assign]
+    assert cap.arrow_chunks("samples") is not None
+    tids = sorted(set(next(cap.iter_chunks("samples", ["tid"]))["tid"]))[:2]
+    t0 = int(next(cap.iter_chunks("samples", ["t_ns"]))["t_ns"].min())
+    for options in (
+        {},
+        {"tids": tids},
+        {"tids": []},
+        {"t_range": (t0 + 500_000_000, None)},
+        {"t_range": (None, t0 + 1_000_000_000), "tids": tids[:1]},
+        {"batch_rows": 1000},
+    ):
+        for columns in (ALL_COLUMNS, PROFILE_COLUMNS, []):
+            fast = list(source.iter_samples(cap, columns, **options))  # type: ignore[arg-type]
+            slow = list(source.iter_samples(by_pandas, columns, **options))  # type: ignore[arg-type]
+            assert len(fast) == len(slow)
+            for a, b in zip(fast, slow, strict=True):
+                pd.testing.assert_frame_equal(a, b, check_exact=True)
+
+
+def _both(batch: pd.DataFrame, batch_rows_origin: int) -> None:
+    last = pd.Series([3.0], index=[int(batch["tid"].iloc[0])])
+    fast = threads._batch_aggregates(batch, batch_rows_origin, threads.BLOCK_NS, last)
+    slow = threads._batch_aggregates_pandas(batch, batch_rows_origin, threads.BLOCK_NS, last)
+    for a, b in zip(fast[:2], slow[:2], strict=True):
+        pd.testing.assert_frame_equal(a.sort_index(), b.sort_index(), check_exact=True)
+    assert fast[2].sort_index().to_dict() == slow[2].sort_index().to_dict()
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_profile_batches_by_numpy_are_the_pandas_ones(path: Path) -> None:
+    cap = _load(path)
+    batches = list(source.iter_samples(cap, PROFILE_COLUMNS, batch_rows=5000))
+    origin = int(batches[0]["t_ns"].min())
+    for batch in batches[:4]:
+        _both(batch, origin)
+        # Out of time order within a thread, and a tid that was two threads (its second life):
+        shuffled = batch.sample(frac=1.0, random_state=1).reset_index(drop=True)
+        _both(shuffled, origin)
+        reused = batch.copy()
+        tid = reused["tid"].to_numpy()
+        second = (tid == tid[0]) & (reused["t_ns"].to_numpy() > np.median(reused["t_ns"].to_numpy()))
+        reused["starttime"] = pd.array(np.where(second, 99_999, 5), dtype="Int64")
+        _both(reused, origin)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_profiles_by_numpy_are_the_pandas_ones(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = threads._profiles(_load(path), t_range=None, block_ns=threads.BLOCK_NS)
+    monkeypatch.setattr(threads, "_batch_aggregates", threads._batch_aggregates_pandas)
+    slow = threads._profiles(_load(path), t_range=None, block_ns=threads.BLOCK_NS)
+    pd.testing.assert_frame_equal(fast, slow, check_exact=True)
