@@ -184,12 +184,14 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
     order = np.argsort(spans[:, 0])
     span_lo = spans[order, 0] - 2 * interval
     span_hi = np.maximum.accumulate(spans[order, 1] + interval)  # covers overlapping spans too
-    for batch in iter_samples(cap, columns, t_range=(lo, hi)):
-        t = batch["t_ns"].to_numpy()
-        # Rows near any episode: the last span starting at or before t must still be open at t.
+
+    def near(t: np.ndarray) -> np.ndarray:
+        """Rows near any episode: the last span starting at or before t must still be open at t."""
         k = np.searchsorted(span_lo, t, side="right") - 1
-        near = (k >= 0) & (t <= span_hi[np.maximum(k, 0)])
-        frames.append(batch[near])
+        return (k >= 0) & (t <= span_hi[np.maximum(k, 0)])
+
+    for batch in iter_samples(cap, columns, t_range=(lo, hi), near=near):
+        frames.append(batch)
     if not frames:
         return episodes.assign(suspect=suspects)
     samples = pd.concat(frames, ignore_index=True)

@@ -9,7 +9,7 @@ concatenated, and turn the state letter into a one-byte code.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,18 +78,20 @@ def iter_samples(
     tids: Iterable[int] | None = None,
     t_range: tuple[int | None, int | None] | None = None,
     batch_rows: int = 4_000_000,
+    near: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Iterator[pd.DataFrame]:
     """Batches of samples (compact dtypes, state as int8 codes) of about `batch_rows` rows, in time order.
 
     Chunks are concatenated into large batches because per-chunk pandas overhead dominates on captures of
-    many small chunks. `t_range` keeps rows whose t_ns falls in [start, end] (None = open).
+    many small chunks. `t_range` keeps rows whose t_ns falls in [start, end] (None = open); `near`, given
+    the t_ns of a chunk's rows, says which of them to keep (before the other columns are converted).
     """
     wanted = list(dict.fromkeys(["tick", "t_ns", "tid", *columns]))
     tid_set = np.asarray(sorted(set(tids)), dtype=np.int32) if tids is not None else None
     fill = _Fill.of(cap)
     chunks = cap.arrow_chunks("samples", wanted) if fill is None else None
     if chunks is not None:
-        yield from _iter_arrow(chunks, wanted, tid_set, t_range, batch_rows)
+        yield from _iter_arrow(chunks, wanted, tid_set, t_range, batch_rows, near)
         return
     pending: list[pd.DataFrame] = []
     rows = 0
@@ -107,6 +109,8 @@ def iter_samples(
             if t_range[1] is not None:
                 keep &= t <= t_range[1]
             chunk = chunk[keep]
+        if near is not None and len(chunk):
+            chunk = chunk[near(chunk["t_ns"].to_numpy())]
         if chunk.empty:
             continue
         pending.append(_compact(chunk))
@@ -124,6 +128,7 @@ def _iter_arrow(
     tid_set: np.ndarray | None,
     t_range: tuple[int | None, int | None] | None,
     batch_rows: int,
+    near: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> Iterator[pd.DataFrame]:
     """iter_samples on a file's chunks, straight from Arrow: the same rows, columns and dtypes as going
     through pandas frames (iter_chunks, then _compact), without their per-chunk cost. The rows of
@@ -143,6 +148,8 @@ def _iter_arrow(
             if t_range[1] is not None:
                 keep &= t <= t_range[1]
             table = table.filter(pa.array(keep))
+        if near is not None and table.num_rows:
+            table = table.filter(pa.array(near(_column("t_ns", table.column("t_ns")))))
         if not table.num_rows:
             continue
         pending.append({name: _column(name, table.column(name)) for name in wanted})
@@ -159,6 +166,10 @@ def _column(name: str, column: pa.ChunkedArray) -> np.ndarray | pd.api.extension
     if pa.types.is_integer(column.type) and not column.null_count:
         values = column.to_numpy()
         return values.astype(COMPACT_DTYPES[name], copy=False) if name in COMPACT_DTYPES else values
+    if pa.types.is_integer(column.type) and column.type != pa.uint64():
+        # Nullable Int64, as to_pandas and _compact make it (what lies under the mask is never read).
+        values = column.fill_null(0).to_numpy().astype(np.int64, copy=False)
+        return pd.arrays.IntegerArray(values, column.is_null().to_numpy(zero_copy_only=False))
     out = _compact(to_pandas(pa.table({name: column})))[name]
     return out.array if isinstance(out.dtype, pd.Int64Dtype) else out
 

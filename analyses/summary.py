@@ -172,7 +172,7 @@ def _stream(
         )
         per_cpu.append(sub.groupby(["tid", "bin", "cpu"], sort=False)["wall"].sum())
         totals.append(sub.drop(columns=["bin", "cpu"]).groupby("tid").sum())
-        core = w["core_type"].astype(str).to_numpy()[mine]
+        core = w["core_type"][mine].astype(str).to_numpy()  # only the rows kept: the same labels
         totals.append(
             pd.DataFrame({"tid": tid[mine], "core": core, "wall": wall[mine]})
             .groupby(["tid", "core"])["wall"]

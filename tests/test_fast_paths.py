@@ -43,6 +43,7 @@ def test_samples_from_arrow_are_the_pandas_ones(path: Path) -> None:
         {"t_range": (t0 + 500_000_000, None)},
         {"t_range": (None, t0 + 1_000_000_000), "tids": tids[:1]},
         {"batch_rows": 1000},
+        {"near": lambda t: (t // 1_000_000) % 7 < 2, "t_range": (t0 + 100_000_000, None)},
     ):
         for columns in (ALL_COLUMNS, PROFILE_COLUMNS, []):
             fast = list(source.iter_samples(cap, columns, **options))  # type: ignore[arg-type]
