@@ -155,10 +155,13 @@ def _iter_arrow(
         pending.append({name: _column(name, table.column(name)) for name in wanted})
         rows += table.num_rows
         if rows >= batch_rows:
-            yield _join(pending, wanted)
-            pending, rows = [], 0
+            batch = _join(pending, wanted)
+            pending, rows = [], 0  # the chunks' arrays are freed while the batch is worked on
+            yield batch
     if pending:
-        yield _join(pending, wanted)
+        batch = _join(pending, wanted)
+        pending = []
+        yield batch
 
 
 def _column(name: str, column: pa.ChunkedArray) -> np.ndarray | pd.api.extensions.ExtensionArray | pd.Series:

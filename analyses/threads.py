@@ -116,6 +116,7 @@ def _profiles(cap: Capture, *, t_range: tuple[int | None, int | None] | None, bl
         blocks_of, threads_of, last_slices = _batch_aggregates(batch, origin, block_ns, last_slices)
         per_block.append(blocks_of)
         per_thread.append(threads_of)
+        del batch  # not held while the next batch is read
     if not per_thread:
         return _empty_profiles()
     lives = (
