@@ -169,12 +169,32 @@ def _column(name: str, column: pa.ChunkedArray) -> np.ndarray | pd.api.extension
     if pa.types.is_integer(column.type) and not column.null_count:
         values = column.to_numpy()
         return values.astype(COMPACT_DTYPES[name], copy=False) if name in COMPACT_DTYPES else values
+    if name == "state" and (codes := _state_codes(column)) is not None:
+        return codes
     if pa.types.is_integer(column.type) and column.type != pa.uint64():
         # Nullable Int64, as to_pandas and _compact make it (what lies under the mask is never read).
         values = column.fill_null(0).to_numpy().astype(np.int64, copy=False)
         return pd.arrays.IntegerArray(values, column.is_null().to_numpy(zero_copy_only=False))
     out = _compact(to_pandas(pa.table({name: column})))[name]
     return out.array if isinstance(out.dtype, pd.Int64Dtype) else out
+
+
+def _state_codes(column: pa.ChunkedArray) -> np.ndarray | None:
+    """state_codes of a dictionary-encoded state column, code by code from each chunk's dictionary (what
+    its categories would be); None (the pandas way) for anything else."""
+    if not pa.types.is_dictionary(column.type):
+        return None
+    out = np.zeros(len(column), dtype=np.int8)
+    at = 0
+    for chunk in column.chunks:
+        values = chunk.dictionary.to_pylist()
+        if any(v is None for v in values) or len(set(values)) != len(values):
+            return None
+        lookup = np.array([STATE_CODE.get(str(v)[:1], np.int8(0)) for v in values] + [np.int8(0)], dtype=np.int8)
+        index = chunk.indices.fill_null(len(values)).to_numpy(zero_copy_only=False).astype(np.int64)
+        out[at : at + len(chunk)] = lookup[index]
+        at += len(chunk)
+    return out
 
 
 def _join(parts: list[dict[str, Any]], wanted: list[str]) -> pd.DataFrame:

@@ -143,7 +143,7 @@ def window_deltas(
             blk = np.clip((values[idx] - values[pidx]) * tick_ns, 0, out["wall_ns"])
             out["blkio_ns"] = pd.array(blk, dtype="Int64")
         else:
-            out["blkio_ns"] = pd.array([pd.NA] * len(idx), dtype="Int64")
+            out["blkio_ns"] = pd.arrays.IntegerArray(np.zeros(len(idx), np.int64), np.ones(len(idx), dtype=bool))
     if "state" in samples:
         state = samples["state"].to_numpy()
         out["state"] = state[idx]
