@@ -71,6 +71,19 @@ def _compact(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, copy=False)
 
 
+def in_span(t_ns: np.ndarray, span: tuple[int | None, int | None] | None) -> np.ndarray:
+    """Which times fall in [start, end] of `span` (None, or a None side: open); `--span` gives it
+    (analyses.span), and every reader of samples keeps its rows by it."""
+    keep = np.ones(len(t_ns), dtype=bool)
+    if span is None:
+        return keep
+    if span[0] is not None:
+        keep &= t_ns >= span[0]
+    if span[1] is not None:
+        keep &= t_ns <= span[1]
+    return keep
+
+
 def iter_samples(
     cap: Capture,
     columns: Iterable[str],
@@ -102,13 +115,7 @@ def iter_samples(
         if fill is not None and last_tick is not None:
             chunk = fill(chunk, last_tick)
         if t_range is not None:
-            t = chunk["t_ns"].to_numpy()
-            keep = np.ones(len(t), dtype=bool)
-            if t_range[0] is not None:
-                keep &= t >= t_range[0]
-            if t_range[1] is not None:
-                keep &= t <= t_range[1]
-            chunk = chunk[keep]
+            chunk = chunk[in_span(chunk["t_ns"].to_numpy(), t_range)]
         if near is not None and len(chunk):
             chunk = chunk[near(chunk["t_ns"].to_numpy())]
         if chunk.empty:
@@ -141,13 +148,7 @@ def _iter_arrow(
         if tid_values is not None and table.num_rows:
             table = table.filter(pc.is_in(table.column("tid"), value_set=tid_values))
         if t_range is not None and table.num_rows:
-            t = _column("t_ns", table.column("t_ns"))
-            keep = np.ones(len(t), dtype=bool)
-            if t_range[0] is not None:
-                keep &= t >= t_range[0]
-            if t_range[1] is not None:
-                keep &= t <= t_range[1]
-            table = table.filter(pa.array(keep))
+            table = table.filter(pa.array(in_span(_column("t_ns", table.column("t_ns")), t_range)))
         if near is not None and table.num_rows:
             table = table.filter(pa.array(near(_column("t_ns", table.column("t_ns")))))
         if not table.num_rows:

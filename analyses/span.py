@@ -12,10 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from analyses.source import capture_origin_ns
+from analyses.source import capture_origin_ns, in_span
 from capture.errors import ForensicsError
 from capture.format import Capture
 from capture.vocabulary import DURATION_FORMS, parse_duration_ns
+
+__all__ = ["in_span", "overlaps_span", "resolve_span"]  # in_span lives in analyses.source (its readers use it)
 
 
 def _markers(cap: Capture) -> tuple[list[str], list[int]]:
@@ -70,17 +72,6 @@ def resolve_span(cap: Capture, text: str | None) -> tuple[int | None, int | None
     if start is not None and end is not None and end <= start:
         raise ForensicsError(f"--span {text!r}: its end is not after its start")
     return start, end
-
-
-def in_span(t_ns: np.ndarray, span: tuple[int | None, int | None] | None) -> np.ndarray:
-    keep = np.ones(len(t_ns), dtype=bool)
-    if span is None:
-        return keep
-    if span[0] is not None:
-        keep &= t_ns >= span[0]
-    if span[1] is not None:
-        keep &= t_ns <= span[1]
-    return keep
 
 
 def overlaps_span(start_ns: Any, end_ns: Any, span: tuple[int | None, int | None] | None) -> np.ndarray:
