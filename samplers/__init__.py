@@ -2,3 +2,17 @@
 
 They know nothing of analyses; the capture format (capture/format.py) is all they share.
 """
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def package_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """`env` (default ours) for a child process that runs this copy of the toolkit, not another
+    installed one: its root first on PYTHONPATH (the writer, the engine sources, the flight watcher)."""
+    out = dict(os.environ if env is None else env)
+    root = str(Path(__file__).resolve().parents[1])
+    out["PYTHONPATH"] = root + (os.pathsep + out["PYTHONPATH"] if out.get("PYTHONPATH") else "")
+    return out

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from capture.errors import ForensicsError
+from samplers import package_env
 from samplers.recorder import CALM_END_NS, Recorder, RecorderOptions, Status
 from samplers.targets import TargetSpec
 
@@ -29,14 +30,6 @@ F_SETPIPE_SZ = 1031  # fcntl.h: a 1 MiB pipe holds ~25 ticks of 100 threads if t
 # From a stop request to the writer's exit (END_DRAIN_NS of it for the hand-over): a stop ends the whole
 # recording within about 2 s whatever the writer does. A writer still busy then finishes on its own.
 WRITER_END_BUDGET_NS = 800_000_000
-
-
-def package_env() -> dict[str, str]:
-    """The environment for child processes: they import this copy of the toolkit, not another."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    return env
 
 
 class RecordingSession:

@@ -32,9 +32,9 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
+from samplers import package_env
 from samplers.procfs import ProcPaths
 
 PIPEWIRE_LIBRARY = b"libpipewire-0.3.so"
@@ -79,14 +79,6 @@ def tell_recorder(fd: int, **message: Any) -> None:
         return
     with contextlib.suppress(OSError):
         os.write(fd, (json.dumps(message) + "\n").encode())
-
-
-def package_env(env: dict[str, str] | None = None) -> dict[str, str]:
-    """`env` (default ours) with this copy of the toolkit first on the path: the source runs this code."""
-    out = dict(os.environ if env is None else env)
-    root = str(Path(__file__).resolve().parents[2])
-    out["PYTHONPATH"] = root + (os.pathsep + out["PYTHONPATH"] if out.get("PYTHONPATH") else "")
-    return out
 
 
 class EngineProcess:
