@@ -230,12 +230,12 @@ def _attached_rows(cap: Capture, started_ns: Any, engine: dict[str, Any], alone:
     one source alone."""
     if not isinstance(started_ns, int):
         return {}
+
+    def since(t_ns: int) -> str:  # a server already up is attached while the recorder starts
+        s = (int(t_ns) - started_ns) / 1e9
+        return f"{s:.3f} s after the start" if s >= 0 else f"{-s:.3f} s before the start"
+
     if isinstance(engine.get("attachments"), list):
-
-        def since(t_ns: int) -> str:  # a server already up is attached while the recorder starts
-            s = (int(t_ns) - started_ns) / 1e9
-            return f"{s:.3f} s after the start" if s >= 0 else f"{-s:.3f} s before the start"
-
         rows: dict[str, list[str]] = {}
         for attached_ns, ended_ns in engine["attachments"]:
             rows.setdefault("attached", []).append(since(attached_ns))
@@ -248,7 +248,7 @@ def _attached_rows(cap: Capture, started_ns: Any, engine: dict[str, Any], alone:
     out: dict[str, list[str]] = {}
     for row in events[events["kind"].astype(str).isin(list(SOURCE_EVENTS)).to_numpy()].itertuples(index=False):
         label = SOURCE_EVENTS[str(row.kind)]
-        out.setdefault(label, []).append(f"{(int(row.t_ns) - started_ns) / 1e9:.3f} s after the start: {row.text}")
+        out.setdefault(label, []).append(f"{since(int(row.t_ns))}: {row.text}")
     return {label: "; ".join(texts) for label, texts in out.items()}
 
 
