@@ -289,27 +289,9 @@ def _batch_aggregates_pandas(
         # A window (the time since the thread's previous read) in which it was switched in at all.
         woke=(batch["slices"].to_numpy(np.float64) > previous.to_numpy(np.float64)).astype(np.int64),
     )
-    blocks = frame.groupby(["tid", "life", "block"], sort=False).agg(
-        t_last=("t_ns", "max"), slices=("slices", "max"), busy=("busy", "max"), woke=("woke", "sum")
-    )
+    blocks = frame.groupby(["tid", "life", "block"], sort=False).agg(**_PER_BLOCK)
     ordered = frame.sort_values("t_ns", kind="stable")
-    threads = ordered.groupby(["tid", "life"], sort=False).agg(
-        pid=("pid", "last"),
-        samples=("t_ns", "size"),
-        first_ns=("t_ns", "min"),
-        last_ns=("t_ns", "max"),
-        run_first=("run_ns", "min"),
-        run_last=("run_ns", "max"),
-        wait_first=("wait_ns", "min"),
-        wait_last=("wait_ns", "max"),
-        slices_first=("slices", "min"),
-        slices_last=("slices", "max"),
-        rt=("rt", "max"),
-        max_rtprio=("rt_prio", "max"),
-        policy=("policy", "last"),
-        rtprio=("rtprio", "last"),
-        nice=("nice", "last"),
-    )
+    threads = ordered.groupby(["tid", "life"], sort=False).agg(**_PER_THREAD)
     return blocks, threads, last_slices
 
 
