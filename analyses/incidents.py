@@ -51,6 +51,7 @@ from analyses.rules import (
     XRUN_JOIN_NS,
     IncidentRules,
     after_the_recording,
+    ended_at_an_attach,
     period_limit_ns,
     runs_engine_cycle_by_rate,
 )
@@ -66,6 +67,8 @@ INCIDENT_COLUMNS = [
     "evidence",
 ]  # fmt: skip
 MEMBER_COLUMNS = ["incident", "role", "incident_verdict", "upstream_tid", "client"]
+# Groups of episodes that are no incident, by why (find_incidents counts each in members.attrs).
+NOT_INCIDENTS = ("on_time", "after_end", "at_attach")
 WAIT_VERDICTS = ("lock", "unknown")  # asleep: what a client waiting for its upstream shows
 
 
@@ -410,8 +413,8 @@ def find_incidents(
             "episodes": len(hidden),
             "threads": int(hidden["tid"].nunique()) if len(hidden) else 0,
         }
-        members.attrs["on_time"] = {"incidents": 0, "episodes": 0}
-        members.attrs["after_end"] = {"incidents": 0, "episodes": 0}
+        for name in NOT_INCIDENTS:
+            members.attrs[name] = {"incidents": 0, "episodes": 0}
         return _empty_incidents(), members
     link = links.set_index("tid") if len(links) else None
     tid = members["tid"].astype(np.int64).to_numpy()
@@ -502,13 +505,18 @@ def find_incidents(
     on_time = incidents["on_time"].to_numpy(dtype=bool)
     ended_ns = (cap.trailer or {}).get("ended_ns")
     after_end = after_the_recording(incidents["start_ns"], int(ended_ns) if ended_ns is not None else None)
+    at_attach = _ended_at_an_attach(cap, incidents, records) & ~after_end
     counts = {}
-    if quiet_outside and (on_time.any() or after_end.any()):
+    if quiet_outside and (on_time.any() or after_end.any() or at_attach.any()):
         # Groups of episodes over cycles the engine recorded on time are no late cycle (rules.engine_on_time),
-        # and those after the recording's end are the tool's own (rules.after_the_recording): no incident,
-        # counted; --all keeps them. The others are numbered again from 1.
-        drop = on_time | after_end
-        for name, which in (("on_time", on_time & ~after_end), ("after_end", after_end)):
+        # and those after the recording's end or ended while a source attached are the tool's own
+        # (rules.after_the_recording, rules.ended_at_an_attach): no incident, counted; --all keeps them.
+        # The others are numbered again from 1.
+        drop = on_time | after_end | at_attach
+        kinds = (
+            ("on_time", on_time & ~after_end & ~at_attach), ("after_end", after_end), ("at_attach", at_attach)
+        )  # fmt: skip
+        for name, which in kinds:
             numbers = set(incidents.loc[which, "incident"].astype(int))
             counts[name] = {"incidents": len(numbers), "episodes": int(members["incident"].isin(numbers).sum())}
         dropped = set(incidents.loc[drop, "incident"].astype(int))
@@ -519,9 +527,34 @@ def find_incidents(
         members = members[~gone]  # its index stays: root_episode names a row of it
         members["incident"] = members["incident"].map(renumber).astype(np.int64)
     members.attrs["hidden"] = {"episodes": len(hidden), "threads": int(hidden["tid"].nunique()) if len(hidden) else 0}
-    for name in ("on_time", "after_end"):
+    for name in NOT_INCIDENTS:
         members.attrs[name] = counts.get(name, {"incidents": 0, "episodes": 0})
     return incidents[INCIDENT_COLUMNS].reset_index(drop=True), members
+
+
+def _ended_at_an_attach(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords) -> np.ndarray:
+    """Per incident: whether it ended while its engine's source attached (rules.ended_at_an_attach), from
+    the attaches in the source's metadata and the engine's cycle records."""
+    out = np.zeros(len(incidents), dtype=bool)
+    if incidents.empty:
+        return out
+    engine_of = incidents["engine"].astype(object).to_numpy()
+    cycles = records.cycles
+    for kind, source in cap.engine_sources.items():
+        attachments = source.get("attachments")
+        mine = np.array([str(e) == kind for e in engine_of], dtype=bool)
+        if not isinstance(attachments, list) or not mine.any():
+            continue
+        attached = np.array([a[0] for a in attachments if isinstance(a, list) and a and a[0] is not None], float)
+        starts = np.sort(cycles.loc[(cycles["engine"].astype(str) == kind).to_numpy(), "t_ns"].to_numpy(np.float64))
+        at = np.searchsorted(starts, attached, side="left")
+        first = np.full(len(attached), np.nan)  # the engine's first cycle record at or after each attach
+        found = at < len(starts)
+        first[found] = starts[at[found]]
+        period = float(records.periods.get(kind, np.nan))
+        ends = incidents["end_ns"].to_numpy(np.float64)
+        out |= mine & ended_at_an_attach(ends, attached, first, period)
+    return out
 
 
 def _client_name(value: Any) -> str | None:

@@ -227,12 +227,19 @@ def _attached_rows(cap: Capture, started_ns: Any, engine: dict[str, Any], alone:
     server ("wait for jackd") attached later, one whose server went away ended early, a restarted server
     is attached again. From the source's own metadata (`attachments`: [attached_ns, ended_ns or None] per
     server); captures from before it have only the events, which name no engine: read for a capture with
-    one source alone."""
-    if not isinstance(started_ns, int):
+    one source alone. The start is what every view counts its times from (the first sample:
+    analyses.source.capture_origin_ns), so that an attach reads against the incidents' times: the
+    recorder's own start comes 3-20 ms before it, or the whole wait before it when --match waited for its
+    target (14.5 s on captures/jack-shapes-recorder-first.ssf)."""
+    from analyses.source import capture_origin_ns
+
+    origin_ns = capture_origin_ns(cap)
+    origin_ns = origin_ns if origin_ns is not None else started_ns
+    if not isinstance(origin_ns, int):
         return {}
 
     def since(t_ns: int) -> str:  # a server already up is attached while the recorder starts
-        s = (int(t_ns) - started_ns) / 1e9
+        s = (int(t_ns) - origin_ns) / 1e9
         return f"{s:.3f} s after the start" if s >= 0 else f"{-s:.3f} s before the start"
 
     if isinstance(engine.get("attachments"), list):

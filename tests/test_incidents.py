@@ -276,6 +276,38 @@ def test_a_group_that_began_after_the_recordings_end_is_no_incident():
     assert all_kept["root_tid"].tolist() == [600]
 
 
+def test_a_group_that_ended_while_the_engine_source_attached_is_no_incident():
+    """A group of episodes that ended between an engine source's attach and the engine's first cycle
+    record after it (at most a period) is the engine answering the tool (rules.ended_at_an_attach: on
+    issue 22's PipeWire graph, the data loop woken by the daemon's main thread 0.42 ms after catch-load's
+    profiler bind): no incident, counted. The engine's records begin at the attach, as a source writes them."""
+    links = _starved()
+    names = ["driverd", "client0", "client1", "client2"]
+    tables = _engine_tables(names, [500, 600, 601, 602])
+    _, before, grouped = _analyse(_capture(links, **tables))
+    assert len(before) == 1
+    end = int(before.iloc[0].end_ns)
+
+    def attached_at(attach_ns, first_record_ns=None):
+        cycles, nodes = tables["engine_cycles"], tables["engine_nodes"]
+        first = attach_ns if first_record_ns is None else first_record_ns
+        kept = {"engine_cycles": cycles[cycles["t_ns"] >= first], "engine_nodes": nodes[nodes["t_ns"] >= first]}
+        if first_record_ns is not None:  # one record at first_record_ns, off the period grid
+            kept["engine_cycles"] = pd.concat([cycles.iloc[:1].assign(t_ns=first_record_ns), kept["engine_cycles"]])
+        cap = _capture(links, **{**tables, **kept})
+        engines = {"jack": {"kind": "jack", "jackd_pid": 500, "attachments": [[attach_ns, None]]}}
+        return _analyse(cap.without([], meta={"sources": {**cap.sources, "engines": engines}}))
+
+    _, incidents, members = attached_at(end - 1 * MS)  # the group's waits ended 1 ms after the attach
+    assert incidents.empty and members.attrs["at_attach"] == {"incidents": 1, "episodes": len(grouped)}
+    _, kept, _ = attached_at(end + 100 * US)  # attached after the group ended: the engine's own
+    assert kept["root_tid"].tolist() == [500]
+    _, kept, _ = attached_at(end - 1 * MS, first_record_ns=end - 500 * US)  # a cycle on record before it ended
+    assert kept["root_tid"].tolist() == [500]
+    _, kept, members = attached_at(end - PERIOD - 1 * MS, first_record_ns=end + 20 * MS)  # over a period on
+    assert kept["root_tid"].tolist() == [500] and members.attrs["at_attach"]["incidents"] == 0
+
+
 # ---------------------------------------------------------------------------------------------------
 # Root kinds
 

@@ -201,3 +201,15 @@ def test_a_group_is_after_the_recording_only_when_it_began_after_the_last_tick()
     starts = np.array([ended - 1, ended, ended + 1], dtype=np.int64)
     assert rules.after_the_recording(starts, ended).tolist() == [False, False, True]
     assert not rules.after_the_recording(starts, None).any()  # no trailer: its end is not known
+
+
+def test_a_group_ended_at_an_attach_only_between_the_attach_and_the_first_record_within_a_period() -> None:
+    attached = np.array([1_000_000_000.0, 2_000_000_000.0])
+    first = np.array([1_001_000_000.0, np.nan])  # the second attach: no record after it
+    period = 5_000_000.0
+    ends = np.array([999_999_999, 1_000_000_000, 1_000_999_999, 1_001_000_001, 2_004_999_999, 2_005_000_001])
+    got = rules.ended_at_an_attach(ends, attached, first, period).tolist()
+    assert got == [False, True, True, False, True, False]
+    assert not rules.ended_at_an_attach(ends, np.zeros(0), np.zeros(0), period).any()  # never attached
+    # Without a period the window ends at the first record; without either it is empty.
+    assert rules.ended_at_an_attach(ends, attached, first, np.nan).tolist() == [False, True, True, False, False, False]

@@ -138,6 +138,9 @@ def add_incident_sections(
                     "them as incidents."),
         ("after_end", "began after the recording's last tick, while catch-load's own sources left: no "
                       "incident; --episodes lists them, --all keeps them."),
+        ("at_attach", "ended while catch-load's engine source attached, before the engine recorded a cycle "
+                      "(the engine was answering the tool): no incident; --episodes lists them, --all keeps "
+                      "them."),
     ):  # fmt: skip
         counted = members.attrs.get(kind) or {}
         if counted.get("incidents"):
