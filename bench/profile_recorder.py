@@ -50,6 +50,7 @@ def main() -> None:
     ap.add_argument("--fast", default=None, help="--fast REGEX for the recorder (tiers)")
     ap.add_argument("--slow", default="20ms", help="--slow-interval (off: every thread every tick)")
     ap.add_argument("--bitwig", action="store_true", help="bench/bitwig_shape.c (121 RT, 408 asleep, 4 busy)")
+    ap.add_argument("--sampler", default="proc", choices=["proc", "ebpf"], help="--sampler (ebpf: root)")
     ap.add_argument("--frames-out", type=Path, help="keep the frames the recorder handed over (bench/writer_replay.py)")
     args = ap.parse_args()
     many_bin, _, bitwig_bin = build()
@@ -65,6 +66,7 @@ def main() -> None:
                 duration_ns=int(args.seconds * 1e9),
                 slow_interval_ns=0 if args.slow == "off" else int(float(args.slow.removesuffix("ms")) * 1e6),
                 fast=re.compile(args.fast) if args.fast else None,
+                sampler=args.sampler,
             )
             recorder = Recorder(TargetSpec(pids=[target.pid]), options)
             fd = os.open(frames_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)

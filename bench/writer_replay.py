@@ -2,17 +2,22 @@
 
 The frames are what the recorder handed over (bench/profile_recorder.py --frames-out FILE writes them),
 so two versions of the writer compare on the same input, whatever the machine's load was when they were
-recorded:
+recorded. The frames are taken apart inside the timed part (the writer's intake: read_frames), from a pipe
+a thread of this process fills (not timed: the recorder's side).
 
     python bench/profile_recorder.py --bitwig --seconds 4 --slow 20ms --frames-out /tmp/bitwig.frames
     python bench/writer_replay.py /tmp/bitwig.frames
+    sudo python bench/profile_recorder.py --bitwig --seconds 8 --sampler ebpf --frames-out /tmp/ebpf.frames
+    python bench/writer_replay.py /tmp/ebpf.frames --whole    # every eBPF slot frame sent whole, as before deltas
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -22,27 +27,64 @@ from samplers import frames
 from samplers.writer_process import CaptureSink
 
 
+def whole(stream: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """The stream with each EBPF_DELTA frame replaced by the EBPF_TICK frame of the slots it stands for."""
+    import numpy as np
+
+    out = []
+    base = np.zeros(0, dtype="<u8")
+    for kind, payload in stream:
+        if kind == frames.EBPF_TICK:
+            tick, layout_id, t_ns, length = frames.EBPF_TICK_HEADER.unpack_from(payload)
+            start = frames.EBPF_TICK_HEADER.size
+            base = np.frombuffer(payload, dtype="<u8", count=length // 8, offset=start).copy()
+        elif kind == frames.EBPF_DELTA:
+            tick, layout_id, t_ns, used, _, count = frames.EBPF_DELTA_HEADER.unpack_from(payload)
+            start = frames.EBPF_DELTA_HEADER.size
+            index = frames.array_at(payload, "<u4", count, start)
+            base = base.copy()
+            base.reshape(used, 8)[index] = frames.array_at(payload, "<u8", count * 8, start + 4 * count).reshape(-1, 8)
+            payload = frames.EBPF_TICK_HEADER.pack(tick, layout_id, t_ns, base.nbytes) + base.tobytes()
+            kind = frames.EBPF_TICK
+        out.append((kind, payload))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("frames", type=Path)
     ap.add_argument("--runs", type=int, default=3, help="replays; the least CPU is printed (and each)")
+    ap.add_argument("--whole", action="store_true", help="eBPF slot frames whole (EBPF_TICK), no deltas")
     args = ap.parse_args()
     with open(args.frames, "rb") as fh:
         parsed = list(frames.read_frames(fh.fileno()))
+    if args.whole:
+        parsed = whole(parsed)
+    data = b"".join(frames.encode(kind, payload) for kind, payload in parsed)
     cpu = []
     rows = 0
     for _ in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
             sink = CaptureSink(str(Path(tmp) / "replay.ssf"))
-            c0 = time.process_time_ns()
-            for kind, payload in parsed:
+            read_end, write_end = os.pipe()
+
+            def feed(fd: int = write_end) -> None:
+                frames.write_all(fd, data)
+                os.close(fd)
+
+            feeder = threading.Thread(target=feed, daemon=True)
+            feeder.start()
+            c0 = time.thread_time_ns()  # this thread's: the writer's work, not the feeder's
+            for kind, payload in frames.read_frames(read_end):
                 sink.handle(kind, payload)
             sink.close()
-            cpu.append(time.process_time_ns() - c0)
+            cpu.append(time.thread_time_ns() - c0)
+            feeder.join()
+            os.close(read_end)
             assert sink.writer is not None
             rows = sink.writer.rows_written.get("samples", 0)
     print(
-        f"{args.frames.stat().st_size / 1e6:.1f} MB of frames, {rows} thread-samples: "
+        f"{len(data) / 1e6:.1f} MB of frames, {rows} thread-samples: "
         f"writer CPU {min(cpu) / 1e6:.0f} ms "
         f"({min(cpu) / max(rows, 1):.0f} ns per thread-sample; runs {', '.join(f'{c / 1e6:.0f}' for c in cpu)} ms)"
     )

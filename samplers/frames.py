@@ -43,11 +43,17 @@ TASKSTATS = 10  # binary, see TASKSTATS_HEADER: raw netlink replies of one tick
 EBPF_TICK = 12  # binary, see EBPF_TICK_HEADER: the eBPF sampler's slots as read at one tick
 STAT_SLOW = 13  # binary, see EBPF_TICK_HEADER: stat texts of some threads (the eBPF sampler's slow reads)
 TIERS = 14  # JSON {"rows": [{t_ns, tid, pid, tier, interval_ns, why}]}: read-tier changes (samplers/tiers.py)
+EBPF_DELTA = 15  # binary, see EBPF_DELTA_HEADER: the eBPF sampler's slots that changed since the frame before
 
 # EBPF_TICK payload: header (tick, layout id, read ns, byte count), then the slots [0, used) of the eBPF
 # sampler's array as copied (samplers/ebpf/sampler.py SLOT). STAT_SLOW payload: header (tick, layout id,
 # read ns, row count n), then u32 layout index and u32 text length per row, then the texts back to back.
 EBPF_TICK_HEADER = struct.Struct("<IIqI")
+# EBPF_DELTA payload: header (tick, layout id, read ns, slot count `used`, base tick, n), then the u32 index of
+# each of the n slots whose bytes differ from the base tick's, then those n slots. The base is the slot frame
+# (EBPF_TICK or EBPF_DELTA) handed over just before, of the same `used`: the writer rebuilds every slot from
+# it (samplers/ebpf/sampler_rows.py). The first three fields are EBPF_TICK_HEADER's.
+EBPF_DELTA_HEADER = struct.Struct("<IIqIII")
 
 # TASKSTATS payload: tick and row count, then u32 tid, int64 t_ns (when the query was sent) and u32 reply
 # length (0: the thread was gone) per row, then the replies, one contiguous run of bytes.
@@ -214,6 +220,13 @@ def decode_system(payload: bytes) -> tuple[int, list[bytes]]:
 def encode_ebpf_tick(tick: int, layout_id: int, t_ns: int, slots: bytes) -> bytes:
     header = EBPF_TICK_HEADER.pack(tick, layout_id, t_ns, len(slots))
     return b"".join((FRAME.pack(EBPF_TICK, len(header) + len(slots)), header, slots))
+
+
+def encode_ebpf_delta(
+    tick: int, layout_id: int, t_ns: int, used: int, base_tick: int, count: int, indices: bytes, slots: bytes
+) -> bytes:
+    header = EBPF_DELTA_HEADER.pack(tick, layout_id, t_ns, used, base_tick, count)
+    return b"".join((FRAME.pack(EBPF_DELTA, len(header) + len(indices) + len(slots)), header, indices, slots))
 
 
 def encode_stat_slow(tick: int, layout_id: int, t_ns: int, indices: Sequence[int], texts: Sequence[bytes]) -> bytes:

@@ -840,6 +840,7 @@ class Recorder:
                     times = [now] * len(ebpf_tids)
                     if self._backlog_bytes > BACKLOG_BYTES:
                         self.lost_ticks += 1
+                        self.ebpf_ticker.lost()  # the next slot frame is whole: the writer's base is older
                     else:
                         write(data)
                         self._outbox_ticks += 1

@@ -165,13 +165,16 @@ class CaptureSink:
                 self.pending_since = tick_ns
             if self.pending_rows >= FLUSH_ROWS or tick_ns - self.pending_since >= FLUSH_EVERY_NS:
                 self.flush()
-        elif kind in (frames.EBPF_TICK, frames.STAT_SLOW):
+        elif kind in (frames.EBPF_TICK, frames.EBPF_DELTA, frames.STAT_SLOW):
             assert self.ebpf_rows is not None
             if kind == frames.STAT_SLOW:
                 self.ebpf_rows.stat(payload)
                 return
-            tick_ns = frames.EBPF_TICK_HEADER.unpack_from(payload)[2]
-            self.ebpf_rows.tick(payload)
+            tick_ns = frames.EBPF_TICK_HEADER.unpack_from(payload)[2]  # the delta's header begins alike
+            if kind == frames.EBPF_DELTA:
+                self.ebpf_rows.delta(payload)
+            else:
+                self.ebpf_rows.tick(payload)
             self.pending_since = tick_ns if self.pending_since is None else self.pending_since
             if self.ebpf_rows.rows_pending >= FLUSH_ROWS or tick_ns - self.pending_since >= FLUSH_EVERY_NS:
                 self.flush()
@@ -241,6 +244,8 @@ class CaptureSink:
             self.flush()
             if self.ebpf_stats is not None:
                 trailer["ebpf"] = self.ebpf_stats
+            if self.ebpf_rows is not None and self.ebpf_rows.deltas_dropped:  # ticks not stored (never expected)
+                trailer.setdefault("ebpf_sampler", {})["deltas_dropped"] = self.ebpf_rows.deltas_dropped
             unseen = self.unseen.lower_bounds()
             trailer["threads_unseen_min"] = sum(unseen.values())
             trailer["threads_unseen_min_by_pid"] = {str(pid): n for pid, n in unseen.items() if n}

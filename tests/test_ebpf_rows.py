@@ -1,5 +1,7 @@
-"""The eBPF sampler's writer side (samplers/ebpf/sampler_rows.py) on synthetic frame streams: the slots that
-did not change are skipped before decoding, and the rows stored are exactly those of decoding every slot."""
+"""The eBPF sampler's frames on synthetic streams: the recorder sends only the slots that changed since the frame
+it handed over before (samplers/ebpf/sampler.py SlotFrames), the writer rebuilds every slot from them and skips
+the unchanged ones before decoding (samplers/ebpf/sampler_rows.py), and the rows stored are exactly those of
+decoding every slot of every frame sent whole."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from samplers import frames
-from samplers.ebpf.sampler import SLOT
+from samplers.ebpf.sampler import SLOT, SlotFrames
 from samplers.ebpf.sampler_rows import (
     PHASE_EXITED,
     PHASE_OFF,
@@ -168,9 +170,64 @@ def _replay(stream: list[tuple[str, Any]], skip: bool) -> tuple[EbpfRows, list[A
             rows.stat(payload)
         elif kind == "tick":
             rows.tick(payload)
+        elif kind == "delta":
+            rows.delta(payload)
         else:
             taken.append(rows.take())
     return rows, taken
+
+
+def _sent(
+    stream: list[tuple[str, Any]], drops: set[int], *, full_every: int = 500, forget: int | None = None
+) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]], SlotFrames]:
+    """The stream as the recorder sends it: each tick's slots through SlotFrames, the frames of the ticks at the
+    positions in `drops` dropped (stat and slots, as the recorder drops a tick's whole output) and the encoder
+    told so, except at position `forget` (a recorder that fails to: the writer must not store a wrong tick).
+    Also the reference: the ticks sent, each slot frame whole."""
+    encoder = SlotFrames(full_every)
+    sent: list[tuple[str, Any]] = []
+    whole: list[tuple[str, Any]] = []
+    stat: tuple[str, Any] | None = None
+    position = 0
+    for kind, payload in stream:
+        if kind == "stat":
+            stat = (kind, payload)  # goes with its tick's slot frame
+            continue
+        if kind != "tick":
+            sent.append((kind, payload))
+            whole.append((kind, payload))
+            continue
+        tick, layout_id, t_ns, length = frames.EBPF_TICK_HEADER.unpack_from(payload)
+        frame = encoder.frame(tick, layout_id, t_ns, payload[frames.EBPF_TICK_HEADER.size :])
+        position += 1
+        if position in drops:
+            if position != forget:
+                encoder.lost()
+            stat = None
+            continue
+        assert stat is not None
+        sent.append(stat)
+        whole.append(stat)
+        code, length = frames.FRAME.unpack_from(frame)
+        assert length == len(frame) - frames.FRAME.size
+        sent.append(({frames.EBPF_TICK: "tick", frames.EBPF_DELTA: "delta"}[code], frame[frames.FRAME.size :]))
+        whole.append((kind, payload))
+    return sent, whole, encoder
+
+
+def _assert_same_takes(got: list[Any], expected: list[Any]) -> int:
+    """The takes are equal, column for column; the rows stored."""
+    assert len(got) == len(expected)
+    stored = 0
+    for (columns, slow), (ref_columns, ref_slow) in zip(got, expected, strict=True):
+        assert (columns is None) == (ref_columns is None)
+        assert (slow is None) == (ref_slow is None)
+        if columns is not None:
+            assert _same(columns, ref_columns)
+            stored += len(columns["samples"]["tid"])
+        if slow is not None:
+            assert _same(slow, ref_slow)
+    return stored
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -230,3 +287,97 @@ def test_a_thread_on_a_cpu_or_runnable_is_decoded_every_tick() -> None:
     assert per_tid[13] == 3  # the first row and its keyframes (ticks 12 and 37: tick + tid a multiple of 25)
     assert rows.decoded_rows == 49 + 49 + 3  # the asleep thread's other 46 slots were never decoded
     assert (np.diff(samples["run_ns"][samples["tid"] == 11]) == TICK_NS).all()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_slots_sent_as_changes_store_the_rows_of_every_slot_sent_whole(seed: int) -> None:
+    """Ticks dropped at random (the writer behind), in runs, the first among them, across the thread exits, the
+    slot cleared and given back, the new thread (more slots: a whole frame), keyframes and takes of the stream."""
+    stream = _stream(seed)
+    rng = random.Random(seed)
+    ticks = sum(kind == "tick" for kind, _ in stream)
+    drops = {1, *rng.sample(range(2, ticks + 1), 25)}
+    start = rng.randrange(100, 300)
+    drops |= set(range(start, start + 4))
+    sent, whole, encoder = _sent(stream, drops)
+    got_rows, got = _replay(sent, skip=True)
+    _, expected = _replay(whole, skip=False)
+    assert _assert_same_takes(got, expected) > 1000
+    assert got_rows.deltas_dropped == 0
+    # Mostly changes: a whole frame at the start, after each run of drops and at the new thread's layout.
+    deltas = [payload for kind, payload in sent if kind == "delta"]
+    assert encoder.full_frames <= 35 and len(deltas) >= ticks - len(drops) - 35
+    assert sum(map(len, deltas)) < 0.5 * sum(len(p) for k, p in whole if k == "tick") * len(deltas) / ticks
+
+
+def test_a_delta_is_taken_against_the_frame_sent_before_not_the_one_made_before() -> None:
+    """A recorder that drops a tick's frame without telling the encoder sends a delta against slots the writer
+    never got: the writer stores no tick from it, nor from the deltas after it, until the next whole frame;
+    every tick it stores has exactly the slots read then."""
+    stream = _stream(3)
+    forget = 60
+    sent, whole, _ = _sent(stream, {forget}, full_every=50, forget=forget)
+    truth = {}
+    for kind, payload in whole:
+        if kind == "tick":
+            tick = frames.EBPF_TICK_HEADER.unpack_from(payload)[0]
+            truth[tick] = payload[frames.EBPF_TICK_HEADER.size :]
+    rows = EbpfRows(DEFAULT_RULES)
+    kept: list[int] = []
+    for kind, payload in sent:
+        if kind == "layout":
+            rows.layout(payload)
+        elif kind in ("tick", "delta"):
+            (rows.tick if kind == "tick" else rows.delta)(payload)
+            if rows.ticks and rows.ticks[-1][1] not in kept:
+                _, tick, _, slots = rows.ticks[-1]
+                assert bytes(slots) == truth[tick]
+                kept.append(tick)
+            rows.ticks.clear()
+    # The frame made at position 60 was dropped (not sent); those of 61..100 are deltas on it, lost; 101 (50
+    # ticks after 51) is whole.
+    ordered = sorted(truth)
+    lost = ordered[forget - 1 : 99]
+    assert rows.deltas_dropped == len(lost)
+    assert kept == [t for t in ordered if t not in lost]
+
+
+def test_a_whole_slot_frame_comes_after_a_drop_a_new_slot_count_and_every_full_every_ticks() -> None:
+    encoder = SlotFrames(full_every_ticks=10)
+    raw = bytes(range(64)) * 3
+
+    def kind(tick: int, slots: bytes) -> int:
+        return frames.FRAME.unpack_from(encoder.frame(tick, 1, tick * TICK_NS, slots))[0]
+
+    assert kind(0, raw) == frames.EBPF_TICK
+    assert [kind(t, raw) for t in range(1, 10)] == [frames.EBPF_DELTA] * 9
+    assert kind(10, raw) == frames.EBPF_TICK  # every 10 ticks, missed ones counted
+    assert kind(13, raw) == frames.EBPF_DELTA
+    encoder.lost()
+    assert kind(14, raw) == frames.EBPF_TICK
+    assert kind(15, raw + raw[:64]) == frames.EBPF_TICK  # a slot more
+    assert kind(16, raw + raw[:64]) == frames.EBPF_DELTA
+    changed = bytearray(raw + raw[:64])
+    changed[64 + 39] ^= 1  # the last byte of slot 1's faults
+    changed[3 * 64] ^= 0x80  # the first byte of slot 3
+    frame = encoder.frame(17, 1, 17 * TICK_NS, bytes(changed))
+    payload = frame[frames.FRAME.size :]
+    *_, used, base_tick, count = frames.EBPF_DELTA_HEADER.unpack_from(payload)
+    assert (used, base_tick, count) == (4, 16, 2)
+    start = frames.EBPF_DELTA_HEADER.size
+    assert np.frombuffer(payload, "<u4", count, start).tolist() == [1, 3]
+    assert payload[start + 8 :] == bytes(changed[64:128]) + bytes(changed[192:256])
+
+
+def test_a_delta_of_another_slot_count_than_its_base_is_not_stored() -> None:
+    rows = EbpfRows(DEFAULT_RULES)
+    rows.layout({"id": 1, "tids": [11], "pids": [PID], "slots": [0]})
+    raw = bytes(64) * 3
+    rows.tick(frames.EBPF_TICK_HEADER.pack(1, 1, TICK_NS, len(raw)) + raw)
+    for used in (2, 4):  # one slot fewer, one more: the slots it leaves out are not the base's
+        header = frames.EBPF_DELTA_HEADER.pack(2, 1, 2 * TICK_NS, used, 1, 1)
+        rows.delta(header + np.array([0], dtype="<u4").tobytes() + bytes(range(64)))
+    assert rows.deltas_dropped == 2 and [t[1] for t in rows.ticks] == [1]
+    header = frames.EBPF_DELTA_HEADER.pack(2, 1, 2 * TICK_NS, 3, 1, 1)
+    rows.delta(header + np.array([1], dtype="<u4").tobytes() + bytes(range(64)))
+    assert [t[1] for t in rows.ticks] == [1, 2] and bytes(rows.ticks[1][3]) == bytes(64) + bytes(range(64)) + bytes(64)

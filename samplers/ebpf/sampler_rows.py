@@ -1,6 +1,7 @@
 """The eBPF sampler's frames -> rows of the `samples` table, in the writer process (numpy, per chunk).
 
-Each EBPF_TICK frame holds the sampler's slots as copied at one tick; each STAT_SLOW frame the stat lines of
+Each EBPF_TICK frame holds the sampler's slots as copied at one tick, each EBPF_DELTA frame those of them that
+changed since the slot frame before (the others are rebuilt from it); each STAT_SLOW frame the stat lines of
 the few threads read that tick (every thread's once per STAT_SLOW_NS, round robin, and a new thread's at
 once). A row per thread of the layout per tick, with the /proc sampler's columns:
 
@@ -50,6 +51,7 @@ _STAT_COLUMNS = list(STAT_NUMERIC)
 _MINFLT = _STAT_COLUMNS.index("minflt")
 _CPU = _STAT_COLUMNS.index("cpu")
 _EVENT_WORD = 5  # event_ns: the 64-byte slot as eight u64 words
+_WORDS = SLOT_DTYPE.itemsize // 8
 _KEY_SHIFT = np.int64(1 << 34)  # (tid, tick + 1) as one sortable int64: tids < 2**22, ticks < 2**34
 
 
@@ -59,7 +61,8 @@ def rows_for(meta: dict[str, Any]) -> EbpfRows:
 
 
 class EbpfRows:
-    """Collects EBPF_TICK and STAT_SLOW frames; `take()` returns the samples columns of those since the last."""
+    """Collects EBPF_TICK, EBPF_DELTA and STAT_SLOW frames; `take()` returns the samples columns of those since
+    the last."""
 
     def __init__(self, rules: PrevStateRules, *, skip_unchanged: bool = True) -> None:
         self.rules = rules
@@ -84,6 +87,9 @@ class EbpfRows:
         self.last_run = np.zeros(0, dtype=np.int64)
         self.last_wait = np.zeros(0, dtype=np.int64)
         self._unmerged: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.base: np.ndarray | None = None  # the slots of the last slot frame, u64 words per slot (delta())
+        self.base_tick = 0
+        self.deltas_dropped = 0
 
     def layout(self, spec: dict[str, Any]) -> None:
         self.layouts[int(spec["id"])] = (
@@ -96,8 +102,30 @@ class EbpfRows:
         tick, layout_id, t_ns, length = frames.EBPF_TICK_HEADER.unpack_from(payload)
         start = frames.EBPF_TICK_HEADER.size
         # A view, not a copy: the slots are copied once, joined with the other ticks' in take().
-        self.ticks.append((layout_id, tick, t_ns, memoryview(payload)[start : start + length]))
+        self._add(layout_id, tick, t_ns, memoryview(payload)[start : start + length])
+
+    def delta(self, payload: bytes) -> None:
+        """An EBPF_DELTA frame: the slots that changed since the base tick's frame, the others being its. A
+        delta whose base is not the slot frame received last (never expected: the recorder sends a whole frame
+        after one it dropped) is dropped and counted, as are those after it until the next whole frame: a tick
+        is stored with its own slots or not at all."""
+        tick, layout_id, t_ns, used, base_tick, count = frames.EBPF_DELTA_HEADER.unpack_from(payload)
+        base = self.base
+        if base is None or base_tick != self.base_tick or len(base) != used:
+            self.deltas_dropped += 1
+            return
+        start = frames.EBPF_DELTA_HEADER.size
+        index = frames.array_at(payload, "<u4", count, start)
+        words = base.copy()
+        words[index] = frames.array_at(payload, "<u8", count * _WORDS, start + 4 * count).reshape(count, _WORDS)
+        self._add(layout_id, tick, t_ns, words.reshape(-1).view(np.uint8).data)
+
+    def _add(self, layout_id: int, tick: int, t_ns: int, slots: memoryview) -> None:
+        self.ticks.append((layout_id, tick, t_ns, slots))
         self.rows_pending += len(self.layouts[layout_id][0])
+        # Read-only views of the frame's bytes: the next delta copies them before changing any.
+        self.base = np.frombuffer(slots, dtype="<u8").reshape(-1, _WORDS)
+        self.base_tick = tick
 
     def stat(self, payload: bytes) -> None:
         self.stats.append(payload)  # parsed in _slow(), all of a chunk's at once
