@@ -264,8 +264,14 @@ def exact_headline(row: Any) -> str:
                 text += " — priority inversion"
         return text
     if verdict == "io":
-        text = f"{comm} waited {_ms(row.io_ns)} for block IO in {int(row.d_waits)} uninterruptible (D) wait"
-        return text + ("s" if row.d_waits != 1 else "")
+        waits = f"{int(row.d_waits)} uninterruptible (D) wait" + ("s" if row.d_waits != 1 else "")
+        issuing = getattr(row, "io_cpu_ns", 0) or 0
+        if issuing:  # the CPU between the waits (rules.issues_block_io)
+            return (
+                f"{comm} spent {_ms(row.io_ns)} on block IO: {_ms(row.io_ns - issuing)} in {waits}, "
+                f"{_ms(issuing)} on CPU between them taking in and issuing the requests"
+            )
+        return f"{comm} waited {_ms(row.io_ns)} for block IO in {waits}"
     if verdict == "runqueue":
         text = f"{comm} was runnable {_ms(row.runqueue_ns)} without a CPU"
         if isinstance(row.ran_instead, str):

@@ -515,18 +515,30 @@ def episodes_from_segments(segments: pd.DataFrame, long_run_ns: pd.Series) -> tu
     gap_before = np.r_[False, (cause[:-1] == "gap") & ~new_thread[1:]]
     gap_after = np.r_[(cause[1:] == "gap") & ~new_thread[1:], False]
     near_gap = pd.Series(gap_before | gap_after).groupby(busy).transform("max").to_numpy(dtype=bool)
-    seg = seg.assign(episode=busy, duration_ns=duration, near_gap=near_gap)[core].copy()
+    # A short run between two D waits of one thread is the CPU that took in one request and issued the next
+    # (R.issues_block_io): counted apart from the run, and given to the waits' cause (finish_episodes).
+    prev1 = np.concatenate([[""], cause[:-1]]).astype(object)
+    prev2 = np.concatenate([["", ""], cause[:-2]])[: len(cause)].astype(object)
+    same1 = ~new_thread
+    same2 = same1 & np.concatenate([[False], same1[:-1]])
+    # The wait before the run: the segment before it, or the one before that across the wake-up latency.
+    after_d_wait = np.where(prev1 == "runqueue", (prev2 == "io") & same2, (prev1 == "io") & same1)
+    before_d_wait = np.concatenate([(cause[1:] == "io") & ~new_thread[1:], [False]])
+    issuing = R.issues_block_io(cause == "run", duration, after_d_wait, before_d_wait)
+    seg = seg.assign(episode=busy, duration_ns=duration, near_gap=near_gap, issuing=issuing)[core].copy()
     if seg.empty:
         return pd.DataFrame(), seg
     d = seg["duration_ns"].to_numpy(np.int64)
     c = seg["cause"].astype(str).to_numpy()
+    issue = seg["issuing"].to_numpy(dtype=bool)
     parts = pd.DataFrame(
         {
             "episode": seg["episode"].to_numpy(),
             "tid": seg["tid"].to_numpy(np.int64),
             "start_ns": seg["start_ns"].to_numpy(np.int64),
             "end_ns": seg["end_ns"].to_numpy(np.int64),
-            "run_ns": np.where(c == "run", d, 0),
+            "run_ns": np.where((c == "run") & ~issue, d, 0),
+            "issue_ns": np.where(issue, d, 0),
             "fault_ns": np.where(c == "fault", d, 0),
             "runqueue_ns": np.where(c == "runqueue", d, 0),
             "d_ns": np.where(c == "io", d, 0),
@@ -544,6 +556,7 @@ def episodes_from_segments(segments: pd.DataFrame, long_run_ns: pd.Series) -> tu
         start_ns=("start_ns", "min"),
         end_ns=("end_ns", "max"),
         run_ns=("run_ns", "sum"),
+        issue_ns=("issue_ns", "sum"),
         fault_ns=("fault_ns", "sum"),
         runqueue_ns=("runqueue_ns", "sum"),
         d_ns=("d_ns", "sum"),
@@ -728,6 +741,14 @@ def finish_episodes(
     io = np.where(major, 0, np.where(blkio_known, np.minimum(d_time, covered), d_time)).astype(np.int64)
     not_block = np.where(major, 0, d_time - io)  # D time the kernel did not account as block IO
     unknown = unknown + not_block + uncounted
+    # The CPU between the D waits goes where the waits went: paging in (major faults), block IO (most of
+    # the D time was, or delay accounting cannot say), else it stays the thread's run.
+    issue = ep["issue_ns"].to_numpy(np.int64)
+    issue_to_io = ~major & (io >= not_block)
+    fault = fault + np.where(major, issue, 0)
+    io = io + np.where(issue_to_io, issue, 0)
+    run = run + np.where(major | issue_to_io, 0, issue)
+    ep["io_cpu_ns"] = np.where(issue_to_io, issue, 0)
     reclaim_parts = [ep[c].astype("Int64") for c in R.RECLAIM_COLUMNS]
     reclaim_frame = pd.concat(reclaim_parts, axis=1)
     reclaim_known = reclaim_frame.notna().any(axis=1).to_numpy()

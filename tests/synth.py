@@ -86,7 +86,7 @@ class Timeline:
 
 @dataclass
 class Episode:
-    cause: str  # run runqueue io fault lock majfault
+    cause: str  # run runqueue io reads fault lock majfault
     cycle: int  # which callback it is injected in
     ms: float
 
@@ -144,6 +144,11 @@ def periodic(
                 t = tl.add(t, t + d, RUNNABLE)  # preempted: runnable, not running
             elif episode.cause == "io":
                 t = tl.add(t, t + d, BLOCKED)
+            elif episode.cause == "reads":  # back-to-back small reads a fast disk serves: 31 us issuing, 29 us D
+                end = t + d
+                while t < end:
+                    t = tl.add(t, min(t + 31 * US, end), SYS)
+                    t = tl.add(t, min(t + 29 * US, end), BLOCKED)
             elif episode.cause == "lock":
                 t = tl.add(t, t + d, SLEEP)  # futex wait: interruptible sleep
             else:
