@@ -21,6 +21,7 @@ from samplers.ebpf.sampler_rows import (
     PHASE_RUNNABLE,
     PHASE_UNKNOWN,
     EbpfRows,
+    letters_column,
 )
 from samplers.ebpf.tracefs import DEFAULT_RULES
 from tests.fakeproc import stat_line
@@ -383,3 +384,12 @@ def test_a_delta_of_another_slot_count_than_its_base_is_not_stored() -> None:
     header = frames.EBPF_DELTA_HEADER.pack(2, 1, 2 * TICK_NS, 3, 1, 1)
     rows.delta(header + np.array([1], dtype="<u4").tobytes() + bytes(range(64)))
     assert [t[1] for t in rows.ticks] == [1, 2] and bytes(rows.ticks[1][3]) == bytes(64) + bytes(range(64)) + bytes(64)
+
+
+@pytest.mark.parametrize("count", [0, 1, 7, 5000])
+def test_the_state_column_is_pyarrows_dictionary_encoding_of_the_letters(count: int) -> None:
+    """Its dictionary in order of first appearance, "" (no letter) and all, as pyarrow makes it from strings."""
+    letters = np.random.default_rng(count).choice(np.array(["S", "R", "D", "", "T", "Z"], dtype="<U1"), count)
+    made, reference = letters_column(letters), pa.array(letters.astype(object)).dictionary_encode()
+    assert made.type == reference.type and made.equals(reference)
+    assert made.dictionary.to_pylist() == reference.dictionary.to_pylist()
