@@ -85,3 +85,25 @@ def test_profiles_by_numpy_are_the_pandas_ones(path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(threads, "_batch_aggregates", threads._batch_aggregates_pandas)
     slow = threads._profiles(_load(path), t_range=None, block_ns=threads.BLOCK_NS)
     pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_chunks_decoded_ahead_are_those_decoded_one_by_one(path: Path) -> None:
+    """Capture._read_arrow_chunks decodes the next chunk on a worker thread: the same tables, in file order."""
+    from capture.format import _read_chunk
+
+    cap = _load(path)
+    columns = ["tick", "t_ns", "tid", *ALL_COLUMNS]
+    ahead = list(cap.arrow_chunks("samples", columns) or [])
+    with open(path, "rb") as fh:
+        one_by_one = []
+        for offset, length in cap._chunks["samples"]:
+            fh.seek(offset)
+            one_by_one.append(_read_chunk("samples", fh.read(length), columns)[0])
+    assert len(ahead) == len(one_by_one) > 1
+    for a, b in zip(ahead, one_by_one, strict=True):
+        assert a.equals(b)
+    # A reader left after its first chunk stops its worker (the next decode is waited for, then dropped).
+    first = cap.arrow_chunks("samples", columns)
+    assert first is not None and next(first).equals(one_by_one[0])
+    first.close()
