@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 import forensics
-from analyses import source, threads
+from analyses import evidence, source, threads
+from analyses.windows import window_deltas
 from tests.helpers import REPO
 
 CAPTURES = [REPO / "captures" / name for name in ("jack-starved-proc.ssf", "lab-episodes.ssf", "lab-clean.ssf")]
@@ -107,3 +108,23 @@ def test_chunks_decoded_ahead_are_those_decoded_one_by_one(path: Path) -> None:
     first = cap.arrow_chunks("samples", columns)
     assert first is not None and next(first).equals(one_by_one[0])
     first.close()
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_suspects_by_numpy_are_the_pandas_ones(path: Path) -> None:
+    cap = _load(path)
+    samples = source.load_samples(cap, ["pid", "run_ns", "wait_ns", "slices", "cpu", "policy", "rtprio"])
+    others = window_deltas(samples)
+    t = others["end_ns"].to_numpy()
+    step = max((int(t.max()) - int(t.min())) // 40, 1)
+    asked: list[evidence.Asked] = []
+    for k, tid in enumerate(sorted(set(others["tid"].tolist()))[:6]):
+        for start in range(int(t.min()) - step, int(t.max()) + step, step):
+            cpus = None if k % 2 else sorted(set(others["cpu"].tolist()))[: k % 3 + 1]
+            asked.append((int(tid), start, start + step * (k + 1) // 3, cpus))
+    fast = evidence._busiest_others(others, asked)
+    assert any(f is not None for f in fast) and any(f is None for f in fast)
+    assert fast == evidence._busiest_others_pandas(others, asked)
+    # Out of tid order (a thread's windows not one run) the fast way steps aside.
+    shuffled = others.sample(frac=1.0, random_state=2).reset_index(drop=True)
+    assert evidence._busiest_others(shuffled, asked) == evidence._busiest_others_pandas(shuffled, asked)
