@@ -350,7 +350,10 @@ class EbpfRows:
             # Word by word (event_ns, the one most likely to differ, first): 4x faster than comparing 64-byte
             # voids.
             words = np.frombuffer(raw, dtype="<u8").reshape(n_ticks, used, _WORDS)
-            now, before = words[whole], words[whole - 1]
+            if len(whole) == n_ticks - 1:  # every frame whole: views, not copies
+                now, before = words[1:], words[:-1]
+            else:
+                now, before = words[whole], words[whole - 1]
             equal = now[..., _EVENT_WORD] == before[..., _EVENT_WORD]
             for word in range(_WORDS):
                 if word != _EVENT_WORD:
