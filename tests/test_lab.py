@@ -582,3 +582,14 @@ def test_bad_options_print_one_line(run_module, args: list[str], words: str) -> 
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and words in lines[0] and "error:" in lines[0], result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_lab_processes_run_this_copy_of_the_lab() -> None:
+    """The lab's processes (forensics lab re-executed, its helpers) put the checkout's root first on
+    PYTHONPATH: `python -m forensics.lab` must find this copy without the package installed."""
+    from forensics.lab.engine_env import QUIET_LIBRARIES, lab_env
+
+    env = lab_env()
+    root = Path(env["PYTHONPATH"].split(os.pathsep)[0])
+    assert (root / "forensics" / "lab" / "__main__.py").is_file(), root
+    assert all(env[name] == value for name, value in QUIET_LIBRARIES.items())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -28,11 +27,9 @@ def _exec_clean(argv: list[str]) -> None:
     has started a thread per CPU and Arrow's jemalloc a purger thread. A capture of the lab would show them
     as idle threads of the engine nobody asked for. A fresh interpreter with QUIET_LIBRARIES has none.
     """
-    from forensics.lab.engine_env import QUIET_LIBRARIES
+    from forensics.lab.engine_env import lab_env
 
-    env = dict(os.environ, **QUIET_LIBRARIES)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env = lab_env()
     sys.stdout.flush()
     sys.stderr.flush()
     try:

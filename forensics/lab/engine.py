@@ -35,14 +35,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from forensics.lab import linux
 from forensics.lab.dsp import FirStage, OutputDigest, input_buffer, noise_table
-from forensics.lab.engine_env import QUIET_LIBRARIES
+from forensics.lab.engine_env import lab_env
 from forensics.lab.episodes import (
     IoEpisode,
     LockEpisode,
@@ -216,10 +215,7 @@ class LabEngine:
             lock.holder_pid, lock.holder_tid, lock.holder_fd = holder.proc.pid, holder.ready["tid"], holder.in_fd
 
     def _helper_env(self) -> dict[str, str]:
-        env = dict(os.environ, **QUIET_LIBRARIES)
-        root = str(Path(__file__).resolve().parent.parent)  # the helpers run this very copy of the lab
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        return env
+        return lab_env()  # the helpers run this very copy of the lab
 
     def _spawn(self, role: str, name: str, fifo: bool, rtprio: int, cpus: list[int] | None, **extra: Any) -> Helper:
         s = self.settings
