@@ -465,7 +465,7 @@ def find_incidents(
     verdicts = members["verdict"].astype(object).to_numpy().copy()
     upstream_tid = np.full(len(members), np.nan)
     events = _Wakeups(cap)
-    records = _engine_records(cap)
+    records = _engine_records(cap, rules)
     for number, group in members.groupby("incident", sort=True):
         idx = group.index.to_numpy()
         culprits = {i: cause_of[i] for i in idx if i in cause_of}
@@ -1005,11 +1005,11 @@ class _EngineRecords:
     cap: Capture
     periods: pd.Series  # engine -> its median period_ns, shortest first (empty without engine cycles)
     cycles: pd.DataFrame  # engine_cycles (empty, with its columns, without)
-    nodes: pd.DataFrame  # engine_nodes with node_late (boolean, NA unknown)
+    nodes: pd.DataFrame  # engine_nodes with node_late (boolean, NA unknown) and link_late (_late_nodes)
     clients: bool  # whether the capture has engine_clients: a node's thread is found through them
 
 
-def _engine_records(cap: Capture) -> _EngineRecords:
+def _engine_records(cap: Capture, rules: IncidentRules | None = None) -> _EngineRecords:
     names = set(cap.table_names)
     # A table the capture lacks is read with columns named: a whole-table read is kept in the capture and
     # then listed among its tables (the lab's missed deadlines would give way to an empty engine_cycles).
@@ -1020,7 +1020,13 @@ def _engine_records(cap: Capture) -> _EngineRecords:
         nodes = nodes.assign(node_late=node_lateness(nodes, cycles)["late"])
     else:
         nodes = nodes.assign(node_late=pd.Series(pd.NA, index=nodes.index, dtype="boolean"))
-    return _EngineRecords(cap=cap, periods=engine_period_medians(cycles), cycles=cycles, nodes=nodes, clients=clients)
+    periods = engine_period_medians(cycles)
+    if len(nodes) and "awake_ns" in nodes:  # each row against its own engine's period
+        node_period = pd.Series(nodes["engine"].astype(str).map(periods).to_numpy(np.float64), index=nodes.index)
+        nodes = nodes.assign(link_late=_late_nodes(nodes, node_period, rules or IncidentRules()))
+    else:
+        nodes = nodes.assign(link_late=np.zeros(len(nodes), dtype=bool))
+    return _EngineRecords(cap=cap, periods=periods, cycles=cycles, nodes=nodes, clients=clients)
 
 
 class _Wakeups:
@@ -1168,8 +1174,8 @@ def _engine_first_late(
     # begin a period or more after its cycle started (its missed wake-ups are what /proc sees).
     finish = nodes["finish_ns"].astype("Float64").fillna(nodes["t_ns"].astype("Float64") + period)
     nodes = nodes[((nodes["t_ns"] <= end) & (finish >= start)).to_numpy(dtype=bool)]
-    finish, period = finish[nodes.index], period[nodes.index]
-    late = nodes[_late_nodes(nodes, period, rules)]
+    finish = finish[nodes.index]
+    late = nodes[nodes["link_late"].to_numpy(dtype=bool)]
     # The earliest cycle of an engine in scope that started late: (its due time, its start).
     slow_start: tuple[int, int] | None = None
     for name, engine_period in periods.items():
@@ -1231,13 +1237,7 @@ def _add_cycles(cap: Capture, incidents: pd.DataFrame, records: _EngineRecords, 
         # one of its own engine's (JACK and PipeWire may run at once).
         per_engine = {}
         nodes = records.nodes
-        if len(nodes) and "awake_ns" in nodes:
-            node_period = pd.Series(
-                nodes["engine"].astype(str).map(records.periods).to_numpy(np.float64), index=nodes.index
-            )
-            late_links = nodes.loc[_late_nodes(nodes, node_period, rule), ["engine", "t_ns"]]
-        else:
-            late_links = pd.DataFrame({"engine": pd.Series(dtype=str), "t_ns": pd.Series(dtype=np.int64)})
+        late_links = nodes.loc[nodes["link_late"].to_numpy(dtype=bool), ["engine", "t_ns"]]
         for name, mine in begun.groupby(begun["engine"].astype(str), sort=True):
             t = mine["t_ns"].to_numpy(np.int64)
             # A cycle with a link the engine stamped late (_late_nodes) is late for the incidents, as it
