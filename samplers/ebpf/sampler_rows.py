@@ -73,8 +73,9 @@ class EbpfRows:
         self.decoded_rows = 0
         self.dead_bits = sum(bit for bit, letter in rules.letters.items() if letter in ("X", "Z"))
         self.layouts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # id -> tids, pids, slots
-        # layout id, tick, t_ns, slot bytes, the slots that differ from the tick before's (None: not known)
-        self.ticks: list[tuple[int, int, int, memoryview, np.ndarray | None]] = []
+        # layout id, tick, t_ns, slot count, then either the slots' bytes (a whole frame) or the indices and u64
+        # words of those that differ from the tick before's (a delta: the others are its, rebuilt in take())
+        self.ticks: list[tuple[int, int, int, int, memoryview | None, np.ndarray | None, np.ndarray | None]] = []
         self.stats: list[bytes] = []  # STAT_SLOW payloads
         self.rows_pending = 0
         # The latest stat read of each thread, carried from chunk to chunk.
@@ -88,8 +89,9 @@ class EbpfRows:
         self.last_run = np.zeros(0, dtype=np.int64)
         self.last_wait = np.zeros(0, dtype=np.int64)
         self._unmerged: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self.base: np.ndarray | None = None  # the slots of the last slot frame, u64 words per slot (delta())
+        self.base_used: int | None = None  # the slot count and tick of the last slot frame stored (delta())
         self.base_tick = 0
+        self.last_words = np.zeros((0, _WORDS), dtype="<u8")  # the slots of the last tick rebuilt in take()
         self.deltas_dropped = 0
 
     def layout(self, spec: dict[str, Any]) -> None:
@@ -102,8 +104,9 @@ class EbpfRows:
     def tick(self, payload: bytes) -> None:
         tick, layout_id, t_ns, length = frames.EBPF_TICK_HEADER.unpack_from(payload)
         start = frames.EBPF_TICK_HEADER.size
-        # A view, not a copy: the slots are copied once, joined with the other ticks' in take().
-        self._add(layout_id, tick, t_ns, memoryview(payload)[start : start + length], None)
+        # A view, not a copy: the slots are copied once, into the run's (ticks x slots) array in take().
+        slots = memoryview(payload)[start : start + length]
+        self._add((layout_id, tick, t_ns, length // SLOT_DTYPE.itemsize, slots, None, None))
 
     def delta(self, payload: bytes) -> None:
         """An EBPF_DELTA frame: the slots that changed since the base tick's frame, the others being its. A
@@ -111,22 +114,35 @@ class EbpfRows:
         after one it dropped) is dropped and counted, as are those after it until the next whole frame: a tick
         is stored with its own slots or not at all."""
         tick, layout_id, t_ns, used, base_tick, count = frames.EBPF_DELTA_HEADER.unpack_from(payload)
-        base = self.base
-        if base is None or base_tick != self.base_tick or len(base) != used:
+        if base_tick != self.base_tick or used != self.base_used:
             self.deltas_dropped += 1
             return
         start = frames.EBPF_DELTA_HEADER.size
         index = frames.array_at(payload, "<u4", count, start)
-        words = base.copy()
-        words[index] = frames.array_at(payload, "<u8", count * _WORDS, start + 4 * count).reshape(count, _WORDS)
-        self._add(layout_id, tick, t_ns, words.reshape(-1).view(np.uint8).data, index)
+        words = frames.array_at(payload, "<u8", count * _WORDS, start + 4 * count).reshape(count, _WORDS)
+        self._add((layout_id, tick, t_ns, used, None, index, words))
 
-    def _add(self, layout_id: int, tick: int, t_ns: int, slots: memoryview, changed: np.ndarray | None) -> None:
-        self.ticks.append((layout_id, tick, t_ns, slots, changed))
+    def _add(self, entry: tuple[int, int, int, int, memoryview | None, np.ndarray | None, np.ndarray | None]) -> None:
+        layout_id, tick, _, used, *_ = entry
+        self.ticks.append(entry)
         self.rows_pending += len(self.layouts[layout_id][0])
-        # Read-only views of the frame's bytes: the next delta copies them before changing any.
-        self.base = np.frombuffer(slots, dtype="<u8").reshape(-1, _WORDS)
-        self.base_tick = tick
+        self.base_tick, self.base_used = tick, used
+
+    def _rebuild(self, group: list[Any]) -> np.ndarray:
+        """The (ticks x slots x u64 words) array of a run of ticks of one slot count: each delta's slots are the
+        tick's before (the last of the take before for the first), with the ones it lists replaced."""
+        used = group[0][3]
+        block = np.empty((len(group), used, _WORDS), dtype="<u8")
+        before = self.last_words
+        for i, (_, _, _, _, slots, index, words) in enumerate(group):
+            if slots is not None:
+                block[i] = np.frombuffer(slots, dtype="<u8").reshape(used, _WORDS)
+            else:
+                block[i] = before
+                block[i, index] = words
+            before = block[i]
+        self.last_words = block[-1].copy()
+        return block
 
     def stat(self, payload: bytes) -> None:
         self.stats.append(payload)  # parsed in _slow(), all of a chunk's at once
@@ -188,18 +204,18 @@ class EbpfRows:
         for end in range(1, len(self.ticks) + 1):
             # Runs of ticks with one layout and one slot count decode as one (ticks x slots) array.
             first = self.ticks[run_start]
-            if end < len(self.ticks) and self.ticks[end][0] == first[0] and len(self.ticks[end][3]) == len(first[3]):
+            if end < len(self.ticks) and self.ticks[end][0] == first[0] and self.ticks[end][3] == first[3]:
                 continue
             group = self.ticks[run_start:end]
             run_start = end
             layout_tids, layout_pids, slots = self.layouts[first[0]]
-            used = len(first[3]) // SLOT_DTYPE.itemsize
+            used = first[3]
             ok = (slots >= 0) & (slots < used)
             at_slot = slots[ok]
             group_tids = layout_tids[ok]
             group_ticks = np.array([r[1] for r in group], dtype=np.int64)
-            raw = b"".join(r[3] for r in group)
-            arr = np.frombuffer(raw, dtype=SLOT_DTYPE).reshape(len(group), used)
+            block = self._rebuild(group)
+            arr = block.reshape(-1).view(SLOT_DTYPE).reshape(len(group), used)
             # A thread gone: marked at sched_process_exit, or (should that be missed) left the CPU dead; a slot
             # not (or no longer) its thread's (removed, or given to another).
             phase = arr["phase"][:, at_slot]
@@ -207,12 +223,12 @@ class EbpfRows:
                 (phase == PHASE_OFF) & (arr["prev_state"][:, at_slot] & self.dead_bits != 0)
             )
             mine = (arr["tid"][:, at_slot] == group_tids) & ~gone
-            changed = [r[4] for r in group]
-            skip = self._unchanged(raw, used, at_slot, group_ticks, group_tids, phase, mine, pinned, changed)
+            changed = [r[5] if r[4] is None else None for r in group]
+            skip = self._unchanged(block, at_slot, group_ticks, group_tids, phase, mine, pinned, changed)
             row, col = np.nonzero(mine & ~skip)
             # The records as rows of u64 words, taken by flat index: 30x faster than indexing the records.
-            words = np.frombuffer(raw, dtype="<u8").reshape(len(group) * used, _WORDS)
-            recs.append(words.take(row * used + at_slot[col], axis=0).view(SLOT_DTYPE).reshape(-1))
+            rows_of_words = block.reshape(len(group) * used, _WORDS)
+            recs.append(rows_of_words.take(row * used + at_slot[col], axis=0).view(SLOT_DTYPE).reshape(-1))
             ticks.append(group_ticks[row])
             group_times = np.array([r[2] for r in group], dtype=np.int64)
             t_ns.append(group_times[row])
@@ -310,8 +326,7 @@ class EbpfRows:
 
     def _unchanged(
         self,
-        raw: bytes,
-        used: int,
+        block: np.ndarray,
         at_slot: np.ndarray,
         ticks: np.ndarray,
         tids: np.ndarray,
@@ -335,6 +350,7 @@ class EbpfRows:
         not gone if the one before was. So the stored rows are those decoding every slot gives: `changes`
         only needs to know which rows follow a skipped one (DESIGN.md "The eBPF sampler")."""
         n_ticks, n = phase.shape
+        used = block.shape[1]
         skip = np.zeros((n_ticks, n), dtype=bool)
         if not self.skip_unchanged or n_ticks < 2 or not n:
             return skip
@@ -349,11 +365,10 @@ class EbpfRows:
         if len(whole):
             # Word by word (event_ns, the one most likely to differ, first): 4x faster than comparing 64-byte
             # voids.
-            words = np.frombuffer(raw, dtype="<u8").reshape(n_ticks, used, _WORDS)
             if len(whole) == n_ticks - 1:  # every frame whole: views, not copies
-                now, before = words[1:], words[:-1]
+                now, before = block[1:], block[:-1]
             else:
-                now, before = words[whole], words[whole - 1]
+                now, before = block[whole], block[whole - 1]
             equal = now[..., _EVENT_WORD] == before[..., _EVENT_WORD]
             for word in range(_WORDS):
                 if word != _EVENT_WORD:
