@@ -127,6 +127,7 @@ class Status:
     waiting_for: str | None = None
     markers: int = 0  # markers written so far
     last_marker: tuple[int, str] | None = None  # (ns since the start, label) of the latest one
+    notes: tuple[str, ...] = ()  # what the engine sources could not record, so far (said once, when it comes)
 
 
 class Recorder:
@@ -673,6 +674,7 @@ class Recorder:
             waiting,
             self._marker_count,
             last,
+            tuple(self.engines.notes),
         )
 
     # the run ----------------------------------------------------------------------------------------

@@ -171,37 +171,39 @@ def test_a_restarted_server_is_followed(tmp_path: Path) -> None:
 
 
 def test_without_a_server_records_threads_and_says_so_in_one_line(tmp_path: Path) -> None:
+    """Said once, while the recording runs (the engine sources' notes come through the recorder and are
+    said when they come: a user who asked for JACK learns at once that it is not recorded)."""
+    import select
+    import signal
     import subprocess
     import sys
 
     out = tmp_path / "noserver.ssf"
-    sleeper = subprocess.Popen(["sleep", "30"])
+    sleeper = subprocess.Popen(["sleep", "60"])
+    args = ["-q", "-o", str(out), "--jack", "nosuchserver-x", "-d", "60s", "-p", str(sleeper.pid)]
+    recorder = subprocess.Popen(
+        [sys.executable, "-m", "forensics.cli.catch_load", *args], stderr=subprocess.PIPE, text=True
+    )
+    started = time.monotonic()
+    said: list[str] = []
     try:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "forensics.cli.catch_load",
-                "-q",
-                "-o",
-                str(out),
-                "--jack",
-                "nosuchserver-x",
-                "-d",
-                "2s",
-                "-p",
-                str(sleeper.pid),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        assert recorder.stderr is not None
+        while not any("JACK" in line for line in said) and time.monotonic() - started < 20:
+            if select.select([recorder.stderr], [], [], 0.5)[0]:
+                said.append(recorder.stderr.readline().rstrip("\n"))
+        running = recorder.poll() is None
+        time.sleep(2.5)  # the note is read between ticks: the recording runs 2.5 s past it
+        recorder.send_signal(signal.SIGINT)
+        rest = recorder.communicate(timeout=60)[1]
     finally:
+        if recorder.poll() is None:
+            recorder.kill()
         sleeper.kill()
         sleeper.wait()
-    assert result.returncode == 0, result.stderr
-    lines = [line for line in result.stderr.splitlines() if "JACK" in line]
-    assert lines == ["catch-load: no JACK data recorded: no JACK server 'nosuchserver-x' is running"], result.stderr
+    assert running and any("JACK" in line for line in said), ("said while recording", said)
+    assert recorder.returncode == 0, rest
+    lines = [line for line in [*said, *rest.splitlines()] if "JACK" in line]
+    assert lines == ["catch-load: no JACK data recorded: no JACK server 'nosuchserver-x' is running"], (said, rest)
     capture = load(out)
     # The threads are recorded as before: read through the recording (a sleeper is on the slow read tier).
     times = capture.samples["t_ns"]

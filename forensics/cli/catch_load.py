@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -555,8 +556,9 @@ def _record(
         if explicit_taskstats:  # the default (rt) says nothing when it cannot run; `info` shows it
             for note in session.recorder.notes:
                 click.echo(f"catch-load: {note}", err=True)
-        for note in session.recorder.engines.notes:  # an engine a target uses, not recorded: say so
-            click.echo(f"catch-load: {note}", err=True)
+        # What an engine source could not record (an engine a target uses, or one asked for): said when it
+        # came, or here if it came after the last status.
+        status_line.say_notes(session.recorder.engines.notes)
         if launched is not None:
             # The command ended the recording (wait long), or a stop request did (it carries on).
             try:
@@ -641,9 +643,21 @@ class _StatusLine:
         self.enabled = enabled
         self.width = 0
         self.flight = flight
+        self.notes_said = 0  # the engine sources' notes said so far (each once, when it comes)
+
+    def say_notes(self, notes: Sequence[str]) -> None:
+        """The engine sources' notes not said yet, one line each, above the status line (even when quiet:
+        what is not recorded must be said)."""
+        if len(notes) <= self.notes_said:
+            return
+        self.clear()
+        for note in notes[self.notes_said :]:
+            click.echo(f"catch-load: {note}", err=True)
+        self.notes_said = len(notes)
 
     def show(self, status: Status) -> None:
         flight = self.flight.read_status() if self.flight is not None else None  # drained even when quiet
+        self.say_notes(status.notes)
         if not self.enabled:
             return
         p50 = fmt_ns(status.interval_p50_ns) if status.interval_p50_ns is not None else "-"

@@ -594,8 +594,8 @@ def main(argv: list[str] | None = None) -> int:
         ).start()
     problem = source.open(args.wait_s)
     if problem is not None:
-        if args.explicit:
-            print(f"catch-load: {problem}", file=sys.stderr)
+        if args.explicit:  # asked for with --jack: the recorder says it (samplers.engine.source, notes)
+            tell_recorder(args.recorder_fd, note=problem)
         frames.write_all(
             args.rows_fd,
             frames.encode_json(
@@ -623,7 +623,7 @@ def main(argv: list[str] | None = None) -> int:
                 source.stop_reason = f"the JACK source failed: {type(err).__name__}: {err}"
                 with contextlib.suppress(Exception):
                     source._finish(*source.last)
-                print(f"catch-load: {source.stop_reason}", file=sys.stderr)
+                tell_recorder(args.recorder_fd, note=source.stop_reason)
         if source.recording_ended or not source.server_went_away():
             break
         # A restarted server of the same name is followed: waited for as one started after the recorder

@@ -11,8 +11,8 @@ down with it. Two pipes, the same for every kind:
   META patches). The session makes one such pipe per kind that may run, before the writer starts, and
   the writer reads each to its end; nothing of it passes through the recorder or its tick.
 - M, to the recorder: one JSON object per line, {"pids": [...]} (the engine's clients, to record) or
-  {"note": "..."} (what could not be recorded, said to the user when the recording ends). Read between
-  ticks, never blocking.
+  {"note": "..."} (what could not be recorded: catch-load says it when it comes, one line, whichever the
+  kind). Read between ticks, never blocking.
 The source dies with the recorder (die_with_recorder): a recorder killed with SIGKILL leaves no source
 behind, whichever kind.
 
