@@ -206,23 +206,11 @@ class Tiers:
         return rows
 
     # the read lists ------------------------------------------------------------------------------
-    def phase_members(self, ordered_tids: list[int]) -> list[list[tuple[int, bool]]]:
-        """Per phase: (index into ordered_tids, stat forced) of the threads read at that phase's ticks.
-
-        The fast threads (every phase; stat forced on their own phase, skipped otherwise when their
-        schedstat did not move), then the slow threads of that phase (stat always read)."""
-        fast, forced_at, slow_at = self.phase_split(ordered_tids)
-        phases = []
-        for forced, slow in zip(forced_at, slow_at, strict=True):
-            members = [(index, False) for index in fast]
-            for k in forced:
-                members[k] = (fast[k], True)
-            phases.append(members + [(index, True) for index in slow])
-        return phases
-
     def phase_split(self, ordered_tids: list[int]) -> tuple[list[int], list[list[int]], list[list[int]]]:
-        """phase_members in parts that phases share: the fast threads' indices (the same in every phase),
-        per phase the positions among them whose stat is forced there, and per phase its slow threads.
+        """The threads read at each phase's ticks, in parts that phases share: the fast threads' indices
+        into ordered_tids (the same in every phase), per phase the positions among them whose stat is
+        forced there (their own phase; elsewhere it is skipped when their schedstat did not move), and
+        per phase its slow threads (stat always read).
 
         One pass over the threads: the recorder rebuilds its read lists up to once per slow interval, and
         with every fast thread restated in each phase that was a fifth of its CPU at 534 threads."""

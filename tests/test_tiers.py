@@ -44,6 +44,19 @@ PID = 5_000_000  # above pid_max (4194304 at most): no real thread answers to th
 MS = 1_000_000
 
 
+def phase_members(tiers: Tiers, ordered_tids: list[int]) -> list[list[tuple[int, bool]]]:
+    """Per phase: (index into ordered_tids, stat forced) of the threads read at that phase's ticks,
+    spelled out from Tiers.phase_split: the fast threads (every phase), then that phase's slow ones."""
+    fast, forced_at, slow_at = tiers.phase_split(ordered_tids)
+    phases = []
+    for forced, slow in zip(forced_at, slow_at, strict=True):
+        members = [(index, False) for index in fast]
+        for k in forced:
+            members[k] = (fast[k], True)
+        phases.append(members + [(index, True) for index in slow])
+    return phases
+
+
 def test_tiers_spread_slow_threads_over_phases_and_pin_what_matters() -> None:
     tiers = Tiers(interval_ns=2 * MS, slow_interval_ns=20 * MS, fast=re.compile("^audio"))
     assert tiers.period == 10
@@ -51,7 +64,7 @@ def test_tiers_spread_slow_threads_over_phases_and_pin_what_matters() -> None:
         tiers.add(tid, 1, f"worker-{tid}", policy=0, t_ns=0)
     tiers.add(200, 1, "audio-0", policy=0, t_ns=0)
     tiers.add(201, 1, "dsp", policy=1, t_ns=0)  # SCHED_FIFO
-    members = tiers.phase_members([*range(100, 130), 200, 201])
+    members = phase_members(tiers, [*range(100, 130), 200, 201])
     # Every phase reads the two pinned threads and 3 of the 30 slow ones: the tick's cost is flat.
     assert [len(m) for m in members] == [5] * 10
     slow_reads = sorted(i for m in members for i, _ in m if i < 30)
@@ -93,7 +106,7 @@ def test_a_short_wake_up_is_not_worth_promotion() -> None:
 def test_off_reads_every_thread_every_tick() -> None:
     tiers = Tiers(interval_ns=2 * MS, slow_interval_ns=0)
     tiers.add(7, 1, "w", policy=0, t_ns=0)
-    assert not tiers.enabled and tiers.phase_members([7]) == [[(0, True)]]
+    assert not tiers.enabled and phase_members(tiers, [7]) == [[(0, True)]]
 
 
 def _bump_later(fake: FakeProc, out: Path, delay_s: float, **fields: object) -> threading.Thread:
@@ -329,7 +342,7 @@ def test_a_tier_change_rebuilds_the_read_lists_as_a_full_rebuild_would(tmp_path:
     assert recorder.last_ss[3] == b"1 2 3\n"
     hot, _, sched, tids, specs = by_tiers
     assert all(PID + 9 in phase and PID + 3 in phase and PID in phase for phase in tids)  # fast: every phase
-    members = recorder.tiers.phase_members(recorder.slot_tids)
+    members = phase_members(recorder.tiers, recorder.slot_tids)
     assert [[(slot, forced) for _, _, forced, slot in phase] for phase in hot] == members
     odd = [[tid for tid in phase if (tid - PID) % 2] for phase in tids]
     assert [[recorder.slot_tids[slot] for _, slot in phase] for phase in sched] == odd
