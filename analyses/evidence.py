@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.data_sources import undecided_for_lack
-from analyses.source import iter_samples
+from analyses.source import Near, iter_samples
 from analyses.threads import policy_label, thread_names
 from analyses.windows import window_deltas
 from capture.format import Capture
@@ -181,15 +181,7 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
     hi = int(spans[:, 1].max()) + interval
     frames = []
     columns = ["pid", "run_ns", "wait_ns", "slices", "cpu", "policy", "rtprio"]
-    order = np.argsort(spans[:, 0])
-    span_lo = spans[order, 0] - 2 * interval
-    span_hi = np.maximum.accumulate(spans[order, 1] + interval)  # covers overlapping spans too
-
-    def near(t: np.ndarray) -> np.ndarray:
-        """Rows near any episode: the last span starting at or before t must still be open at t."""
-        k = np.searchsorted(span_lo, t, side="right") - 1
-        return (k >= 0) & (t <= span_hi[np.maximum(k, 0)])
-
+    near = Near(spans[:, 0] - 2 * interval, spans[:, 1] + interval)  # rows near any episode
     for batch in iter_samples(cap, columns, t_range=(lo, hi), near=near):
         frames.append(batch)
     if not frames:

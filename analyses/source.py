@@ -84,6 +84,57 @@ def in_span(t_ns: np.ndarray, span: tuple[int | None, int | None] | None) -> np.
     return keep
 
 
+class Near:
+    """Times within any of some spans [start, end] (in any order; they may overlap): which rows of a chunk
+    to keep (called with their t_ns), and whether a chunk whose rows lie in [first, last] has any."""
+
+    def __init__(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        order = np.argsort(starts, kind="stable")
+        self.starts = np.asarray(starts, dtype=np.int64)[order]
+        self.open_until = np.maximum.accumulate(np.asarray(ends, dtype=np.int64)[order])  # covers overlaps too
+
+    def __call__(self, t_ns: np.ndarray) -> np.ndarray:
+        """The last span starting at or before t must still be open at t."""
+        k = np.searchsorted(self.starts, t_ns, side="right") - 1
+        return (k >= 0) & (t_ns <= self.open_until[np.maximum(k, 0)])
+
+    def overlaps(self, first_ns: int, last_ns: int) -> bool:
+        k = int(np.searchsorted(self.starts, last_ns, side="right")) - 1
+        return k >= 0 and int(self.open_until[k]) >= first_ns
+
+
+# Per capture read, the first and last t_ns of each samples chunk (by number; None: no rows), noted by
+# every pass that decodes it. A later pass that keeps only a time range or rows near some spans (the
+# suspects of `stalls`: a few ms around each lock or runqueue episode) skips the chunks that hold none
+# of them without decoding them: 1-2 s of the 30 M-sample `stalls` (issue 12: analyses speed).
+_CHUNK_TIMES: weakref.WeakKeyDictionary[Capture, dict[int, tuple[int, int] | None]] = weakref.WeakKeyDictionary()
+
+
+def _chunk_filter(
+    cap: Capture, t_range: tuple[int | None, int | None] | None, near: Callable[[np.ndarray], np.ndarray] | None
+) -> Callable[[int], bool] | None:
+    """Which chunks may hold rows kept by `t_range` and `near` (a Near), by the chunk times known; None:
+    every chunk."""
+    known = _CHUNK_TIMES.get(cap)
+    if not known or (t_range is None and not isinstance(near, Near)):
+        return None
+    lo = t_range[0] if t_range is not None and t_range[0] is not None else None
+    hi = t_range[1] if t_range is not None and t_range[1] is not None else None
+
+    def holds_some(number: int) -> bool:
+        if number not in known:
+            return True  # never decoded (or it failed to): read it
+        times = known[number]
+        if times is None:
+            return False
+        first, last = times
+        if (lo is not None and last < lo) or (hi is not None and first > hi):
+            return False
+        return not isinstance(near, Near) or near.overlaps(first, last)
+
+    return holds_some
+
+
 def iter_samples(
     cap: Capture,
     columns: Iterable[str],
@@ -97,14 +148,15 @@ def iter_samples(
 
     Chunks are concatenated into large batches because per-chunk pandas overhead dominates on captures of
     many small chunks. `t_range` keeps rows whose t_ns falls in [start, end] (None = open); `near`, given
-    the t_ns of a chunk's rows, says which of them to keep (before the other columns are converted).
+    the t_ns of a chunk's rows, says which of them to keep (before the other columns are converted); a
+    Near also skips the chunks it keeps nothing of, where their times are known (_CHUNK_TIMES).
     """
     wanted = list(dict.fromkeys(["tick", "t_ns", "tid", *columns]))
     tid_set = np.asarray(sorted(set(tids)), dtype=np.int32) if tids is not None else None
     fill = _Fill.of(cap)
-    chunks = cap.arrow_chunks("samples", wanted) if fill is None else None
+    chunks = cap.arrow_chunks("samples", wanted, only=_chunk_filter(cap, t_range, near)) if fill is None else None
     if chunks is not None:
-        yield from _iter_arrow(chunks, wanted, tid_set, t_range, batch_rows, near)
+        yield from _iter_arrow(chunks, wanted, tid_set, t_range, batch_rows, near, _CHUNK_TIMES.setdefault(cap, {}))
         return
     pending: list[pd.DataFrame] = []
     rows = 0
@@ -130,21 +182,27 @@ def iter_samples(
 
 
 def _iter_arrow(
-    chunks: Iterator[pa.Table],
+    chunks: Iterator[tuple[int, pa.Table]],
     wanted: list[str],
     tid_set: np.ndarray | None,
     t_range: tuple[int | None, int | None] | None,
     batch_rows: int,
     near: Callable[[np.ndarray], np.ndarray] | None = None,
+    chunk_times: dict[int, tuple[int, int] | None] | None = None,
 ) -> Iterator[pd.DataFrame]:
     """iter_samples on a file's chunks, straight from Arrow: the same rows, columns and dtypes as going
     through pandas frames (iter_chunks, then _compact), without their per-chunk cost. The rows of
     other threads are dropped before any column is converted, and a batch of columns that all came out
-    as plain numpy arrays of one dtype is joined by numpy; anything else goes the pandas way."""
+    as plain numpy arrays of one dtype is joined by numpy; anything else goes the pandas way. Each
+    chunk's first and last t_ns go into `chunk_times`, before any row is dropped."""
     pending: list[dict[str, Any]] = []
     rows = 0
     tid_values = pa.array(tid_set, type=pa.int32()) if tid_set is not None else None
-    for table in chunks:
+    for number, table in chunks:
+        if chunk_times is not None and number not in chunk_times:
+            bounds = pc.min_max(table.column("t_ns"))
+            first, last = bounds["min"].as_py(), bounds["max"].as_py()
+            chunk_times[number] = (int(first), int(last)) if first is not None and last is not None else None
         if tid_values is not None and table.num_rows:
             table = table.filter(pc.is_in(table.column("tid"), value_set=tid_values))
         if t_range is not None and table.num_rows:

@@ -44,7 +44,7 @@ import struct
 import sys
 import warnings
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1375,35 +1375,42 @@ class Capture:
             # Columns an in-memory table lacks read as missing, as a file's older chunks do.
             yield frame if cols is None else frame.reindex(columns=cols)
             return
-        for table in self._read_arrow_chunks(name, cols):
+        for _, table in self._read_arrow_chunks(name, cols):
             yield _to_pandas(table)
 
-    def arrow_chunks(self, name: str, columns: Iterable[str] | None = None) -> Iterator[pa.Table] | None:
+    def arrow_chunks(
+        self, name: str, columns: Iterable[str] | None = None, *, only: Callable[[int], bool] | None = None
+    ) -> Iterator[tuple[int, pa.Table]] | None:
         """The file's chunks of the table as iter_chunks reads them, before they become pandas frames
-        (to_pandas makes each the frame iter_chunks yields); None when the table is held in memory."""
+        (to_pandas makes each the frame iter_chunks yields), each with its number (file order, from 0);
+        with `only`, just the chunks it takes by number (the others are not read). None when the table is
+        held in memory."""
         if name in self._tables:
             return None
-        return self._read_arrow_chunks(name, list(columns) if columns is not None else None)
+        return self._read_arrow_chunks(name, list(columns) if columns is not None else None, only)
 
-    def _read_arrow_chunks(self, name: str, columns: list[str] | None) -> Iterator[pa.Table]:
+    def _read_arrow_chunks(
+        self, name: str, columns: list[str] | None, only: Callable[[int], bool] | None = None
+    ) -> Iterator[tuple[int, pa.Table]]:
         """The chunks decoded in file order, the next one on a worker thread while the caller works on this
         one: Parquet decoding (zstd, delta-packed integers) releases the GIL, and it is 1-3 s a pass over
         30 M samples (issue 12: analyses speed). Errors and warnings are the caller's, chunk by chunk."""
         if self.path is None or name not in self._chunks:
             return
-        spans = iter(self._chunks[name])
+        spans = ((i, *span) for i, span in enumerate(self._chunks[name]) if only is None or only(i))
         with open_capture(self.path) as fh, ThreadPoolExecutor(1, thread_name_prefix="decode") as pool:
 
-            def decode_next() -> tuple[int, Future[tuple[pa.Table, list[str]]]] | None:
+            def decode_next() -> tuple[int, int, Future[tuple[pa.Table, list[str]]]] | None:
                 span = next(spans, None)
                 if span is None:
                     return None
-                fh.seek(span[0])
-                return span[0], pool.submit(_read_chunk, name, fh.read(span[1]), columns)
+                number, offset, length = span
+                fh.seek(offset)
+                return number, offset, pool.submit(_read_chunk, name, fh.read(length), columns)
 
             ahead = decode_next()
             while ahead is not None:
-                offset, decoding = ahead
+                number, offset, decoding = ahead
                 ahead = decode_next()
                 try:
                     table, nulls = decoding.result()
@@ -1416,7 +1423,7 @@ class Capture:
                         f"the {name} chunk at byte {offset} has rows with no {', '.join(map(repr, nulls))} "
                         "(null): those rows are left out"
                     )
-                yield table
+                yield number, table
 
     def _warn(self, message: str) -> None:
         """A warning about this capture found while reading a table: said once, and kept in .warnings."""
@@ -1466,7 +1473,7 @@ class Capture:
     def _read_table(self, name: str, columns: list[str] | None) -> pd.DataFrame:
         import pandas as pd
 
-        tables = list(self._read_arrow_chunks(name, columns))
+        tables = [table for _, table in self._read_arrow_chunks(name, columns)]
         if not tables:
             schema = SCHEMAS.get(name)
             if schema is None:

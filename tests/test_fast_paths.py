@@ -95,7 +95,7 @@ def test_chunks_decoded_ahead_are_those_decoded_one_by_one(path: Path) -> None:
 
     cap = _load(path)
     columns = ["tick", "t_ns", "tid", *ALL_COLUMNS]
-    ahead = list(cap.arrow_chunks("samples", columns) or [])
+    ahead = [table for _, table in cap.arrow_chunks("samples", columns) or []]
     with open(path, "rb") as fh:
         one_by_one = []
         for offset, length in cap._chunks["samples"]:
@@ -106,8 +106,50 @@ def test_chunks_decoded_ahead_are_those_decoded_one_by_one(path: Path) -> None:
         assert a.equals(b)
     # A reader left after its first chunk stops its worker (the next decode is waited for, then dropped).
     first = cap.arrow_chunks("samples", columns)
-    assert first is not None and next(first).equals(one_by_one[0])
+    assert first is not None and next(first)[1].equals(one_by_one[0])
     first.close()
+    # Only the chunks asked for by number, numbered as in the file.
+    odd = [(n, t) for n, t in cap.arrow_chunks("samples", columns, only=lambda n: n % 2 == 1) or []]
+    assert [n for n, _ in odd] == list(range(1, len(one_by_one), 2))
+    assert all(t.equals(one_by_one[n]) for n, t in odd)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_chunks_left_unread_by_their_times_change_no_row(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass keeping a time range or rows near some spans (source.Near) skips the chunks whose times an
+    earlier pass noted and that hold none of them: the same batches as reading every chunk, fewer chunks."""
+    from capture import format as capture_format
+
+    seen = _load(path)
+    times = sorted({int(t) for b in source.iter_samples(seen, []) for t in b["t_ns"].to_numpy()[::50]})
+    assert len(source._CHUNK_TIMES[seen]) == len(seen._chunks["samples"]) > 1
+    t0, t1 = times[0], times[-1]
+    starts = np.array([t0 + (t1 - t0) // 5, t0 + (t1 - t0) // 5 + 1_000_000, t0 + 3 * (t1 - t0) // 4])
+    decoded: list[int] = []
+    read_chunk = capture_format._read_chunk
+
+    def counting(*args: object, **kwargs: object) -> object:
+        decoded.append(1)
+        return read_chunk(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(capture_format, "_read_chunk", counting)
+    skipped = 0
+    for options in (
+        {"t_range": (t0 + (t1 - t0) // 2, None)},
+        {"t_range": (None, t0 + (t1 - t0) // 3), "tids": [int(seen.threads["tid"].iloc[0])]},
+        {"near": source.Near(starts, starts + 30_000_000), "t_range": (t0, None)},
+        {"near": source.Near(starts[::-1], starts[::-1] + 2_000_000), "batch_rows": 1000},
+    ):
+        for columns in (ALL_COLUMNS, []):
+            decoded.clear()
+            fast = list(source.iter_samples(seen, columns, **options))  # type: ignore[arg-type]
+            skipped += len(seen._chunks["samples"]) - len(decoded)
+            fresh = _load(path)
+            slow = list(source.iter_samples(fresh, columns, **options))  # type: ignore[arg-type]
+            assert len(fast) == len(slow) > 0
+            for a, b in zip(fast, slow, strict=True):
+                pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert skipped > 0
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
