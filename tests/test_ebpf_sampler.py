@@ -7,6 +7,7 @@ the comparison does not depend on how loaded the machine is or when exactly each
 
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 import sys
@@ -241,3 +242,66 @@ def test_task_offsets_parsed_once_then_cached(tmp_path: Path) -> None:
     vmlinux.write_bytes(b"another kernel's btf")  # another size: parsed again
     task_offsets(load, str(vmlinux), tmp_path / "cache")
     assert len(loads) == 2
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_bcc
+def test_the_probes_count_the_tasks_a_followed_process_creates() -> None:
+    import threading
+
+    from samplers.ebpf.sampler import EbpfSampler
+
+    sampler = EbpfSampler(slots=8)
+    sampler.start()
+    try:
+        if not sampler.newtask:
+            pytest.skip("no task:task_newtask tracepoint: every scan lists the threads")
+        assert sampler.tasks_born() == 0
+        sampler.follow(os.getpid())
+        for expected in (1, 2):
+            thread = threading.Thread(target=time.sleep, args=(0.01,))
+            thread.start()
+            thread.join()
+            assert sampler.tasks_born() == expected
+        sampler.unfollow(os.getpid())
+        thread = threading.Thread(target=time.sleep, args=(0.01,))
+        thread.start()
+        thread.join()
+        assert sampler.tasks_born() == 2  # not followed any more
+    finally:
+        sampler.stop()
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_bcc
+def test_a_thread_started_late_is_recorded_though_scans_list_only_after_a_new_task(tmp_path: Path) -> None:
+    """The recorder lists a target's threads only when the probes counted a new task: one started a second
+    into the recording is found and read like the others."""
+    import forensics
+    from tests.recording import catch_load_argv
+
+    late = (
+        "import threading, time\n"
+        "time.sleep(1.0)\n"
+        "def work():\n"
+        "    end = time.monotonic() + 0.6\n"
+        "    while time.monotonic() < end:\n"
+        "        sum(range(20000)); time.sleep(0.005)\n"
+        "t = threading.Thread(target=work); t.start(); t.join(); time.sleep(0.3)\n"
+    )
+    out = tmp_path / "late.ssf"
+    result = subprocess.run(
+        catch_load_argv("-q", "--sampler", "ebpf", "-o", str(out), "--", sys.executable, "-c", late),
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    cap = forensics.load(out)
+    threads = cap.threads
+    late_tids = set(threads.loc[threads["tid"] != threads["pid"], "tid"])
+    assert len(late_tids) == 1, threads[["tid", "pid", "first_ns"]]
+    samples = cap.samples
+    rows = samples[samples["tid"].isin(late_tids)]
+    assert len(rows) >= 10 and rows["run_ns"].max() > rows["run_ns"].min()

@@ -5,6 +5,7 @@
 //   STATE_MASK     prev_state bits that are sleep states (this kernel's format file); 0 of them = runnable
 //   OFF_SUM_EXEC, OFF_RUN_DELAY, OFF_PCOUNT   byte offsets in struct task_struct of se.sum_exec_runtime,
 //                  sched_info.run_delay and sched_info.pcount, read from this kernel's BTF (btf.py)
+//   WITH_NEWTASK   the kernel has task:task_newtask: `born` counts the tasks the processes in `targets` create
 //
 // `stats` is an array user space maps into its memory (BPF_F_MMAPABLE): one slot per target thread, read
 // with one memcpy per tick, no system call. `slot_of` maps a thread id to its slot; user space fills both
@@ -53,6 +54,25 @@ BPF_F_TABLE("array", u32, struct tstat, stats, SLOTS, (1U << 10) /* BPF_F_MMAPAB
 BPF_HASH(slot_of, u32, u32, SLOTS);
 
 #define BARRIER() asm volatile("" ::: "memory")
+
+#ifdef WITH_NEWTASK
+// The recorder lists a target's threads (a listdir of /proc/<pid>/task) only when `born` moved since its last
+// listing. task_newtask fires after the new task joined its thread group (copy_process()), so a listing made
+// after reading `born` shows every task counted in what it read.
+BPF_HASH(targets, u32, u8, TARGETS);
+BPF_ARRAY(born, u64, 1);
+
+TRACEPOINT_PROBE(task, task_newtask) {
+    u32 tgid = bpf_get_current_pid_tgid() >> 32;  // the creator's: a new thread's own
+    if (!targets.lookup(&tgid))
+        return 0;
+    u32 zero = 0;
+    u64 *count = born.lookup(&zero);
+    if (count)
+        __sync_fetch_and_add(count, 1);
+    return 0;
+}
+#endif
 
 static __always_inline struct tstat *slot(u32 tid) {
     u32 *index = slot_of.lookup(&tid);

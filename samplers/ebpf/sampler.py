@@ -41,6 +41,7 @@ SAMPLER_SOURCE = Path(__file__).with_name("sampler.bpf.c")
 SLOT = struct.Struct("<QQQQQQIIHBBI")
 SLOT_SIZE = SLOT.size  # 64
 DEFAULT_SLOTS = 8192  # threads recorded at once; 512 KiB mapped
+TARGETS = 1024  # processes whose new tasks the probes count (sampler.bpf.c `born`); beyond, every scan lists
 # The scheduler's counters that /proc/<pid>/task/<tid>/schedstat prints, copied at each switch-out.
 TASK_COUNTERS = {
     "OFF_SUM_EXEC": "se.sum_exec_runtime",
@@ -107,6 +108,8 @@ class EbpfSampler:
         self.full = 0  # threads that could not be added (every slot taken): said in the metadata
         self.headers = ""
         self.faults = False
+        self.newtask = False  # the probes count the targets' new tasks (tasks_born())
+        self._targets_full = False
         self.state_mask = 0
         self.rules: dict[str, Any] = {}
         self.compile_load_s = 0.0
@@ -136,9 +139,12 @@ class EbpfSampler:
         self.rules = rules.to_json()
         self.state_mask = rules.state_mask
         self.faults = event_exists("exceptions", "page_fault_user", self._tracefs.path)
+        self.newtask = event_exists("task", "task_newtask", self._tracefs.path)
         cflags = [f"-DSLOTS={self.slots}", f"-DSTATE_MASK={self.state_mask:#x}", *self._offsets()]
         if self.faults:
             cflags.append("-DWITH_FAULTS")
+        if self.newtask:
+            cflags += ["-DWITH_NEWTASK", f"-DTARGETS={TARGETS}"]
         t0 = time.monotonic()
         try:
             self._bpf = compile_bpf(bcc, SAMPLER_SOURCE, cflags, "the eBPF sampler")
@@ -201,6 +207,30 @@ class EbpfSampler:
         self._mm[index * SLOT_SIZE + 48 : index * SLOT_SIZE + 52] = b"\0\0\0\0"
         self._free.append(index)
 
+    def follow(self, pid: int) -> None:
+        """Count the tasks process `pid` creates from now on (before its threads are first listed)."""
+        if not self.newtask or self._bpf is None:
+            return
+        table = self._bpf[b"targets"]
+        try:
+            table[table.Key(pid)] = table.Leaf(1)
+        except Exception:  # the table is full (BCC raises a plain Exception): its new tasks go uncounted
+            self._targets_full = True
+
+    def unfollow(self, pid: int) -> None:
+        if self.newtask and self._bpf is not None:
+            table = self._bpf[b"targets"]
+            with contextlib.suppress(KeyError):
+                del table[table.Key(pid)]
+
+    def tasks_born(self) -> int | None:
+        """How many tasks the followed processes have created so far; None when that is not counted (no
+        task_newtask, or more processes than TARGETS): then only a listing finds new threads."""
+        if not self.newtask or self._targets_full or self._bpf is None:
+            return None
+        table = self._bpf[b"born"]
+        return int(table[table.Key(0)].value)
+
     def read(self) -> bytes:
         """The used slots, as they are now (the tick's one copy)."""
         assert self._mm is not None
@@ -211,6 +241,7 @@ class EbpfSampler:
             "slots": self.slots,
             "headers": self.headers,
             "faults": self.faults,
+            "counts_new_tasks": self.newtask,
             "prev_state_rules": self.rules,
             "compile_load_s": round(self.compile_load_s, 3),
             "clock": "CLOCK_MONOTONIC (bpf_ktime_get_ns)",
@@ -322,6 +353,7 @@ class EbpfTicker:
         self._next = 0
         self.reads = 0
         self.slot_frames = SlotFrames()
+        self._born_listed = -1  # tasks_born() at the last listing of the targets' threads (-1: none yet)
 
     def start(self) -> dict[str, Any]:
         """Compile and attach; the metadata to record (raises EbpfUnavailable, one line why)."""
@@ -385,6 +417,24 @@ class EbpfTicker:
     def lost(self) -> None:
         """The frames of the last tick() were dropped."""
         self.slot_frames.lost()
+
+    def follow(self, pid: int) -> None:
+        """A target process: count the tasks it creates (before listing its threads for the first time)."""
+        self.sampler.follow(pid)
+
+    def unfollow(self, pid: int) -> None:
+        self.sampler.unfollow(pid)
+
+    def threads_may_be_new(self) -> bool:
+        """Whether a target may have a thread its last listing did not show: the probes counted a task created
+        by one since the last call (or do not count). Called just before listing them, so that a task created
+        meanwhile is counted for the next call."""
+        born = self.sampler.tasks_born()
+        if born is None:
+            return True
+        moved = born != self._born_listed
+        self._born_listed = born
+        return moved
 
     def stop(self) -> dict[str, Any]:
         """Detach; the probes' figures for the trailer."""
