@@ -340,6 +340,72 @@ def tick_start_times(cap: Capture) -> np.ndarray:
     return t
 
 
+# The sample columns whose rows a pass over every row may keep for some threads (keep_rows): those of the
+# windows `stalls` reads (analyses.stalls.WINDOW_COLUMNS).
+KEPT_COLUMNS = ["pid", "run_ns", "wait_ns", "slices", "state", "cpu", "policy", "rtprio", "starttime", "minflt",
+                "majflt", "blkio_ticks"]  # fmt: skip
+
+
+class KeptRows:
+    """Every row of some threads (`tids`), in the batches iter_samples gave a pass over the whole capture,
+    each cut to those threads' rows."""
+
+    def __init__(self, columns: list[str], tids: np.ndarray) -> None:
+        self.columns, self.tids = columns, tids
+        self.parts: list[pd.DataFrame] = []
+        self.rows = 0
+
+
+# Per capture read, the rows a pass over every row kept (analyses.threads: the thread profiles' pass keeps
+# those of the threads it finds real-time or periodic in its first batch, the ones `stalls` most likely
+# watches): load_samples of those threads then decodes nothing again (every row of the capture: 2-3 s at
+# 30 M samples; issue 12: analyses speed).
+_KEPT: weakref.WeakKeyDictionary[Capture, KeptRows] = weakref.WeakKeyDictionary()
+
+
+def keep_rows(cap: Capture, kept: KeptRows) -> None:
+    _KEPT[cap] = kept
+
+
+def fills_rows(cap: Capture) -> bool:
+    """Whether iter_samples fills the capture's rows back (the eBPF sampler's: _Fill), from each thread's
+    stored rows: rows of some threads are then not kept from a pass over all."""
+    return _Fill.of(cap) is not None
+
+
+def keepable(batch: pd.DataFrame, columns: Iterable[str]) -> bool:
+    """Whether any threads' rows of these columns of a batch are what iter_samples gives for those threads
+    alone: plain numpy integers, or nullable ones with no value at all. (A column with a null somewhere in
+    a chunk is nullable for every row of it, but not for the rows of a thread that has none.)"""
+    for name in columns:
+        dtype = batch[name].dtype
+        if isinstance(dtype, np.dtype):
+            if dtype.kind not in "iu":
+                return False
+        elif not (isinstance(dtype, pd.Int64Dtype) and batch[name].isna().all()):
+            return False
+    return True
+
+
+def _kept_batches(
+    cap: Capture, wanted: list[str], tids: Iterable[int] | None, t_range: tuple[int | None, int | None] | None
+) -> list[pd.DataFrame] | None:
+    """The batches of iter_samples(cap, wanted, tids=tids) from kept rows, cut differently but the same
+    rows in the same order; None when rows were not kept for all those threads and columns."""
+    kept = _KEPT.get(cap)
+    if kept is None or tids is None or t_range is not None or not set(wanted) <= set(kept.columns):
+        return None
+    asked = np.asarray(sorted({int(t) for t in tids}), dtype=np.int64)
+    if not np.isin(asked, kept.tids).all():
+        return None
+    batches = []
+    for part in kept.parts:
+        rows = part[np.isin(part["tid"].to_numpy(), asked)]
+        if len(rows):
+            batches.append(rows[wanted].reset_index(drop=True))
+    return batches
+
+
 def load_samples(
     cap: Capture,
     columns: Iterable[str],
@@ -349,7 +415,10 @@ def load_samples(
 ) -> pd.DataFrame:
     """All samples of the chosen threads and columns, sorted by (tid, tick)."""
     wanted = list(dict.fromkeys(["tick", "t_ns", "tid", *columns]))
-    batches = list(iter_samples(cap, wanted, tids=tids, t_range=t_range))
+    tids = None if tids is None else list(tids)
+    batches = _kept_batches(cap, wanted, tids, t_range)
+    if batches is None:
+        batches = list(iter_samples(cap, wanted, tids=tids, t_range=t_range))
     if not batches:
         empty = {c: np.zeros(0, dtype=COMPACT_DTYPES.get(c, "int64")) for c in wanted if c != "state"}
         if "state" in wanted:

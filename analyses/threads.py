@@ -33,7 +33,7 @@ import pandas as pd
 
 from analyses import rules
 from analyses.engine import engine_period_medians
-from analyses.source import capture_interval_ns, iter_samples
+from analyses.source import KEPT_COLUMNS, KeptRows, capture_interval_ns, fills_rows, iter_samples, keep_rows, keepable
 from analyses.span import in_span
 from capture.errors import ForensicsError
 from capture.format import Capture
@@ -106,6 +106,11 @@ def _profiles(cap: Capture, *, t_range: tuple[int | None, int | None] | None, bl
     """thread_profiles over `t_range` alone (periods too). Streams the capture (bounded memory): per
     batch, per thread and block, the last cumulative counters."""
     columns = ["pid", "run_ns", "wait_ns", "slices", "policy", "rtprio", "nice", "starttime"]
+    # The whole capture's pass also keeps the rows of the threads `stalls` will most likely watch (_keep).
+    keeping = t_range is None and block_ns == BLOCK_NS and not fills_rows(cap)
+    if keeping:
+        columns = list(dict.fromkeys([*columns, *KEPT_COLUMNS]))
+    kept: KeptRows | None = None
     origin: int | None = None
     per_block: list[pd.DataFrame] = []
     per_thread: list[pd.DataFrame] = []
@@ -116,7 +121,12 @@ def _profiles(cap: Capture, *, t_range: tuple[int | None, int | None] | None, bl
         blocks_of, threads_of, last_slices = _batch_aggregates(batch, origin, block_ns, last_slices)
         per_block.append(blocks_of)
         per_thread.append(threads_of)
+        if keeping:
+            kept = _keep(cap, kept, batch, blocks_of)
+            keeping = kept is not None
         del batch  # not held while the next batch is read
+    if keeping and kept is not None:
+        keep_rows(cap, kept)
     if not per_thread:
         return _empty_profiles()
     lives = (
@@ -186,6 +196,32 @@ def _profiles(cap: Capture, *, t_range: tuple[int | None, int | None] | None, bl
         "periodic", "period_ns", "period_source", "steady_fraction",
     ]  # fmt: skip
     return engine_periods(cap, out[keep]).sort_values("tid").reset_index(drop=True)
+
+
+MAX_KEPT_ROWS = 3_000_000  # about 250 MB of KEPT_COLUMNS
+
+
+def _keep(cap: Capture, kept: KeptRows | None, batch: pd.DataFrame, blocks_of: pd.DataFrame) -> KeptRows | None:
+    """The rows of the threads real-time or periodic in the first batch (its blocks alone decide), kept
+    batch by batch while they are what load_samples would read for those threads (source.keepable) and
+    at most MAX_KEPT_ROWS; None: keep nothing. `stalls` watches the real-time and periodic threads, and
+    without these rows finds theirs by decoding every row of the capture again. A thread they miss (real-
+    time or periodic only later) is read again, with the rest (source._kept_batches)."""
+    wanted = ["tick", "t_ns", "tid", *KEPT_COLUMNS]
+    if not keepable(batch, wanted):
+        return None
+    if kept is None:
+        tid = batch["tid"].to_numpy()
+        rt = np.unique(tid[np.isin(batch["policy"].to_numpy(), RT_POLICIES)])
+        decided = _periodicity(blocks_of.reset_index().sort_values(["tid", "life", "block"]), capture_interval_ns(cap))
+        periodic = decided.index[decided["periodic"].to_numpy(dtype=bool)].to_numpy()
+        kept = KeptRows(wanted, np.union1d(rt, periodic).astype(np.int64))
+    rows = batch[np.isin(batch["tid"].to_numpy(), kept.tids)][wanted]
+    kept.rows += len(rows)
+    if kept.rows > MAX_KEPT_ROWS:
+        return None
+    kept.parts.append(rows.reset_index(drop=True))
+    return kept
 
 
 _PER_THREAD = {

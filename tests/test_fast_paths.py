@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import forensics
-from analyses import evidence, source, threads, windows
+from analyses import evidence, source, stalls, threads, windows
 from analyses.windows import window_deltas
 from tests.helpers import REPO
 
@@ -183,3 +183,37 @@ def test_window_order_by_tid_alone_is_lexsorts(path: Path) -> None:
     for frame in (batches[0], carried, shuffled, batches[0].iloc[::-1]):
         tid, tick = frame["tid"].to_numpy(), frame["tick"].to_numpy()
         np.testing.assert_array_equal(windows._tid_tick_order(tid, tick), np.lexsort((tick, tid)))
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_rows_kept_by_the_profiles_pass_are_those_read_again(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole capture's thread profiles keep the rows of the threads real-time or periodic in their first
+    batch (threads._keep); load_samples of those threads takes them without decoding a chunk, and gives the
+    frame reading them again gives. Threads not kept are read again, all of them."""
+    from capture import format as capture_format
+
+    cap, fresh = _load(path), _load(path)
+    profiles = threads.thread_profiles(cap)
+    kept = source._KEPT.get(cap)
+    assert kept is not None and len(kept.tids) > 0
+    watched = threads.select_threads(profiles)["tid"].tolist()
+    others = sorted(set(profiles["tid"].tolist()) - set(kept.tids.tolist()))
+    decoded: list[int] = []
+    read_chunk = capture_format._read_chunk
+
+    def counting(*args: object, **kwargs: object) -> object:
+        decoded.append(1)
+        return read_chunk(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(capture_format, "_read_chunk", counting)
+    for tids, columns in (
+        (watched, stalls.WINDOW_COLUMNS),
+        (kept.tids.tolist()[:1], ["run_ns", "state"]),
+        (kept.tids.tolist() + others[:1], stalls.WINDOW_COLUMNS),
+    ):
+        decoded.clear()
+        fast = source.load_samples(cap, columns, tids=tids)
+        from_kept = not decoded
+        slow = source.load_samples(fresh, columns, tids=tids)
+        pd.testing.assert_frame_equal(fast, slow, check_exact=True)
+        assert from_kept == (set(tids) <= set(kept.tids.tolist())), tids
