@@ -114,17 +114,10 @@ def test_chunks_decoded_ahead_are_those_decoded_one_by_one(path: Path) -> None:
     assert all(t.equals(one_by_one[n]) for n, t in odd)
 
 
-@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
-def test_chunks_left_unread_by_their_times_change_no_row(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A pass keeping a time range or rows near some spans (source.Near) skips the chunks whose times an
-    earlier pass noted and that hold none of them: the same batches as reading every chunk, fewer chunks."""
+def _count_decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that gets one item per chunk the capture format decodes from now on."""
     from capture import format as capture_format
 
-    seen = _load(path)
-    times = sorted({int(t) for b in source.iter_samples(seen, []) for t in b["t_ns"].to_numpy()[::50]})
-    assert len(source._CHUNK_TIMES[seen]) == len(seen._chunks["samples"]) > 1
-    t0, t1 = times[0], times[-1]
-    starts = np.array([t0 + (t1 - t0) // 5, t0 + (t1 - t0) // 5 + 1_000_000, t0 + 3 * (t1 - t0) // 4])
     decoded: list[int] = []
     read_chunk = capture_format._read_chunk
 
@@ -133,6 +126,20 @@ def test_chunks_left_unread_by_their_times_change_no_row(path: Path, monkeypatch
         return read_chunk(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(capture_format, "_read_chunk", counting)
+    return decoded
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_chunks_left_unread_by_their_times_change_no_row(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass keeping a time range or rows near some spans (source.Near) skips the chunks whose times an
+    earlier pass noted and that hold none of them: the same batches as reading every chunk, fewer chunks."""
+
+    seen = _load(path)
+    times = sorted({int(t) for b in source.iter_samples(seen, []) for t in b["t_ns"].to_numpy()[::50]})
+    assert len(source._CHUNK_TIMES[seen]) == len(seen._chunks["samples"]) > 1
+    t0, t1 = times[0], times[-1]
+    starts = np.array([t0 + (t1 - t0) // 5, t0 + (t1 - t0) // 5 + 1_000_000, t0 + 3 * (t1 - t0) // 4])
+    decoded = _count_decoded(monkeypatch)
     skipped = 0
     for options in (
         {"t_range": (t0 + (t1 - t0) // 2, None)},
@@ -190,7 +197,6 @@ def test_rows_kept_by_the_profiles_pass_are_those_read_again(path: Path, monkeyp
     """The whole capture's thread profiles keep the rows of the threads real-time or periodic in their first
     batch (threads._keep); load_samples of those threads takes them without decoding a chunk, and gives the
     frame reading them again gives. Threads not kept are read again, all of them."""
-    from capture import format as capture_format
 
     cap, fresh = _load(path), _load(path)
     profiles = threads.thread_profiles(cap)
@@ -198,14 +204,7 @@ def test_rows_kept_by_the_profiles_pass_are_those_read_again(path: Path, monkeyp
     assert kept is not None and len(kept.tids) > 0
     watched = threads.select_threads(profiles)["tid"].tolist()
     others = sorted(set(profiles["tid"].tolist()) - set(kept.tids.tolist()))
-    decoded: list[int] = []
-    read_chunk = capture_format._read_chunk
-
-    def counting(*args: object, **kwargs: object) -> object:
-        decoded.append(1)
-        return read_chunk(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(capture_format, "_read_chunk", counting)
+    decoded = _count_decoded(monkeypatch)
     for tids, columns in (
         (watched, stalls.WINDOW_COLUMNS),
         (kept.tids.tolist()[:1], ["run_ns", "state"]),
