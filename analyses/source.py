@@ -84,6 +84,17 @@ def in_span(t_ns: np.ndarray, span: tuple[int | None, int | None] | None) -> np.
     return keep
 
 
+def thread_order(tid: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """np.lexsort((key, tid)): rows in (tid, key) order, ties kept in place. Rows come chunk by chunk in time
+    order, each chunk by thread, so a stable sort by tid alone (a radix sort of the integers) mostly gives
+    it, in a third of lexsort's time: taken when each thread's keys (its ticks or times) then rise."""
+    order = np.argsort(tid, kind="stable")
+    sorted_tid, sorted_key = tid[order], key[order]
+    if np.any((sorted_tid[1:] == sorted_tid[:-1]) & (sorted_key[1:] < sorted_key[:-1])):
+        return np.lexsort((key, tid))
+    return order
+
+
 class Near:
     """Times within any of some spans [start, end] (in any order; they may overlap): which rows of a chunk
     to keep (called with their t_ns), and whether a chunk whose rows lie in [first, last] has any."""

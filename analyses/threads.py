@@ -33,7 +33,16 @@ import pandas as pd
 
 from analyses import rules
 from analyses.engine import engine_period_medians
-from analyses.source import KEPT_COLUMNS, KeptRows, capture_interval_ns, fills_rows, iter_samples, keep_rows, keepable
+from analyses.source import (
+    KEPT_COLUMNS,
+    KeptRows,
+    capture_interval_ns,
+    fills_rows,
+    iter_samples,
+    keep_rows,
+    keepable,
+    thread_order,
+)
 from analyses.span import in_span
 from capture.errors import ForensicsError
 from capture.format import Capture
@@ -248,13 +257,9 @@ def _batch_aggregates(
         return _batch_aggregates_pandas(batch, origin, block_ns, last_slices)
     life_all = pd.to_numeric(batch["starttime"], errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
     tid_all, t_all = batch["tid"].to_numpy(), batch["t_ns"].to_numpy()
-    order = np.argsort(tid_all, kind="stable")
+    order = thread_order(tid_all, t_all)
     tid, t = tid_all[order], t_all[order]
     same_tid = tid[1:] == tid[:-1]
-    if np.any(same_tid & (t[1:] < t[:-1])):  # not in time order within a thread: sort by both
-        order = np.lexsort((t_all, tid_all))
-        tid, t = tid_all[order], t_all[order]
-        same_tid = tid[1:] == tid[:-1]
     life = life_all[order]
     if np.any(same_tid & (life[1:] != life[:-1])):  # a tid that was two threads in this batch
         return _batch_aggregates_pandas(batch, origin, block_ns, last_slices)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyses.source import COMPACT_DTYPES, STATE_ALPHABET, STATE_R, iter_samples, load_samples
+from analyses.source import COMPACT_DTYPES, STATE_ALPHABET, STATE_R, iter_samples, load_samples, thread_order
 from capture.format import Capture
 
 # Columns of the samples table each window column needs.
@@ -355,25 +355,13 @@ def iter_raw_windows(
     carry: pd.DataFrame | None = None
     for batch in iter_samples(cap, columns, tids=tids, t_range=t_range, batch_rows=batch_rows):
         frame = batch if carry is None else pd.concat([carry, batch], ignore_index=True)
-        frame = frame.take(_tid_tick_order(frame["tid"].to_numpy(), frame["tick"].to_numpy())).reset_index(drop=True)
+        frame = frame.take(thread_order(frame["tid"].to_numpy(), frame["tick"].to_numpy())).reset_index(drop=True)
         tid = frame["tid"].to_numpy()
         last = np.r_[tid[1:] != tid[:-1], True] if len(tid) else np.zeros(0, dtype=bool)
         carry = frame[last].reset_index(drop=True)
         windows = window_deltas(frame, clk_tck=clk_tck, delayacct=delayacct)
         if len(windows):
             yield _add_core_type(windows, cap.cpus)
-
-
-def _tid_tick_order(tid: np.ndarray, tick: np.ndarray) -> np.ndarray:
-    """np.lexsort((tick, tid)): the order of rows by (tid, tick), ties kept in place. Rows come chunk by
-    chunk in time order, each chunk by (tid, tick), so a stable sort by tid alone (a radix sort of the
-    integers) mostly gives it: a third of lexsort's time. Taken when each thread's ticks then rise."""
-    order = np.argsort(tid, kind="stable")
-    ticks = tick[order]
-    sorted_tid = tid[order]
-    if np.any((sorted_tid[1:] == sorted_tid[:-1]) & (ticks[1:] < ticks[:-1])):
-        return np.lexsort((tick, tid))
-    return order
 
 
 def state_letters(codes: np.ndarray | pd.Series) -> np.ndarray:

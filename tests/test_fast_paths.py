@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import forensics
-from analyses import evidence, source, stalls, threads, windows
+from analyses import evidence, source, stalls, threads
 from analyses.windows import window_deltas
 from tests.helpers import REPO
 
@@ -181,7 +181,7 @@ def test_suspects_by_numpy_are_the_pandas_ones(path: Path) -> None:
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_window_order_by_tid_alone_is_lexsorts(path: Path) -> None:
-    """windows._tid_tick_order, what iter_raw_windows sorts each batch (and the carried rows) by, is
+    """source.thread_order, what iter_raw_windows sorts each batch (and the carried rows) by, is
     np.lexsort((tick, tid)), also where a thread's ticks do not rise in the rows as given."""
     cap = _load(path)
     batches = list(source.iter_samples(cap, [], batch_rows=1))  # a chunk each
@@ -189,7 +189,7 @@ def test_window_order_by_tid_alone_is_lexsorts(path: Path) -> None:
     shuffled = batches[0].sample(frac=1.0, random_state=3)
     for frame in (batches[0], carried, shuffled, batches[0].iloc[::-1]):
         tid, tick = frame["tid"].to_numpy(), frame["tick"].to_numpy()
-        np.testing.assert_array_equal(windows._tid_tick_order(tid, tick), np.lexsort((tick, tid)))
+        np.testing.assert_array_equal(source.thread_order(tid, tick), np.lexsort((tick, tid)))
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
