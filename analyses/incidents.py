@@ -539,6 +539,7 @@ def _ended_at_an_attach(cap: Capture, incidents: pd.DataFrame, records: _EngineR
     if incidents.empty:
         return out
     engine_of = incidents["engine"].astype(object).to_numpy()
+    ends = incidents["end_ns"].to_numpy(np.float64)
     cycles = records.cycles
     for kind, source in cap.engine_sources.items():
         attachments = source.get("attachments")
@@ -552,7 +553,6 @@ def _ended_at_an_attach(cap: Capture, incidents: pd.DataFrame, records: _EngineR
         found = at < len(starts)
         first[found] = starts[at[found]]
         period = float(records.periods.get(kind, np.nan))
-        ends = incidents["end_ns"].to_numpy(np.float64)
         out |= mine & ended_at_an_attach(ends, attached, first, period)
     return out
 
