@@ -117,7 +117,10 @@ def test_metadata_and_trailer_describe_the_recording(known) -> None:
 
 @pytest.mark.needs_root  # SCHED_FIFO
 def test_sched_is_read_for_real_time_threads_and_policy_changes_are_events(tmp_path: Path) -> None:
-    cap, report, _ = record(tmp_path, workload_args=("--duration", "2", "--rt"))
+    # The late thread is real-time for 0.5 s, twice the 250 ms within which the recorder starts reading its
+    # sched (DISCOVERY_NS): with 0.25 s, as long as that promise, a CI run found it gone before the next pass
+    # (discovery passes come 250 ms and a tick's lateness apart).
+    cap, report, _ = record(tmp_path, workload_args=("--duration", "2.5", "--rt", "--late-life", "1.0"))
     sched = cap.sched
     sleeper, late = report["tids"]["sleeper"], report["tids"]["late"]
     assert sleeper in set(sched["tid"]) and report["tids"]["spinner"] not in set(sched["tid"])
