@@ -16,6 +16,7 @@ thread-sample on disk.
     python bench/sampler_bench.py --threads 200 --slow off 20ms   # tiers off and on, side by side
     python bench/sampler_bench.py --bitwig --slow off 20ms --seconds 12
     python bench/sampler_bench.py --threads 2000 --slow 20ms
+    sudo python bench/sampler_bench.py --threads 2000 --sampler ebpf   # the kernel's counters (tiers off)
 
 Bars (README, "Read tiers"): 200 threads: tool/C <= 1.5; the Bitwig shape: <= 0.1 % missed ticks, p99
 <= 2.5 ms, whole tool <= 20 % of a core; 2000 threads: <= 0.1 % missed ticks. Run it on an otherwise
@@ -50,7 +51,9 @@ def build() -> tuple[Path, Path, Path]:
     return targets[0], targets[1], targets[2]
 
 
-def one_run(label: str, target_argv: list[str], seconds: float, interval: str, slow: str, floor_bin: Path) -> dict:
+def one_run(
+    label: str, target_argv: list[str], seconds: float, interval: str, slow: str, floor_bin: Path, sampler: str
+) -> dict:
     import forensics
 
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -75,6 +78,7 @@ def one_run(label: str, target_argv: list[str], seconds: float, interval: str, s
                     str(out),
                     "--slow-interval",
                     slow,
+                    *(["--sampler", sampler] if sampler != "proc" else []),
                 ],
                 check=True,
                 env=env,
@@ -115,7 +119,8 @@ def one_run(label: str, target_argv: list[str], seconds: float, interval: str, s
     c_loop_ns = ticked["cpu_ns_per_read"] * ticked["reads"]
     return {
         "target": label,
-        "slow": slow,
+        "sampler": sampler,
+        "slow": slow if sampler == "proc" else "-",
         "threads": threads,
         "tool_cpu_pct": 100.0 * tool_ns / duration,
         "c_loop_cpu_pct": 100.0 * c_loop_ns / duration,
@@ -147,6 +152,9 @@ def main() -> None:
     ap.add_argument("--slow", nargs="+", default=["20ms"], help="--slow-interval values to compare (off: no tiers)")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--interval", default="2ms")
+    ap.add_argument(
+        "--sampler", choices=["proc", "ebpf"], default="proc", help="catch-load --sampler (ebpf: root; tiers are off)"
+    )
     args = ap.parse_args()
     many_bin, floor_bin, bitwig_bin = build()
     load = os.getloadavg()[0]
@@ -157,7 +165,7 @@ def main() -> None:
         else [(f"many {n}", [str(many_bin), str(n), hold]) for n in args.threads]
     )
     results = [
-        one_run(label, argv, args.seconds, args.interval, slow, floor_bin)
+        one_run(label, argv, args.seconds, args.interval, slow, floor_bin, args.sampler)
         for label, argv in targets
         for slow in args.slow
     ]
@@ -166,7 +174,10 @@ def main() -> None:
         f"{'rec CPU':>8} {'wri CPU':>8} {'tool':>7} {'C loop':>7} {'tool/C':>6} {'rows/t':>7} {'ns/read':>8} "
         f"{'C read':>7} {'B/sample':>8}"
     )
-    print(f"interval {args.interval}, {args.seconds:.0f} s per run, load average at start {load:.2f}")
+    print(
+        f"sampler {args.sampler}, interval {args.interval}, {args.seconds:.0f} s per run, "
+        f"load average at start {load:.2f}"
+    )
     print(header)
     for r in results:
         print(
