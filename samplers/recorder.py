@@ -76,6 +76,9 @@ class RecorderOptions:
     taskstats: str = "none"  # all | rt | none: per-thread netlink taskstats at the tick (root)
     ebpf: bool = False  # the writer process attaches the eBPF probes (root, BCC)
     sampler: str = "proc"  # proc | ebpf: the tick reads /proc, or the kernel counters of samplers/ebpf/sampler.py
+    # Under --sampler ebpf: "kernel": a BPF program takes the tick and the recorder drains them every HANDOVER_NS
+    # (the recorder's own tick where that cannot be had); "recorder": the recorder's own tick.
+    ebpf_tick: str = "kernel"
     cpu: int | None = None
     rt_priority: int | None = None
     redact: bool = False
@@ -478,6 +481,7 @@ class Recorder:
                     "slots": self.ebpf_ticker.layout(phase_tids, [self.slot_fd_st[slot] for slot in fast + slow]),
                 }
                 self._send(frames.encode_json(frames.LAYOUT, spec))
+                self.ebpf_ticker.layout_sent(self.layout_id)
                 continue
             lists = {
                 "tids": (fast_text["tids"], frames.int_list_text(slow_tids)),
@@ -702,7 +706,8 @@ class Recorder:
         if opts.sampler == "ebpf":
             from samplers.ebpf.sampler import EbpfTicker
 
-            self.ebpf_ticker = EbpfTicker(opts.interval_ns)
+            wake_ns = HANDOVER_NS if opts.ebpf_tick == "kernel" else None
+            self.ebpf_ticker = EbpfTicker(opts.interval_ns, wake_ns=wake_ns, cpu=opts.cpu or 0)
             sampler_meta = {"ebpf_sampler": self.ebpf_ticker.start()}  # EbpfUnavailable: one line, why
         base_meta = {
             **base_meta,
@@ -730,9 +735,16 @@ class Recorder:
             raise ForensicsError("no target process found")
         self._engines(found_at)
         self._update_rt_sources()
+        kernel_ticks = self.ebpf_ticker is not None and self.ebpf_ticker.kernel_ticks is not None
+        if kernel_ticks:
+            self._publish_layout()  # before tick 0: the kernel's ticks from tick 0 on name it
         start = self.clock()  # tick 0: after the initial discovery, which opened every fd
 
-        interval = opts.interval_ns
+        # Under the kernel's tick (samplers/ebpf/sampler.py KernelTicks) the loop wakes every HANDOVER_NS to drain
+        # the ticks the kernel took meanwhile; its lateness misses no tick, the kernel's gaps do.
+        if kernel_ticks:
+            self.ebpf_ticker.begin(start)
+        interval = HANDOVER_NS if kernel_ticks else opts.interval_ns
         end_at = start + opts.duration_ns if opts.duration_ns else None
         next_discovery = start + DISCOVERY_NS
         next_thread_scan = start + THREAD_SCAN_NS
@@ -770,8 +782,9 @@ class Recorder:
                 late = now - due
                 if late >= interval:
                     skipped = late // interval
-                    self.missed_ticks += skipped
-                    tick += skipped
+                    if not kernel_ticks:
+                        self.missed_ticks += skipped
+                        tick += skipped
                     due += skipped * interval
                 if end_at is not None and now >= end_at:
                     self.stop("duration reached")
@@ -845,7 +858,15 @@ class Recorder:
                     self._outbox_ticks += 1
                     self.tick_frames += 1
                 ebpf_tids = self.phase_tids[phase] if self.ebpf_ticker is not None else []
-                if ebpf_tids:  # --sampler ebpf: hot is empty, the ticker copies the kernel's counters
+                if kernel_ticks:  # the ticks the kernel took since the last wake-up, then the stat lines due
+                    self._kernel_ticks()
+                    if ebpf_tids:
+                        ticker = self.ebpf_ticker
+                        data, dead = ticker.stat_frame(ticker.kernel_ticks.last_tick + 1, self.layout_base, mono)
+                        times = [now] * len(ebpf_tids)
+                        if data:
+                            write(data)
+                elif ebpf_tids:  # --sampler ebpf: hot is empty, the ticker copies the kernel's counters
                     data, dead = self.ebpf_ticker.tick(tick, self.layout_base + phase, mono)
                     times = [now] * len(ebpf_tids)
                     if self._backlog_bytes > BACKLOG_BYTES:
@@ -859,10 +880,11 @@ class Recorder:
                 if now >= next_handover:
                     self._hand_over()
                     next_handover = now + HANDOVER_NS
-                self.tick_times.append(now)
+                if not kernel_ticks:
+                    self.tick_times.append(now)
+                    self.ticks += 1
                 self.reads += len(hot) + len(st) - st.count(b"") + len(sched_raw) - sched_raw.count(b"")
                 self.sample_rows += len(st)
-                self.ticks += 1
 
                 # ---- between ticks ----
                 if dead:
@@ -905,6 +927,9 @@ class Recorder:
             if gc_was_enabled:
                 gc.enable()
         end = mono()
+        if kernel_ticks:  # the last ones, up to the end
+            self.ebpf_ticker.kernel_ticks.end_ns = end
+            self._kernel_ticks()
         self._flush_markers()
         rusage_end = resource.getrusage(resource.RUSAGE_SELF)
         for tid, thread in list(self.threads.items()):
@@ -936,6 +961,26 @@ class Recorder:
         drain_until = stopped_at + END_DRAIN_NS if self.urgent else self.clock() + CALM_END_NS
         self._drain(max(drain_until, self.clock() + 100_000_000))
         return self._trailer(start, end, rusage_start, rusage_end)
+
+    def _kernel_ticks(self) -> None:
+        """Hand over the ticks the kernel took since the last call (--sampler ebpf, KernelTicks)."""
+        ticker = self.ebpf_ticker
+        done = ticker.collect(self._send_tick_frame)
+        for _, t_ns in done:
+            self.tick_times.append(t_ns)
+        self.ticks += len(done)
+        self.sample_rows += ticker.rows_sent
+        self.missed_ticks = ticker.missed_ticks
+
+    def _send_tick_frame(self, data: bytes) -> bool:
+        """Queue one tick's frame, or drop it when the writer is far behind (said in the trailer)."""
+        if self._backlog_bytes > BACKLOG_BYTES:
+            self.lost_ticks += 1
+            return False
+        self._send(data)
+        self._outbox_ticks += 1
+        self.tick_frames += 1
+        return True
 
     def _open_taskstats(self) -> None:
         from samplers.taskstats import TaskstatsClient, TaskstatsUnavailable

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from samplers import frames
-from samplers.ebpf.sampler import SLOT, SlotFrames
+from samplers.ebpf.sampler import SLOT, TICK_INDEX, TICK_REC, KernelTicks, SlotFrames
 from samplers.ebpf.sampler_rows import (
     PHASE_EXITED,
     PHASE_OFF,
@@ -302,6 +302,89 @@ def test_slots_sent_as_changes_store_the_rows_of_every_slot_sent_whole(seed: int
     deltas = [payload for kind, payload in sent if kind == "delta"]
     assert encoder.full_frames <= 35 and len(deltas) >= ticks - len(drops) - 35
     assert sum(map(len, deltas)) < 0.5 * sum(len(p) for k, p in whole if k == "tick") * len(deltas) / ticks
+
+
+def _kernel_sent(
+    stream: list[tuple[str, Any]], rng: random.Random, refused_at: set[int], drops: set[int]
+) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]], KernelTicks]:
+    """The stream as the recorder sends it under the kernel's tick (sampler.bpf.c KERNEL_TICK): per tick, the
+    records of the slots that differ from those the kernel sent last and a closing record; drained every few
+    ticks, sometimes mid-tick, through KernelTicks and SlotFrames. At the positions in `refused_at` the ring
+    refused the closing record (the tick is missing, its slot records stay), at those in `drops` the recorder
+    drops the frame (the writer behind). Also the reference: the ticks sent, each slot frame whole, in the
+    same order among the other frames."""
+    encoder = SlotFrames()
+    kernel = KernelTicks(64, TICK_NS, encoder)
+    kernel.start_ns = 1_000_000_000
+    sent_by_kernel = np.zeros((64, 8), dtype="<u8")
+    refused = 0
+    sent: list[tuple[str, Any]] = []
+    whole: list[tuple[str, Any]] = []
+    pending: list[np.ndarray] = []  # records not drained yet
+    payloads: dict[int, tuple[int, bytes]] = {}  # tick -> position, its frame sent whole
+    position = 0
+
+    def drain(records: np.ndarray) -> None:
+        for number, at_ns, layout, tick_slots, tick_changed in kernel.ticks(records):
+            tick_position, payload = payloads.pop(number)
+            assert (at_ns, layout) == frames.EBPF_TICK_HEADER.unpack_from(payload)[2:0:-1]
+            frame = encoder.changed_frame(number, layout, at_ns, tick_slots, tick_changed)
+            if tick_position in drops:
+                encoder.lost()
+                continue
+            code = frames.FRAME.unpack_from(frame)[0]
+            sent.append(({frames.EBPF_TICK: "tick", frames.EBPF_DELTA: "delta"}[code], frame[frames.FRAME.size :]))
+            whole.append(("tick", payload))
+
+    for kind, payload in stream:
+        if kind != "tick":
+            sent.append((kind, payload))
+            whole.append((kind, payload))
+            continue
+        tick, layout_id, t_ns, _ = frames.EBPF_TICK_HEADER.unpack_from(payload)
+        slots = np.frombuffer(payload, "<u8", offset=frames.EBPF_TICK_HEADER.size).reshape(-1, 8)
+        changed = np.flatnonzero((slots != sent_by_kernel[: len(slots)]).any(axis=1))
+        records = np.zeros(len(changed) + 1, dtype=TICK_REC)
+        records["index"][:-1] = changed
+        records["words"][:-1] = slots[changed]
+        sent_by_kernel[changed] = slots[changed]
+        position += 1
+        payloads[tick] = (position, payload)
+        if position in refused_at:
+            refused += 1
+            records = records[:-1]
+        else:
+            records["index"][-1], records["used"][-1] = TICK_INDEX, len(slots)
+            records["words"][-1, :4] = (t_ns, layout_id, len(changed), refused)
+        pending.append(records)
+        if rng.random() < 0.3:  # a wake-up of the recorder: the ticks so far, maybe the last one halfway
+            batch = np.concatenate(pending)
+            cut = rng.randrange(len(batch) + 1) if rng.random() < 0.3 else len(batch)
+            drain(batch[:cut])
+            pending = [batch[cut:]]
+    drain(np.concatenate(pending))
+    return sent, whole, kernel
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kernels_tick_records_make_the_frames_of_the_recorders_tick(seed: int) -> None:
+    """Under the kernel's tick the writer stores exactly the rows of every slot sent whole: across drains
+    mid-tick, closing records the full ring refused (two ticks' records in one run, a slot twice), dropped
+    frames, the thread exits, the cleared slot, the new thread's slot (a new slot count) and the stream's
+    missed tick, which the kernel's tick times number as missed."""
+    stream = _stream(seed)
+    rng = random.Random(seed)
+    ticks = sum(kind == "tick" for kind, _ in stream)
+    refused_at = set(rng.sample(range(2, ticks + 1), 6))
+    drops = set(rng.sample(sorted(set(range(2, ticks + 1)) - refused_at), 10))
+    sent, whole, kernel = _kernel_sent(stream, rng, refused_at, drops)
+    got_rows, got = _replay(sent, skip=True)
+    every, expected = _replay(whole, skip=False)
+    assert _assert_same_takes(got, expected) > 1000
+    assert got_rows.deltas_dropped == 0
+    assert kernel.missed == len(refused_at) + 1  # the refused closing records and the stream's missed tick
+    assert got_rows.decoded_rows < 0.5 * every.decoded_rows  # deltas: the kernel compared the slots
+    assert sum(kind == "delta" for kind, _ in sent) >= ticks - len(refused_at) - 2 * len(drops) - 10
 
 
 def test_a_delta_is_taken_against_the_frame_sent_before_not_the_one_made_before() -> None:

@@ -93,6 +93,75 @@ def test_run_and_wait_agree_with_proc_within_one_percent() -> None:
     assert total_wait > 1_000_000  # threads queued for their one CPU: the wait figure was exercised too
 
 
+@pytest.mark.needs_root
+@pytest.mark.needs_bcc
+def test_the_kernels_tick_takes_the_slots_every_2ms_and_they_agree_with_proc() -> None:
+    """The kernel's tick (sampler.bpf.c KERNEL_TICK): ticks stamped by the kernel 2 ms apart on the recorder's
+    clock, and the slots rebuilt from its records (KernelTicks) agree with /proc as the copy of the slots does
+    (test_run_and_wait_agree_with_proc_within_one_percent)."""
+    from samplers.ebpf.sampler import EbpfSampler, KernelTicks, Seed, SlotFrames
+    from samplers.ebpf.sampler_rows import SLOT_DTYPE
+
+    sampler = EbpfSampler(slots=64, tick_ns=2_000_000)
+    sampler.start()
+    assert sampler.kernel_tick, sampler.tick_why
+    assert sampler.meta()["tick"] == {"by": "kernel", "cpu": 0}
+    kernel = KernelTicks(sampler.slots, 2_000_000, SlotFrames())
+    workload = subprocess.Popen(
+        [sys.executable, str(WORKLOAD), "3", "1.0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    times: list[int] = []
+    try:
+        assert workload.stdin is not None and workload.stdout is not None
+        tids = [int(t) for t in workload.stdout.readline().split()]
+        pid = workload.pid
+        _asleep(pid, tids)
+        slots = {tid: sampler.add(tid, Seed(*_proc(pid, tid))) for tid in tids}
+        sampler.tick_conf(1)
+        kernel.start_ns = time.monotonic_ns()
+
+        def both() -> dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]]:
+            """/proc's counters and the slots of the kernel's first tick after this call."""
+            after = time.monotonic_ns()
+            while not times or times[-1] <= after:
+                time.sleep(0.01)
+                times.extend(t_ns for _, t_ns, *_ in kernel.ticks(sampler.drain_ticks()))
+            taken = kernel.mirror[: sampler.used].reshape(-1).view(SLOT_DTYPE)
+            out = {}
+            for tid, index in slots.items():
+                assert index is not None and taken[index]["tid"] == tid
+                row = taken[index]
+                out[tid] = (_proc(pid, tid), (int(row["run_ns"]), int(row["wait_ns"]), int(row["switches"])))
+            return out
+
+        start = both()
+        workload.stdin.write("go\n")
+        workload.stdin.flush()
+        assert workload.stdout.readline().strip() == "done"
+        _asleep(pid, tids)
+        end = both()
+        ended = time.monotonic_ns()
+    finally:
+        stop_process(workload)
+        sampler.stop()
+    for tid in tids:
+        (proc_a, bpf_a), (proc_b, bpf_b) = start[tid], end[tid]
+        proc_delta = [b - a for a, b in zip(proc_a, proc_b, strict=True)]
+        bpf_delta = [b - a for a, b in zip(bpf_a, bpf_b, strict=True)]
+        assert proc_delta[0] > 5_000_000 and proc_delta[2] > 20, (tid, proc_delta)
+        for name, p, b in zip(("run", "wait", "switches"), proc_delta, bpf_delta, strict=True):
+            assert abs(b - p) <= 0.01 * p, (tid, name, p, b)
+    # CLOCK_MONOTONIC, 2 ms apart (the timer's latency aside), every one numbered: at most a few missed.
+    stamps = np.array(times)
+    assert kernel.start_ns <= stamps[0] and stamps[-1] <= ended
+    assert abs(np.median(np.diff(stamps)) - 2_000_000) < 100_000
+    assert kernel.missed <= 0.05 * len(stamps) and kernel.last_tick + 1 >= len(stamps)
+
+
 def _btf_blob() -> bytes:
     """A hand-made BTF: struct outer { u64 a; union { u32 b; struct inner { u64 c; u64 d; } in; }; }."""
     strings = b"\0u64\0u32\0outer\0a\0b\0inner\0c\0d\0in\0"
@@ -151,6 +220,7 @@ def test_catch_load_sampler_ebpf_records_rows_the_analyses_read(tmp_path: Path) 
     cap = forensics.load(out)
     assert cap.meta["recording"]["sampler"] == "ebpf"
     assert cap.meta["ebpf_sampler"]["stat_slow_ns"] > 0
+    assert cap.meta["ebpf_sampler"]["tick"]["by"] == "kernel"  # the 2 ms tick taken by a BPF program
     assert cap.meta["recording"]["sched"] == "none"  # the /proc reads it replaces are off unless asked for
     assert "eBPF sampler" in str(describe_capture(cap))  # `forensics info` says which sampler read the threads
     samples = load_samples(cap, ["pid", "run_ns", "wait_ns", "slices", "minflt", "state"])
@@ -305,3 +375,72 @@ def test_a_thread_started_late_is_recorded_though_scans_list_only_after_a_new_ta
     samples = cap.samples
     rows = samples[samples["tid"].isin(late_tids)]
     assert len(rows) >= 10 and rows["run_ns"].max() > rows["run_ns"].min()
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_bcc
+@pytest.mark.parametrize("ring", ["mapped", "unavailable"])
+def test_the_recorder_takes_the_tick_itself_where_the_kernels_cannot_be_had(
+    ring: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--sampler ebpf: the kernel takes the tick, or, where its ring buffer cannot be mapped (or its perf event
+    attached), the recorder does as before; the metadata says which, and why. Either way one slot frame per tick
+    counted, every 2 ms, with the stat lines of the threads before their first slot frame."""
+    import json
+
+    from samplers import frames
+    from samplers.ebpf import sampler as ebpf_sampler
+    from samplers.recorder import Recorder, RecorderOptions
+    from samplers.targets import TargetSpec
+
+    if ring == "unavailable":
+
+        def refused(*_args: object) -> None:
+            raise OSError("cannot map the ring buffer")
+
+        monkeypatch.setattr(ebpf_sampler, "FixedRecordRing", refused)
+    workload = subprocess.Popen(
+        [sys.executable, str(WORKLOAD), "3", "1.0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    try:
+        assert workload.stdin is not None and workload.stdout is not None
+        workload.stdout.readline()  # its threads started; they work a second, then wait for stdin to close
+        workload.stdin.write("go\n")
+        workload.stdin.flush()
+        # rt_priority 0: the recorder runs in this test process, which must not stay SCHED_FIFO for the next tests.
+        options = RecorderOptions(
+            output=str(tmp_path / "x.ssf"), duration_ns=1_000_000_000, sampler="ebpf", rt_priority=0
+        )
+        recorder = Recorder(TargetSpec(pids=[workload.pid]), options)
+        frames_path = tmp_path / "frames.bin"
+        fd = os.open(frames_path, os.O_WRONLY | os.O_CREAT)
+        try:
+            trailer = recorder.run(fd, {"recording": {"interval_ns": options.interval_ns}})
+            recorder.finish(trailer)
+        finally:
+            os.close(fd)
+    finally:
+        stop_process(workload)
+    read = os.open(frames_path, os.O_RDONLY)
+    try:
+        sent = list(frames.read_frames(read))
+    finally:
+        os.close(read)
+    meta = json.loads(next(payload for kind, payload in sent if kind == frames.META))
+    tick = meta["ebpf_sampler"]["tick"]
+    if ring == "mapped":
+        assert tick == {"by": "kernel", "cpu": 0}
+    else:
+        assert tick["by"] == "recorder" and "cannot map the ring buffer" in tick["why"]
+    slot_frames = [payload for kind, payload in sent if kind in (frames.EBPF_TICK, frames.EBPF_DELTA)]
+    heads = [frames.EBPF_TICK_HEADER.unpack_from(payload)[:3] for payload in slot_frames]
+    numbers = [number for number, _, _ in heads]
+    assert len(slot_frames) == trailer["ticks"] >= 0.5 * 500 and numbers == sorted(set(numbers))
+    stamps = np.array([t_ns for *_, t_ns in heads])
+    assert abs(np.median(np.diff(stamps)) - 2_000_000) < 200_000
+    stat_ticks = [frames.EBPF_TICK_HEADER.unpack_from(payload)[0] for kind, payload in sent if kind == frames.STAT_SLOW]
+    assert stat_ticks and min(stat_ticks) <= min(numbers)

@@ -168,3 +168,143 @@ TRACEPOINT_PROBE(exceptions, page_fault_user) {
     return 0;
 }
 #endif
+
+#ifdef KERNEL_TICK
+// The tick taken by the kernel (sampler.py KernelTicks): `kernel_tick` runs every TICK_NS on a CPU-clock
+// software perf event of one CPU (it fires in idle too), and writes into the ring buffer `ticks` one record
+// per slot whose bytes differ from those it sent last (`sent`), then one record closing the tick. The
+// recorder wakes every 10 ms to drain them: no 2 ms wake-up in Python.
+//
+// "Changed" is a comparison of the slot's 64 bytes, copied once, with the copy sent last, not a test of
+// event_ns: the fault probe moves `faults` without an event time, and the recorder rewrites slots itself
+// (add, remove). A copy taken while a probe writes the slot (a probe on another CPU, or the one this
+// interrupt cut into) may mix old and new fields, as the Python tick's memcpy may (see "Store order"): it
+// is sent as copied, and the probe's completed stores differ from it at the next tick, which sends it again.
+// `sent` is updated only for a record the ring took, so a slot the full ring refused is sent at the next
+// tick; a tick whose closing record it refused is missing from the stream (the recorder counts the gap).
+struct tick_conf {
+    u32 used;     // slots [0, used) are compared (the recorder's EbpfSampler.used)
+    u32 layout;   // the recorder's layout id in force: each tick record names the one its slots belong to
+};
+
+#define TICK_INDEX 0xffffffffU  // the index of a tick's closing record
+
+struct tick_rec {
+    u32 index;    // the slot, or TICK_INDEX
+    u32 used;     // closing record: the slot count of the tick
+    union {
+        struct tstat slot;
+        struct {
+            u64 t_ns;     // bpf_ktime_get_ns() when the tick began (CLOCK_MONOTONIC, the recorder's clock)
+            u64 layout;
+            u64 changed;  // slot records of this tick before this one
+            u64 refused;  // records the full ring refused so far
+            u64 pad[4];
+        } tick;
+    };
+};
+
+BPF_ARRAY(tick_conf, struct tick_conf, 1);
+BPF_ARRAY(sent, struct tstat, SLOTS);
+BPF_ARRAY(refused, u64, 1);
+BPF_RINGBUF_OUTPUT(ticks, TICK_PAGES);
+
+// A tick walks the slots in parts of TICK_PART, each part a tail call of the one before (BCC 0.26 cannot
+// load bpf_loop's callback, and the verifier gives up on one bounded loop over 8192 slots: too many
+// branches pending). 33 tail calls at most: SLOTS <= 33 * TICK_PART (sampler.py checks it).
+#define TICK_PART 512
+struct tick_state {
+    u64 t_ns;
+    u64 changed;
+    u64 refusals;
+    u32 next;     // the first slot of the next part
+    u32 used;
+    u32 layout;
+    u32 pad;
+};
+BPF_ARRAY(tick_state, struct tick_state, 1);  // one CPU runs the tick: no two ticks at once
+BPF_PROG_ARRAY(tick_parts, 1);
+
+static __always_inline void tick_end(struct tick_state *st) {
+    u32 zero = 0;
+    u64 *lost = refused.lookup(&zero);
+    if (!lost)
+        return;
+    struct tick_rec *r = ticks.ringbuf_reserve(sizeof(struct tick_rec));
+    if (!r) {
+        __sync_fetch_and_add(lost, st->refusals + 1);
+        return;
+    }
+    *lost += st->refusals;
+    r->index = TICK_INDEX;
+    r->used = st->used;
+    r->tick.t_ns = st->t_ns;
+    r->tick.layout = st->layout;
+    r->tick.changed = st->changed;
+    r->tick.refused = *lost;
+    ticks.ringbuf_submit(r, 0);
+}
+
+int kernel_tick_part(void *perf_ctx) {
+    u32 zero = 0;
+    struct tick_state *st = tick_state.lookup(&zero);
+    if (!st)
+        return 0;
+    u32 first = st->next, used = st->used;
+    u64 changed = 0, refusals = 0;
+#pragma clang loop unroll(disable)
+    for (u32 n = 0; n < TICK_PART; n++) {
+        u32 i = first + n;
+        if (i >= used)
+            break;
+        struct tstat *s = stats.lookup(&i);
+        struct tstat *last = sent.lookup(&i);
+        if (!s || !last)
+            break;
+        struct tstat copy;
+        __builtin_memcpy(&copy, s, sizeof(copy));
+        u64 *a = (u64 *)&copy, *b = (u64 *)last;
+        // One branch for the 64 bytes: the verifier's pending branches grow with each one in the loop.
+        u64 differ = (a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4]) |
+                     (a[5] ^ b[5]) | (a[6] ^ b[6]) | (a[7] ^ b[7]);
+        if (!differ)
+            continue;
+        struct tick_rec *r = ticks.ringbuf_reserve(sizeof(struct tick_rec));
+        if (!r) {
+            refusals += 1;
+            continue;
+        }
+        r->index = i;
+        r->used = 0;
+        __builtin_memcpy(&r->slot, &copy, sizeof(copy));
+        ticks.ringbuf_submit(r, 0);
+        __builtin_memcpy(last, &copy, sizeof(copy));
+        changed += 1;
+    }
+    st->changed += changed;
+    st->refusals += refusals;
+    st->next = first + TICK_PART;
+    if (st->next < used)
+        tick_parts.call(perf_ctx, 0);  // returns only when the call fails: the tick ends here
+    tick_end(st);
+    return 0;
+}
+
+int kernel_tick(void *perf_ctx) {
+    u32 zero = 0;
+    struct tick_conf *conf = tick_conf.lookup(&zero);
+    struct tick_state *st = tick_state.lookup(&zero);
+    if (!conf || !st)
+        return 0;
+    st->t_ns = bpf_ktime_get_ns();
+    st->changed = 0;
+    st->refusals = 0;
+    st->next = 0;
+    st->used = conf->used < SLOTS ? conf->used : SLOTS;
+    st->layout = conf->layout;
+    if (st->used)
+        tick_parts.call(perf_ctx, 0);
+    tick_end(st);
+    return 0;
+}
+#endif

@@ -25,7 +25,7 @@ import os
 import platform
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ import numpy as np
 
 from samplers import frames
 from samplers.ebpf.collector import EbpfUnavailable, compile_bpf, program_run_stats
+from samplers.ebpf.ringbuf import FixedRecordRing, mmap_reader_supported
 
 SAMPLER_SOURCE = Path(__file__).with_name("sampler.bpf.c")
 # struct tstat of sampler.bpf.c: run_ns wait_ns since_ns switches faults event_ns (u64), tid prev_state
@@ -49,6 +50,12 @@ TASK_COUNTERS = {
     "OFF_PCOUNT": "sched_info.pcount",
 }
 PHASE_UNKNOWN, PHASE_ON_CPU, PHASE_RUNNABLE, PHASE_OFF, PHASE_EXITED = 0, 1, 2, 3, 4
+# The kernel's tick (sampler.bpf.c KERNEL_TICK): struct tick_rec, one per slot changed and one closing each tick
+# (index TICK_INDEX; its words: t_ns, layout id, slots changed, records refused so far).
+TICK_REC = np.dtype([("index", "<u4"), ("used", "<u4"), ("words", "<u8", (8,))])
+TICK_INDEX = 0xFFFFFFFF
+TICK_PART = 512  # slots a part of the kernel's tick walks (sampler.bpf.c); 33 tail calls at most
+TICK_RING_PAGES = 512  # 2 MiB: ~26 000 records, 0.5 s of the Bitwig-shaped target's ticks (48 slots each)
 
 
 @dataclass
@@ -94,8 +101,22 @@ def task_offsets(load: Callable[[str], Any], vmlinux: str, cache_dir: Path | Non
 
 
 class EbpfSampler:
-    def __init__(self, slots: int = DEFAULT_SLOTS, *, proc: str = "/proc", cache_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        slots: int = DEFAULT_SLOTS,
+        *,
+        proc: str = "/proc",
+        cache_dir: str | None = None,
+        tick_ns: int | None = None,
+        tick_cpu: int = 0,
+    ) -> None:
         self.slots = slots
+        # The kernel takes the tick every tick_ns on CPU tick_cpu (None: the recorder copies the slots itself).
+        self.tick_ns = tick_ns
+        self.tick_cpu = tick_cpu
+        self.kernel_tick = False  # the kernel's tick runs (start() says why not in tick_why)
+        self.tick_why = "not asked for" if tick_ns is None else ""
+        self._ring: FixedRecordRing | None = None
         self.proc = proc
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._bpf: Any = None
@@ -146,8 +167,19 @@ class EbpfSampler:
         if self.newtask:
             cflags += ["-DWITH_NEWTASK", f"-DTARGETS={TARGETS}"]
         t0 = time.monotonic()
+        if self.tick_ns is not None and not mmap_reader_supported():
+            self.tick_why = "the ring buffer is read from its mapping on x86 only (ringbuf.py)"
+        elif self.tick_ns is not None and self.slots > 33 * TICK_PART:
+            self.tick_why = f"more than {33 * TICK_PART} slots"
+        elif self.tick_ns is not None:
+            tick_flags = ["-DKERNEL_TICK", f"-DTICK_PAGES={TICK_RING_PAGES}"]
+            try:
+                self._bpf = compile_bpf(bcc, SAMPLER_SOURCE, cflags + tick_flags, "the kernel's tick")
+            except EbpfUnavailable as err:  # a kernel without ring buffers (5.8): the recorder ticks
+                self.tick_why = str(err)
         try:
-            self._bpf = compile_bpf(bcc, SAMPLER_SOURCE, cflags, "the eBPF sampler")
+            if self._bpf is None:
+                self._bpf = compile_bpf(bcc, SAMPLER_SOURCE, cflags, "the eBPF sampler")
         except EbpfUnavailable:
             self._release_tracefs()
             raise
@@ -160,6 +192,51 @@ class EbpfSampler:
             self.stop()
             raise EbpfUnavailable(f"cannot map the eBPF sampler's array ({err.strerror}): kernel 5.5+ needed") from err
         self._slot_of = self._bpf[b"slot_of"]
+        if self.tick_ns is not None and not self.tick_why:
+            self._start_tick()
+
+    def _start_tick(self) -> None:
+        """Attach the kernel's tick: a CPU-clock software perf event of one CPU, every tick_ns (it fires while
+        the CPU idles too), and the ring buffer's mapping. Where that fails, tick_why says why; the recorder
+        then copies the slots itself."""
+        import ctypes
+
+        bcc, bpf = self._bcc, self._bpf
+        try:
+            part = bpf.load_func(b"kernel_tick_part", bcc.BPF.PERF_EVENT)
+            bpf[b"tick_parts"][ctypes.c_int(0)] = ctypes.c_int(part.fd)
+            self._ring = FixedRecordRing(bpf[b"ticks"].map_fd, TICK_RING_PAGES * mmap.PAGESIZE, TICK_REC)
+            bpf.attach_perf_event(
+                ev_type=bcc.PerfType.SOFTWARE,
+                ev_config=bcc.PerfSWConfig.CPU_CLOCK,
+                fn_name=b"kernel_tick",
+                sample_period=self.tick_ns,
+                cpu=self.tick_cpu,
+            )
+        except Exception as err:  # BCC raises plain Exception (no perf events: a container, perf_event_paranoid)
+            self.tick_why = f"the kernel's tick could not be attached ({err})"
+            if self._ring is not None:
+                self._ring.close()
+                self._ring = None
+            return
+        self.kernel_tick = True
+
+    def tick_conf(self, layout_id: int) -> None:
+        """Tell the kernel's tick the slot count and the layout id in force (after the layout was sent)."""
+        if not self.kernel_tick:
+            return
+        import ctypes
+
+        table = self._bpf[b"tick_conf"]
+        conf = table[ctypes.c_int(0)]
+        conf.used = self.used
+        conf.layout = layout_id
+        table[ctypes.c_int(0)] = conf
+
+    def drain_ticks(self) -> np.ndarray:
+        """The kernel's tick records since the last call (TICK_REC), in order."""
+        assert self._ring is not None
+        return self._ring.read()
 
     def _offsets(self) -> list[str]:
         """-D switches with the task_struct offsets of the counters /proc's schedstat prints (this kernel's BTF)."""
@@ -245,6 +322,10 @@ class EbpfSampler:
             "prev_state_rules": self.rules,
             "compile_load_s": round(self.compile_load_s, 3),
             "clock": "CLOCK_MONOTONIC (bpf_ktime_get_ns)",
+            # Who took the 2 ms tick: "kernel" (a perf event's BPF program, tick_cpu) or "recorder" (tick_why).
+            "tick": {"by": "kernel", "cpu": self.tick_cpu}
+            if self.kernel_tick
+            else {"by": "recorder", "why": self.tick_why},
         }
 
     def probe_stats(self) -> dict[str, Any]:
@@ -260,6 +341,9 @@ class EbpfSampler:
         }
 
     def stop(self) -> None:
+        if self._ring is not None:
+            self._ring.close()
+            self._ring = None
         if self._mm is not None:
             with contextlib.suppress(BufferError):
                 self._mm.close()
@@ -298,54 +382,165 @@ class SlotFrames:
     """A tick's slot bytes -> its frame: the slots whose bytes differ from those of the frame handed over before
     (EBPF_DELTA), or every slot (EBPF_TICK) after a dropped frame, when the slot count changed and every
     FULL_FRAME_TICKS. The writer rebuilds every tick's slots from these, byte for byte (sampler_rows.py): on the
-    Bitwig-shaped target a tick changes about 48 slots of 534, and the writer's intake shrinks as much."""
+    Bitwig-shaped target a tick changes about 48 slots of 534, and the writer's intake shrinks as much.
+
+    frame(): the recorder's own copy of the slots, compared here; changed_frame(): the kernel's tick, which
+    compared them itself (KernelTicks). The rule for whole frames is the same for both (_whole)."""
 
     def __init__(self, full_every_ticks: int = FULL_FRAME_TICKS) -> None:
         self.full_every_ticks = full_every_ticks
-        self.base: np.ndarray | None = None  # the slots of the frame handed over last, as u64 words
+        self.base: np.ndarray | None = None  # the slots of the frame handed over last, as u64 words (frame())
+        self.base_slots: int | None = None  # their count (None: the writer's are not those of the last frame)
         self.base_tick = 0
         self.full_due = 0
         self.full_frames = 0
         self._differs = np.zeros(0, dtype=bool)
 
+    def _whole(self, tick: int, slots: int) -> bool:
+        if self.base_slots != slots or tick >= self.full_due:
+            self.full_due = tick + self.full_every_ticks
+            self.full_frames += 1
+            return True
+        return False
+
+    def _encode(self, tick: int, layout_id: int, t_ns: int, words: np.ndarray, changed: np.ndarray | None) -> bytes:
+        """words: the tick's slots as u64 words (flat or one row per slot); changed: the slots that differ from
+        the frame before, or None for a whole frame."""
+        slots = words.size // _WORDS
+        if changed is None:
+            out = frames.encode_ebpf_tick(tick, layout_id, t_ns, words.tobytes())
+        else:
+            out = frames.encode_ebpf_delta(
+                tick,
+                layout_id,
+                t_ns,
+                slots,
+                self.base_tick,
+                len(changed),
+                changed.astype("<u4").tobytes(),
+                words.reshape(-1, _WORDS).take(changed, axis=0).tobytes(),
+            )
+        self.base_slots, self.base_tick = slots, tick
+        return out
+
     def frame(self, tick: int, layout_id: int, t_ns: int, raw: bytes) -> bytes:
         words = np.frombuffer(raw, dtype="<u8")
         base = self.base
-        if base is None or base.shape != words.shape or tick >= self.full_due:
-            self.full_due = tick + self.full_every_ticks
-            self.full_frames += 1
-            out = frames.encode_ebpf_tick(tick, layout_id, t_ns, raw)
-        else:
+        changed = None
+        if not self._whole(tick, len(words) // _WORDS):  # whole while base is None (base_slots is None too)
+            assert base is not None
             # One bool per word, eight per slot: viewed as one u64 per slot, nonzero where any word differs
             # (7 us for 534 slots, 5 more than sending them all; a Python loop over the slots costs 50).
             if len(self._differs) != len(words):
                 self._differs = np.empty(len(words), dtype=bool)
             np.not_equal(words, base, out=self._differs)
             changed = self._differs.view("<u8").nonzero()[0]
-            out = frames.encode_ebpf_delta(
-                tick,
-                layout_id,
-                t_ns,
-                len(words) // _WORDS,
-                self.base_tick,
-                len(changed),
-                changed.astype("<u4").tobytes(),
-                words.reshape(-1, _WORDS).take(changed, axis=0).tobytes(),
-            )
-        self.base, self.base_tick = words, tick
+        out = self._encode(tick, layout_id, t_ns, words, changed)
+        self.base = words
         return out
+
+    def changed_frame(self, tick: int, layout_id: int, t_ns: int, slots: np.ndarray, changed: np.ndarray) -> bytes:
+        """slots: the tick's (slots x 8) u64 words; changed: the sorted indices of those that differ from the
+        frame handed over before."""
+        whole = self._whole(tick, len(slots))
+        return self._encode(tick, layout_id, t_ns, slots, None if whole else changed)
 
     def lost(self) -> None:
         """The frame just made was not handed over (the writer is behind): the next is whole, since the writer's
         last slots are older than this base."""
         self.base = None
+        self.base_slots = None
+
+
+class KernelTicks:
+    """The kernel's ticks (sampler.bpf.c KERNEL_TICK) -> the same frames as the recorder's own ticks make.
+
+    The records of the slots a tick changed are applied to a mirror of the slots, so that the mirror is the
+    tick's copy of them: a whole frame is the mirror, a delta the slots changed since the frame handed over
+    before (those of the ticks not handed over too: the ones before tick 0 or without a thread). Ticks are
+    numbered by their kernel time from tick 0's (the recorder's start), so a tick the kernel did not take or
+    could not store (its closing record refused: the ring was full) is a gap, counted as missed."""
+
+    def __init__(self, slots: int, interval_ns: int, slot_frames: SlotFrames) -> None:
+        self.interval_ns = interval_ns
+        self.slot_frames = slot_frames
+        self.mirror = np.zeros((slots, _WORDS), dtype="<u8")
+        self._touched: list[np.ndarray] = []
+        self.start_ns: int | None = None  # tick 0's time
+        self.end_ns: int | None = None  # the recording's end: later ticks are not sent
+        self.last_tick = -1
+        self.anchor_ns = self.anchor_tick = 0
+        self.missed = 0
+        self.refused = 0  # the kernel's count of records its ring refused, at the last closing record
+
+    def ticks(self, records: np.ndarray) -> Iterator[tuple[int, int, int, np.ndarray, np.ndarray]]:
+        """(tick, t_ns, layout id, slots, changed) of each tick closed in `records` from tick 0 on. `slots` is a
+        view of the mirror: the tick's only until the next one is taken (make its frame before)."""
+        index = records["index"]
+        words = records["words"]
+        closing = np.flatnonzero(index == TICK_INDEX).tolist()
+        heads = words[closing, :4].tolist()  # t_ns, layout id, slots changed, records refused so far
+        useds = records["used"][closing].tolist()
+        begin = 0
+        for end, (t_ns, layout_id, _, refused), used in zip(closing, heads, useds, strict=True):
+            # The records since the closing record before are one tick's, in the order it walked the slots (no
+            # slot twice), unless the ring refused a record meanwhile: maybe a closing one, two ticks' then.
+            self._apply(index[begin:end], words[begin:end], one_tick=refused == self.refused)
+            self.refused = refused
+            begin = end + 1
+            if self.start_ns is None or t_ns < self.start_ns or (self.end_ns is not None and t_ns > self.end_ns):
+                continue
+            tick = self._number(t_ns)
+            touched = self._touched
+            if len(touched) == 1:
+                changed = touched[0]
+            else:  # none, or several runs since the last tick sent (ticks before tick 0, a drain mid-tick)
+                changed = np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.uint32)
+            self._touched = []
+            yield tick, t_ns, layout_id, self.mirror[:used], changed
+        self._apply(index[begin:], words[begin:], one_tick=False)  # a tick the drain caught halfway
+
+    def _number(self, t_ns: int) -> int:
+        """The tick's number, counting the ticks missed before it. The perf event's timer stays on its grid
+        (hrtimer_forward_now: expiries period apart, an overrun skips periods) and fires late by its latency, so
+        a tick is numbered by whole periods since an anchor tick: floor, exact for any latency up to a period
+        beyond the anchor's. A tick that would take the number of the one before came earlier on the grid than
+        the anchor: it becomes the anchor (the least late seen)."""
+        if self.last_tick < 0:
+            assert self.start_ns is not None
+            tick = (t_ns - self.start_ns) // self.interval_ns
+            self.anchor_ns, self.anchor_tick = t_ns, tick
+        else:
+            tick = self.anchor_tick + (t_ns - self.anchor_ns) // self.interval_ns
+            if tick <= self.last_tick:
+                tick = self.last_tick + 1
+                self.anchor_ns, self.anchor_tick = t_ns, tick
+            self.missed += tick - self.last_tick - 1
+        self.last_tick = tick
+        return tick
+
+    def _apply(self, at: np.ndarray, words: np.ndarray, one_tick: bool) -> None:
+        """Slot records onto the mirror, in order. Where a slot may appear twice its last record wins (an
+        assignment through repeated indices leaves which one unspecified in numpy)."""
+        if not len(at):
+            return
+        if not one_tick:
+            at, last_from_end = np.unique(at[::-1], return_index=True)
+            words = words[len(words) - 1 - last_from_end]
+        self.mirror[at] = words
+        self._touched.append(at)
 
 
 class EbpfTicker:
-    """The recorder's side of `--sampler ebpf`: a tick is one copy of the slots plus a few stat reads."""
+    """The recorder's side of `--sampler ebpf`: a tick is one copy of the slots plus a few stat reads, or, where
+    the kernel takes the tick (kernel_tick), a wake-up every wake_ns drains the kernel's ticks (collect())."""
 
-    def __init__(self, interval_ns: int, slots: int = DEFAULT_SLOTS) -> None:
-        self.sampler = EbpfSampler(slots)
+    def __init__(
+        self, interval_ns: int, slots: int = DEFAULT_SLOTS, *, wake_ns: int | None = None, cpu: int = 0
+    ) -> None:
+        self.interval_ns = interval_ns
+        self.wake_ns = wake_ns  # None: the recorder ticks; else the kernel does, the recorder waking this often
+        self.sampler = EbpfSampler(slots, tick_ns=interval_ns if wake_ns is not None else None, tick_cpu=cpu)
         self.stat_every_ticks = max(1, STAT_SLOW_NS // interval_ns)
         self.stat_fds: list[int] = []
         self.tids: list[int] = []
@@ -353,11 +548,16 @@ class EbpfTicker:
         self._next = 0
         self.reads = 0
         self.slot_frames = SlotFrames()
+        self.kernel_ticks: KernelTicks | None = None
+        self.layout_rows: dict[int, int] = {}  # layout id -> its threads (a tick of none is not sent)
         self._born_listed = -1  # tasks_born() at the last listing of the targets' threads (-1: none yet)
 
     def start(self) -> dict[str, Any]:
         """Compile and attach; the metadata to record (raises EbpfUnavailable, one line why)."""
         self.sampler.start()
+        if self.sampler.kernel_tick and self.wake_ns is not None:
+            self.kernel_ticks = KernelTicks(self.sampler.slots, self.interval_ns, self.slot_frames)
+            self.stat_every_ticks = max(1, STAT_SLOW_NS // self.wake_ns)  # stat reads at each wake-up
         return {**self.sampler.meta(), "stat_slow_ns": STAT_SLOW_NS, "keyframe_ticks": KEYFRAME_TICKS}
 
     def add(self, tid: int, fd_schedstat: int, minflt: int) -> None:
@@ -381,9 +581,50 @@ class EbpfTicker:
         slot_of = self.sampler.slot_by_tid
         return [slot_of.get(tid, -1) for tid in tids]
 
+    def layout_sent(self, layout_id: int) -> None:
+        """The layout of layout() went to the writer as `layout_id`: the kernel's ticks name it from now on."""
+        self.layout_rows[layout_id] = len(self.tids)
+        self.sampler.tick_conf(layout_id)
+
+    def begin(self, start_ns: int) -> None:
+        """Tick 0 is at start_ns: the kernel's ticks before it are not sent."""
+        if self.kernel_ticks is not None:
+            self.kernel_ticks.start_ns = start_ns
+
+    def collect(self, send: Callable[[bytes], bool]) -> list[tuple[int, int]]:
+        """The kernel's ticks since the last call, each as its slot frame given to `send` (False: dropped, the
+        writer is behind); (tick, t_ns) of each, and the rows sent of each in `rows_sent`."""
+        assert self.kernel_ticks is not None
+        done = []
+        self.rows_sent = 0
+        frames_of = self.slot_frames
+        for tick, t_ns, layout_id, slots, changed in self.kernel_ticks.ticks(self.sampler.drain_ticks()):
+            done.append((tick, t_ns))
+            rows = self.layout_rows.get(layout_id, 0)
+            if not rows:  # no target thread yet (--match still waiting): nothing to store, as the recorder's tick
+                continue
+            if send(frames_of.changed_frame(tick, layout_id, t_ns, slots, changed)):
+                self.rows_sent += rows
+            else:
+                frames_of.lost()
+        self.reads += 1  # the ring's one read
+        return done
+
+    @property
+    def missed_ticks(self) -> int:
+        return self.kernel_ticks.missed if self.kernel_ticks is not None else 0
+
     def tick(self, tick: int, layout_id: int, mono: Callable[[], int]) -> tuple[bytes, list[int]]:
         """One tick's frames (STAT_SLOW, then EBPF_TICK or EBPF_DELTA) and the layout indices whose stat read
         failed. A caller that drops them calls lost()."""
+        out, dead = self.stat_frame(tick, layout_id, mono)
+        self.reads += 1
+        return out + self.slot_frames.frame(tick, layout_id, mono(), self.sampler.read()), dead
+
+    def stat_frame(self, tick: int, layout_id: int, mono: Callable[[], int]) -> tuple[bytes, list[int]]:
+        """The STAT_SLOW frame of the stat lines due (b"": none) and the layout indices whose read failed. Under
+        the kernel's tick `tick` is the next one's: the lines are read before it, as the recorder's tick reads
+        them before its copy of the slots."""
         n = len(self.tids)
         picked: list[int] = []
         if self._urgent:
@@ -409,10 +650,8 @@ class EbpfTicker:
             if text:
                 indices.append(i)
                 texts.append(text)
-        self.reads += len(picked) + 1
-        out = frames.encode_stat_slow(tick, layout_id, t_stat, indices, texts) if indices else b""
-        t_ns = mono()
-        return out + self.slot_frames.frame(tick, layout_id, t_ns, self.sampler.read()), dead
+        self.reads += len(picked)
+        return (frames.encode_stat_slow(tick, layout_id, t_stat, indices, texts) if indices else b""), dead
 
     def lost(self) -> None:
         """The frames of the last tick() were dropped."""
@@ -440,5 +679,7 @@ class EbpfTicker:
         """Detach; the probes' figures for the trailer."""
         stats = {**self.sampler.probe_stats(), "slots_full": self.sampler.full}
         stats["full_frames"] = self.slot_frames.full_frames  # slot frames sent whole (SlotFrames)
+        if self.kernel_ticks is not None:
+            stats["kernel_ticks_missed"] = self.kernel_ticks.missed
         self.sampler.stop()
         return stats
