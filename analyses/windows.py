@@ -354,14 +354,27 @@ def iter_raw_windows(
     delayacct = cap.sources.get("delayacct")
     carry: pd.DataFrame | None = None
     for batch in iter_samples(cap, columns, tids=tids, t_range=t_range, batch_rows=batch_rows):
-        frame = batch if carry is None else pd.concat([carry, batch], ignore_index=True)
-        frame = frame.take(thread_order(frame["tid"].to_numpy(), frame["tick"].to_numpy())).reset_index(drop=True)
+        frame = _in_thread_order(batch, carry)
         tid = frame["tid"].to_numpy()
         last = np.r_[tid[1:] != tid[:-1], True] if len(tid) else np.zeros(0, dtype=bool)
         carry = frame[last].reset_index(drop=True)
         windows = window_deltas(frame, clk_tck=clk_tck, delayacct=delayacct)
         if len(windows):
             yield _add_core_type(windows, cap.cpus)
+
+
+def _in_thread_order(batch: pd.DataFrame, carry: pd.DataFrame | None) -> pd.DataFrame:
+    """The carried rows and the batch, in (tid, tick) order (source.thread_order). Plain numpy columns are
+    joined and ordered by numpy, without pandas' concat and take (most of 1.2 s of the 30 M-sample
+    `summarize`; issue 12: analyses speed); any other column goes the pandas way."""
+    parts = [batch] if carry is None else [carry, batch]
+    plain = all(isinstance(dtype, np.dtype) and dtype.kind in "iufb" for dtype in batch.dtypes)
+    if plain and all(list(part.dtypes.items()) == list(batch.dtypes.items()) for part in parts):
+        joined = {name: np.concatenate([part[name].to_numpy() for part in parts]) for name in batch.columns}
+        order = thread_order(joined["tid"], joined["tick"])
+        return pd.DataFrame({name: values[order] for name, values in joined.items()}, copy=False)
+    frame = batch if carry is None else pd.concat([carry, batch], ignore_index=True)
+    return frame.take(thread_order(frame["tid"].to_numpy(), frame["tick"].to_numpy())).reset_index(drop=True)
 
 
 def state_letters(codes: np.ndarray | pd.Series) -> np.ndarray:

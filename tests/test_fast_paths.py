@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 import forensics
-from analyses import evidence, source, stalls, threads
-from analyses.windows import window_deltas
+from analyses import evidence, source, stalls, summary, threads
+from analyses.windows import _in_thread_order, iter_raw_windows, window_deltas
 from tests.helpers import REPO
 
 CAPTURES = [REPO / "captures" / name for name in ("jack-starved-proc.ssf", "lab-episodes.ssf", "lab-clean.ssf")]
@@ -216,3 +216,40 @@ def test_rows_kept_by_the_profiles_pass_are_those_read_again(path: Path, monkeyp
         slow = source.load_samples(fresh, columns, tids=tids)
         pd.testing.assert_frame_equal(fast, slow, check_exact=True)
         assert from_kept == (set(tids) <= set(kept.tids.tolist())), tids
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_bin_sums_by_numpy_are_the_pandas_ones(path: Path) -> None:
+    """summary.bin_sums, the per-batch sums of summarize's timeline, breakdown and faults, give what
+    pandas' groupby gives once each batch's sums are joined as _stream joins them: the windows in
+    iter_raw_windows' order, in an order whose times do not rise, and with a nullable column."""
+    cap = _load(path)
+    windows = next(iter_raw_windows(cap, ["pid", "run_ns", "wait_ns", "slices", "minflt", "majflt"]))
+    bins = (windows["end_ns"].to_numpy() - int(windows["end_ns"].min())) // 50_000_000
+    columns = {"on": "run_delta_ns", "rq": "wait_delta_ns", "wall": "wall_ns", "switches": "switches",
+               "minflt": "minflt", "majflt": "majflt"}  # fmt: skip
+    for frame in (windows, windows.iloc[::-1], windows.sample(frac=1.0, random_state=5)):
+        tid, bin_index = frame["tid"].to_numpy(), bins[frame.index.to_numpy()]
+        sums = {name: frame[column].to_numpy() for name, column in columns.items()}
+        by_pandas = pd.DataFrame({"tid": tid, "bin": bin_index, **sums}).groupby(["tid", "bin"]).sum()
+        pd.testing.assert_frame_equal(summary.bin_sums(tid, bin_index, sums).groupby(level=[0, 1]).sum(), by_pandas)
+    nullable = {**sums, "minflt": pd.array(sums["minflt"], dtype="Int64")}
+    pd.testing.assert_frame_equal(
+        summary.bin_sums(tid, bin_index, nullable),
+        pd.DataFrame({"tid": tid, "bin": bin_index, **nullable}).groupby(["tid", "bin"], sort=False).sum(),
+    )
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+def test_windows_batches_ordered_by_numpy_are_the_pandas_ones(path: Path) -> None:
+    """windows._in_thread_order joins the carried rows and a batch and orders them by numpy as pandas' concat
+    and take do; a nullable column, or carried rows of other dtypes, go the pandas way."""
+    cap = _load(path)
+    batches = list(source.iter_samples(cap, ["pid", "run_ns", "wait_ns", "slices", "state", "cpu"], batch_rows=1))
+    carry = batches[0].sample(frac=0.3, random_state=7).reset_index(drop=True)
+    nullable = batches[1].astype({"cpu": "Int64"})
+    for rows, carried in ((batches[1], None), (batches[1], carry), (nullable, carry.astype({"cpu": "Int64"})),
+                          (batches[1], carry.astype({"pid": "int64"}))):  # fmt: skip
+        frame = rows if carried is None else pd.concat([carried, rows], ignore_index=True)
+        expected = frame.take(np.lexsort((frame["tick"].to_numpy(), frame["tid"].to_numpy()))).reset_index(drop=True)
+        pd.testing.assert_frame_equal(_in_thread_order(rows, carried), expected)
