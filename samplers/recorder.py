@@ -45,6 +45,10 @@ SYSTEM_NS = 50_000_000  # /proc/stat and PSI: context, not per thread; cheap at 
 STATUS_NS = 500_000_000
 STDIN_NS = 50_000_000
 HANDOVER_NS = 10_000_000  # frames go to the writer in batches this far apart
+# Under the eBPF sampler's kernel tick the recorder wakes this often to drain the ticks (and hands them over at
+# each wake-up): its cost is mostly per wake-up, each numpy call running cold after the sleep (in-process on the
+# Bitwig shape, alternating, 10 s each: 6.5-7.4 % of a core at 10 ms, 5.1-5.6 % at 20). The ring holds 0.5 s.
+KERNEL_TICK_WAKE_NS = 20_000_000
 SLEEP_SLICE_NS = 50_000_000  # a long wait for the next tick wakes this often to see a stop request
 # What may wait for a writer that does not keep up (stopped, slow disk) on top of the pipe's 1 MiB;
 # beyond it, new ticks are dropped and counted as lost (the trailer says so), so memory stays bounded.
@@ -76,7 +80,7 @@ class RecorderOptions:
     taskstats: str = "none"  # all | rt | none: per-thread netlink taskstats at the tick (root)
     ebpf: bool = False  # the writer process attaches the eBPF probes (root, BCC)
     sampler: str = "proc"  # proc | ebpf: the tick reads /proc, or the kernel counters of samplers/ebpf/sampler.py
-    # Under --sampler ebpf: "kernel": a BPF program takes the tick and the recorder drains them every HANDOVER_NS
+    # Under --sampler ebpf: "kernel": a BPF program takes the tick and the recorder drains them every 20 ms
     # (the recorder's own tick where that cannot be had); "recorder": the recorder's own tick.
     ebpf_tick: str = "kernel"
     cpu: int | None = None
@@ -706,7 +710,7 @@ class Recorder:
         if opts.sampler == "ebpf":
             from samplers.ebpf.sampler import EbpfTicker
 
-            wake_ns = HANDOVER_NS if opts.ebpf_tick == "kernel" else None
+            wake_ns = KERNEL_TICK_WAKE_NS if opts.ebpf_tick == "kernel" else None
             self.ebpf_ticker = EbpfTicker(opts.interval_ns, wake_ns=wake_ns, cpu=opts.cpu or 0)
             sampler_meta = {"ebpf_sampler": self.ebpf_ticker.start()}  # EbpfUnavailable: one line, why
         base_meta = {
@@ -740,11 +744,11 @@ class Recorder:
             self._publish_layout()  # before tick 0: the kernel's ticks from tick 0 on name it
         start = self.clock()  # tick 0: after the initial discovery, which opened every fd
 
-        # Under the kernel's tick (samplers/ebpf/sampler.py KernelTicks) the loop wakes every HANDOVER_NS to drain
-        # the ticks the kernel took meanwhile; its lateness misses no tick, the kernel's gaps do.
+        # Under the kernel's tick (samplers/ebpf/sampler.py KernelTicks) the loop wakes every KERNEL_TICK_WAKE_NS to
+        # drain the ticks the kernel took meanwhile; its lateness misses no tick, the kernel's gaps do.
         if kernel_ticks:
             self.ebpf_ticker.begin(start)
-        interval = HANDOVER_NS if kernel_ticks else opts.interval_ns
+        interval = KERNEL_TICK_WAKE_NS if kernel_ticks else opts.interval_ns
         end_at = start + opts.duration_ns if opts.duration_ns else None
         next_discovery = start + DISCOVERY_NS
         next_thread_scan = start + THREAD_SCAN_NS
@@ -858,14 +862,18 @@ class Recorder:
                     self._outbox_ticks += 1
                     self.tick_frames += 1
                 ebpf_tids = self.phase_tids[phase] if self.ebpf_ticker is not None else []
-                if kernel_ticks:  # the ticks the kernel took since the last wake-up, then the stat lines due
-                    self._kernel_ticks()
+                if kernel_ticks:
+                    # The stat lines due, then the ticks the kernel took since the last wake-up. The lines are
+                    # numbered as the first of those ticks: each tick has its threads' lines before it (a row
+                    # without one is not stored: a new thread's or, at the start, every thread's), at the cost
+                    # of the slow columns leading by up to one wake-up (DESIGN.md "The eBPF sampler").
                     if ebpf_tids:
                         ticker = self.ebpf_ticker
                         data, dead = ticker.stat_frame(ticker.kernel_ticks.last_tick + 1, self.layout_base, mono)
                         times = [now] * len(ebpf_tids)
                         if data:
                             write(data)
+                    self._kernel_ticks()
                 elif ebpf_tids:  # --sampler ebpf: hot is empty, the ticker copies the kernel's counters
                     data, dead = self.ebpf_ticker.tick(tick, self.layout_base + phase, mono)
                     times = [now] * len(ebpf_tids)

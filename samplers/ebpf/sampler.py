@@ -623,8 +623,8 @@ class EbpfTicker:
 
     def stat_frame(self, tick: int, layout_id: int, mono: Callable[[], int]) -> tuple[bytes, list[int]]:
         """The STAT_SLOW frame of the stat lines due (b"": none) and the layout indices whose read failed. Under
-        the kernel's tick `tick` is the next one's: the lines are read before it, as the recorder's tick reads
-        them before its copy of the slots."""
+        the kernel's tick `tick` is the first not drained yet: the lines go before it, as the recorder's tick
+        reads them before its copy of the slots."""
         n = len(self.tids)
         picked: list[int] = []
         if self._urgent:
