@@ -12,6 +12,7 @@ import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,46 @@ from samplers.procfs import parse_schedstat, parse_stat
 from tests.helpers import child_env, stop_process
 
 WORKLOAD = Path(__file__).resolve().parent / "workloads" / "busy_threads.py"
+
+
+def _start_workload() -> subprocess.Popen[str]:
+    """busy_threads.py, 3 threads that work 1 s after a line on stdin (their tids printed first)."""
+    return subprocess.Popen(
+        [sys.executable, str(WORKLOAD), "3", "1.0"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+
+
+Counters = dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]]  # tid -> (/proc's, eBPF's) run wait switches
+
+
+def _around_the_work(workload: subprocess.Popen[str], both: Callable[[], Counters]) -> tuple[Counters, Counters]:
+    """Both samplers' counters before the workload's second of work and after it, its threads asleep both times."""
+    assert workload.stdin is not None and workload.stdout is not None
+    start = both()
+    workload.stdin.write("go\n")
+    workload.stdin.flush()
+    assert workload.stdout.readline().strip() == "done"
+    _asleep(workload.pid, list(start))
+    return start, both()
+
+
+def _assert_agree(tids: list[int], start: Counters, end: Counters) -> int:
+    """Each thread's run, wait and switches over the work agree within 1 %; the threads' wait in all."""
+    total_wait = 0
+    for tid in tids:
+        (proc_a, bpf_a), (proc_b, bpf_b) = start[tid], end[tid]
+        proc_delta = [b - a for a, b in zip(proc_a, proc_b, strict=True)]
+        bpf_delta = [b - a for a, b in zip(bpf_a, bpf_b, strict=True)]
+        # The second of work happened (a few ms of it at least on a loaded machine): not two zeros compared.
+        assert proc_delta[0] > 5_000_000 and proc_delta[2] > 20, (tid, proc_delta)
+        for name, p, b in zip(("run", "wait", "switches"), proc_delta, bpf_delta, strict=True):
+            assert abs(b - p) <= 0.01 * p, (tid, name, p, b)
+        total_wait += proc_delta[1]
+    return total_wait
 
 
 def _proc(pid: int, tid: int) -> tuple[int, int, int]:
@@ -47,13 +88,7 @@ def test_run_and_wait_agree_with_proc_within_one_percent() -> None:
 
     sampler = EbpfSampler(slots=64)
     sampler.start()
-    workload = subprocess.Popen(
-        [sys.executable, str(WORKLOAD), "3", "1.0"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=child_env(),
-    )
+    workload = _start_workload()
     try:
         assert workload.stdin is not None and workload.stdout is not None
         tids = [int(t) for t in workload.stdout.readline().split()]
@@ -62,7 +97,7 @@ def test_run_and_wait_agree_with_proc_within_one_percent() -> None:
         _asleep(pid, tids)
         slots = {tid: sampler.add(tid, Seed(*_proc(pid, tid))) for tid in tids}
 
-        def both() -> dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]]:
+        def both() -> Counters:
             raw = sampler.read()
             out = {}
             for tid, index in slots.items():
@@ -71,25 +106,11 @@ def test_run_and_wait_agree_with_proc_within_one_percent() -> None:
                 out[tid] = (_proc(pid, tid), (run, wait, switches))
             return out
 
-        start = both()
-        workload.stdin.write("go\n")
-        workload.stdin.flush()
-        assert workload.stdout.readline().strip() == "done"
-        _asleep(pid, tids)
-        end = both()
+        start, end = _around_the_work(workload, both)
     finally:
         stop_process(workload)
         sampler.stop()
-    total_wait = 0
-    for tid in tids:
-        (proc_a, bpf_a), (proc_b, bpf_b) = start[tid], end[tid]
-        proc_delta = [b - a for a, b in zip(proc_a, proc_b, strict=True)]
-        bpf_delta = [b - a for a, b in zip(bpf_a, bpf_b, strict=True)]
-        # The second of work happened (a few ms of it at least on a loaded machine): not two zeros compared.
-        assert proc_delta[0] > 5_000_000 and proc_delta[2] > 20, (tid, proc_delta)
-        for name, p, b in zip(("run", "wait", "switches"), proc_delta, bpf_delta, strict=True):
-            assert abs(b - p) <= 0.01 * p, (tid, name, p, b)
-        total_wait += proc_delta[1]
+    total_wait = _assert_agree(tids, start, end)
     assert total_wait > 1_000_000  # threads queued for their one CPU: the wait figure was exercised too
 
 
@@ -107,13 +128,7 @@ def test_the_kernels_tick_takes_the_slots_every_2ms_and_they_agree_with_proc() -
     assert sampler.kernel_tick, sampler.tick_why
     assert sampler.meta()["tick"] == {"by": "kernel", "cpu": 0}
     kernel = KernelTicks(sampler.slots, 2_000_000, SlotFrames())
-    workload = subprocess.Popen(
-        [sys.executable, str(WORKLOAD), "3", "1.0"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=child_env(),
-    )
+    workload = _start_workload()
     times: list[int] = []
     try:
         assert workload.stdin is not None and workload.stdout is not None
@@ -124,7 +139,7 @@ def test_the_kernels_tick_takes_the_slots_every_2ms_and_they_agree_with_proc() -
         sampler.tick_conf(1)
         kernel.start_ns = time.monotonic_ns()
 
-        def both() -> dict[int, tuple[tuple[int, int, int], tuple[int, int, int]]]:
+        def both() -> Counters:
             """/proc's counters and the slots of the kernel's first tick after this call."""
             after = time.monotonic_ns()
             while not times or times[-1] <= after:
@@ -138,23 +153,12 @@ def test_the_kernels_tick_takes_the_slots_every_2ms_and_they_agree_with_proc() -
                 out[tid] = (_proc(pid, tid), (int(row["run_ns"]), int(row["wait_ns"]), int(row["switches"])))
             return out
 
-        start = both()
-        workload.stdin.write("go\n")
-        workload.stdin.flush()
-        assert workload.stdout.readline().strip() == "done"
-        _asleep(pid, tids)
-        end = both()
+        start, end = _around_the_work(workload, both)
         ended = time.monotonic_ns()
     finally:
         stop_process(workload)
         sampler.stop()
-    for tid in tids:
-        (proc_a, bpf_a), (proc_b, bpf_b) = start[tid], end[tid]
-        proc_delta = [b - a for a, b in zip(proc_a, proc_b, strict=True)]
-        bpf_delta = [b - a for a, b in zip(bpf_a, bpf_b, strict=True)]
-        assert proc_delta[0] > 5_000_000 and proc_delta[2] > 20, (tid, proc_delta)
-        for name, p, b in zip(("run", "wait", "switches"), proc_delta, bpf_delta, strict=True):
-            assert abs(b - p) <= 0.01 * p, (tid, name, p, b)
+    _assert_agree(tids, start, end)
     # CLOCK_MONOTONIC, 2 ms apart (the timer's latency aside), every one numbered: at most a few missed.
     stamps = np.array(times)
     assert kernel.start_ns <= stamps[0] and stamps[-1] <= ended
@@ -399,13 +403,7 @@ def test_the_recorder_takes_the_tick_itself_where_the_kernels_cannot_be_had(
             raise OSError("cannot map the ring buffer")
 
         monkeypatch.setattr(ebpf_sampler, "FixedRecordRing", refused)
-    workload = subprocess.Popen(
-        [sys.executable, str(WORKLOAD), "3", "1.0"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=child_env(),
-    )
+    workload = _start_workload()
     try:
         assert workload.stdin is not None and workload.stdout is not None
         workload.stdout.readline()  # its threads started; they work a second, then wait for stdin to close
