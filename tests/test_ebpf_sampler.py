@@ -202,26 +202,17 @@ def test_btf_member_offsets_through_anonymous_members() -> None:
 @pytest.mark.needs_root
 @pytest.mark.needs_bcc
 def test_catch_load_sampler_ebpf_records_rows_the_analyses_read(tmp_path: Path) -> None:
-    import forensics
     from analyses.source import STATE_D, STATE_R, STATE_S, load_samples
     from analyses.stalls import find_stalls
     from analyses.summary import summarize
     from analyses.threads import thread_profiles
     from forensics.describe import describe_capture
-    from tests.recording import catch_load_argv
+    from tests.recording import record_capture
 
     out = tmp_path / "ebpf.ssf"
-    result = subprocess.run(
-        catch_load_argv(
-            "-q", "--sampler", "ebpf", "-o", str(out), "--", sys.executable, str(WORKLOAD), "3", "1.5", "--now"
-        ),
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=120,
+    cap = record_capture(
+        out, "--sampler", "ebpf", "--", sys.executable, str(WORKLOAD), "3", "1.5", "--now", timeout=120
     )
-    assert result.returncode == 0, result.stderr
-    cap = forensics.load(out)
     assert cap.meta["recording"]["sampler"] == "ebpf"
     assert cap.meta["ebpf_sampler"]["stat_slow_ns"] > 0
     assert cap.meta["ebpf_sampler"]["tick"]["by"] == "kernel"  # the 2 ms tick taken by a BPF program
@@ -351,8 +342,7 @@ def test_the_probes_count_the_tasks_a_followed_process_creates() -> None:
 def test_a_thread_started_late_is_recorded_though_scans_list_only_after_a_new_task(tmp_path: Path) -> None:
     """The recorder lists a target's threads only when the probes counted a new task: one started a second
     into the recording is found and read like the others."""
-    import forensics
-    from tests.recording import catch_load_argv
+    from tests.recording import record_capture
 
     late = (
         "import threading, time\n"
@@ -364,15 +354,7 @@ def test_a_thread_started_late_is_recorded_though_scans_list_only_after_a_new_ta
         "t = threading.Thread(target=work); t.start(); t.join(); time.sleep(0.3)\n"
     )
     out = tmp_path / "late.ssf"
-    result = subprocess.run(
-        catch_load_argv("-q", "--sampler", "ebpf", "-o", str(out), "--", sys.executable, "-c", late),
-        capture_output=True,
-        text=True,
-        env=child_env(),
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    cap = forensics.load(out)
+    cap = record_capture(out, "--sampler", "ebpf", "--", sys.executable, "-c", late, timeout=120)
     threads = cap.threads
     late_tids = set(threads.loc[threads["tid"] != threads["pid"], "tid"])
     assert len(late_tids) == 1, threads[["tid", "pid", "first_ns"]]
