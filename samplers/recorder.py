@@ -877,14 +877,10 @@ class Recorder:
                 elif ebpf_tids:  # --sampler ebpf: hot is empty, the ticker copies the kernel's counters
                     data, dead = self.ebpf_ticker.tick(tick, self.layout_base + phase, mono)
                     times = [now] * len(ebpf_tids)
-                    if self._backlog_bytes > BACKLOG_BYTES:
-                        self.lost_ticks += 1
-                        self.ebpf_ticker.lost()  # the next slot frame is whole: the writer's base is older
-                    else:
-                        write(data)
-                        self._outbox_ticks += 1
-                        self.tick_frames += 1
+                    if self._send_tick_frame(data):
                         self.sample_rows += len(ebpf_tids) - len(dead)
+                    else:
+                        self.ebpf_ticker.lost()  # the next slot frame is whole: the writer's base is older
                 if now >= next_handover:
                     self._hand_over()
                     next_handover = now + HANDOVER_NS
