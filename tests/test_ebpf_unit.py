@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import sys
 import types
@@ -268,3 +269,79 @@ def test_no_bcc_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     with pytest.raises(BccUnavailable) as err:
         import_bcc(tmp_path)
     assert "apt-get install python3-bpfcc" in str(err.value) and "\n" not in str(err.value)
+
+
+def _slots(*phases_switches: tuple[int, int]) -> np.ndarray:
+    """Slots as the probes keep them (u64 words, one row per slot): thread 100 + i in phase p, s switches."""
+    from samplers.ebpf.sampler import SLOT
+
+    raw = b"".join(
+        SLOT.pack(1000 * s, 10 * s, 5, s, 0, 7 * s, 100 + i, 1, 0, p, 0, 0) for i, (p, s) in enumerate(phases_switches)
+    )
+    return np.frombuffer(raw, dtype="<u8").reshape(len(phases_switches), 8).copy()
+
+
+def test_a_sleeping_threads_stat_is_read_again_only_when_its_slot_moved_or_the_refresh_is_due() -> None:
+    from samplers.ebpf.sampler import PHASE_OFF, PHASE_ON_CPU, PHASE_RUNNABLE, PHASE_UNKNOWN, StatChoice
+
+    choice = StatChoice(8, refresh_ns=1_000)
+    live = _slots((PHASE_OFF, 3), (PHASE_OFF, 4), (PHASE_ON_CPU, 5), (PHASE_RUNNABLE, 6), (PHASE_UNKNOWN, 0))
+    every = np.array([0, 1, 2, 3, 4, -1])  # the last thread has no slot
+    assert choice.due(every, live, 0).all()  # never read yet
+    choice.read(every, live, 0)
+    # Unchanged: the two asleep are skipped; one on a CPU, runnable, not seen yet or without a slot is read.
+    assert choice.due(every, live, 500).tolist() == [False, False, True, True, True, True]
+    assert choice.skipped == 2
+    moved = live.copy()
+    moved[1] = _slots((PHASE_OFF, 0), (PHASE_OFF, 5))[1]  # switched in and out again meanwhile
+    assert choice.due(every, moved, 600).tolist() == [False, True, True, True, True, True]
+    assert choice.due(every, live, 1_000).tolist() == [True] * 6  # the refresh: a policy set from outside
+    choice.read(np.array([1]), moved, 700)
+    assert choice.due(np.array([0, 1]), moved, 1_100).tolist() == [True, False]  # 0: the refresh; 1: read at 700
+
+
+def test_the_stat_frame_reads_only_the_threads_stat_choice_says_can_have_changed(tmp_path: Path) -> None:
+    from samplers import frames
+    from samplers.ebpf.sampler import PHASE_OFF, PHASE_ON_CPU, STAT_REFRESH_NS, EbpfTicker
+
+    class Sampler:  # the slots without a kernel: what the probes would have written
+        def __init__(self) -> None:
+            self.slot_by_tid = {100: 0, 101: 1, 102: 2}
+            self.live = _slots((PHASE_OFF, 3), (PHASE_ON_CPU, 4), (PHASE_OFF, 5))
+
+        def read(self) -> bytes:
+            return self.live.tobytes()
+
+    ticker = EbpfTicker(2_000_000, slots=8)
+    sampler = Sampler()
+    ticker.sampler = sampler  # type: ignore[assignment]
+    ticker.stat_every_ticks = 1  # every thread's turn at every call
+    fds = []
+    for tid in (100, 101, 102):
+        (tmp_path / str(tid)).write_text(f"{tid} (t) S 1 2 3\n")
+        fds.append(os.open(tmp_path / str(tid), os.O_RDONLY))
+    try:
+        ticker.layout([100, 101, 102], fds)
+        now = [0]
+
+        def read_indices() -> list[int]:
+            data, dead = ticker.stat_frame(0, 1, lambda: now[0])
+            assert not dead
+            if not data:
+                return []
+            payload = data[frames.FRAME.size :]
+            count = frames.EBPF_TICK_HEADER.unpack_from(payload)[3]
+            return list(np.frombuffer(payload, "<u4", count, frames.EBPF_TICK_HEADER.size))
+
+        assert read_indices() == [0, 1, 2]
+        now[0] = 250_000_000
+        assert read_indices() == [1]  # asleep and unchanged: not read again
+        sampler.live = _slots((PHASE_OFF, 3), (PHASE_ON_CPU, 4), (PHASE_OFF, 6))
+        now[0] = 500_000_000
+        assert read_indices() == [1, 2]
+        now[0] = STAT_REFRESH_NS
+        assert read_indices() == [0, 1]
+        assert ticker.reads == 8
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -365,6 +365,10 @@ class EbpfSampler:
 # burst): it carries what the probes do not keep (policy, priority, major faults, user/system time), which
 # changes rarely. A new thread's is read at once. DESIGN.md "The eBPF sampler".
 STAT_SLOW_NS = 250_000_000
+# At its turn a thread's stat line is read only where it can have changed (StatChoice), and at least this often
+# whatever its slot says: a policy, priority, nice or name set from outside while it sleeps is seen within this
+# (plus one wake-up under the kernel's tick). In the metadata (ebpf_sampler.stat_refresh_ns).
+STAT_REFRESH_NS = 1_000_000_000
 # A thread's row is stored at least this often even when nothing in it changed (samplers/ebpf/sampler_rows.py):
 # the longest run of ticks the analyses fill from one stored row, so a thread that exited is shown for at most
 # this long after its last change. In the metadata (ebpf_sampler.keyframe_ticks) for analyses/source.py.
@@ -376,6 +380,46 @@ SCHEDSTAT_BYTES = 128
 # it at most this many ticks, counted in the trailer, instead of the rest of the recording.
 FULL_FRAME_TICKS = 500
 _WORDS = SLOT_SIZE // 8
+_PHASE_WORD, _PHASE_SHIFT = 7, 16  # the phase byte in a slot as eight u64 words (SLOT: cpu u16, then phase)
+
+
+class StatChoice:
+    """Which threads whose turn it is need their stat line read: not one left the CPU asleep (phase off) whose
+    slot's 64 bytes are those copied just before its last stat read, unless that read is refresh_ns old.
+
+    Exact for the counters the line carries (major faults, utime/stime, block-IO ticks; the state and CPU are
+    the probes' once the phase is known): a switch-in, a switch-out, a wake-up, a fault and the exit each
+    rewrite the slot (a switch counter or a time moves, so bytes equal means no event), so the thread has been
+    off the CPU since just before that read and none of them can have moved (`cputime_adjust()` scales
+    counters that only move while it runs; the block-IO delay is added at its wake-up, microseconds before
+    the wake-up probe). A thread on a CPU or runnable (a slice in progress moves no slot), not seen by the
+    probes yet, or without a slot is always read. What can change from outside while it sleeps (policy,
+    priority, nice, its name) is seen within refresh_ns. DESIGN.md "The eBPF sampler"."""
+
+    def __init__(self, slots: int, refresh_ns: int = STAT_REFRESH_NS) -> None:
+        self.refresh_ns = refresh_ns
+        self.words = np.zeros((slots, _WORDS), dtype="<u8")  # each slot's bytes just before its last stat read
+        self.read_ns = np.full(slots, np.iinfo(np.int64).min // 2, dtype=np.int64)  # that read's time
+        self.skipped = 0  # turns that needed no read (in the trailer)
+
+    def due(self, slots: np.ndarray, live: np.ndarray, now_ns: int) -> np.ndarray:
+        """slots: the slot of each thread whose turn it is (-1: none); live: the used slots now, as u64 words
+        (slots x 8). Whether each needs its stat line read."""
+        has = slots >= 0
+        at = np.where(has, slots, 0)
+        words = live[at]
+        off = (words[:, _PHASE_WORD] >> np.uint64(_PHASE_SHIFT)) & np.uint64(0xFF) == PHASE_OFF
+        same = (words == self.words[at]).all(axis=1)
+        fresh = now_ns - self.read_ns[at] < self.refresh_ns
+        due = ~(has & off & same & fresh)
+        self.skipped += int(len(due) - due.sum())
+        return due
+
+    def read(self, slots: np.ndarray, live: np.ndarray, now_ns: int) -> None:
+        """The stat lines of the threads in `slots` (-1: none) are read now; `live` was copied just before."""
+        slots = slots[slots >= 0]
+        self.words[slots] = live[slots]
+        self.read_ns[slots] = now_ns
 
 
 class SlotFrames:
@@ -544,6 +588,8 @@ class EbpfTicker:
         self.stat_every_ticks = max(1, STAT_SLOW_NS // interval_ns)
         self.stat_fds: list[int] = []
         self.tids: list[int] = []
+        self.tid_slots = np.zeros(0, dtype=np.int64)  # each layout thread's slot (-1: none)
+        self.stat_choice = StatChoice(slots)
         self._urgent: set[int] = set()  # tids whose stat is read at the next tick (just added)
         self._next = 0
         self.reads = 0
@@ -558,7 +604,12 @@ class EbpfTicker:
         if self.sampler.kernel_tick and self.wake_ns is not None:
             self.kernel_ticks = KernelTicks(self.sampler.slots, self.interval_ns, self.slot_frames)
             self.stat_every_ticks = max(1, STAT_SLOW_NS // self.wake_ns)  # stat reads at each wake-up
-        return {**self.sampler.meta(), "stat_slow_ns": STAT_SLOW_NS, "keyframe_ticks": KEYFRAME_TICKS}
+        return {
+            **self.sampler.meta(),
+            "stat_slow_ns": STAT_SLOW_NS,
+            "stat_refresh_ns": self.stat_choice.refresh_ns,
+            "keyframe_ticks": KEYFRAME_TICKS,
+        }
 
     def add(self, tid: int, fd_schedstat: int, minflt: int) -> None:
         """Start keeping `tid`'s counters, continuing its /proc values of now."""
@@ -579,7 +630,9 @@ class EbpfTicker:
         self.stat_fds = stat_fds
         self._next = 0
         slot_of = self.sampler.slot_by_tid
-        return [slot_of.get(tid, -1) for tid in tids]
+        slots = [slot_of.get(tid, -1) for tid in tids]
+        self.tid_slots = np.array(slots, dtype=np.int64)
+        return slots
 
     def layout_sent(self, layout_id: int) -> None:
         """The layout of layout() went to the writer as `layout_id`: the kernel's ticks name it from now on."""
@@ -624,24 +677,30 @@ class EbpfTicker:
     def stat_frame(self, tick: int, layout_id: int, mono: Callable[[], int]) -> tuple[bytes, list[int]]:
         """The STAT_SLOW frame of the stat lines due (b"": none) and the layout indices whose read failed. Under
         the kernel's tick `tick` is the first not drained yet: the lines go before it, as the recorder's tick
-        reads them before its copy of the slots."""
+        reads them before its copy of the slots. Of the threads whose turn it is, only those StatChoice says
+        can have changed are read."""
         n = len(self.tids)
-        picked: list[int] = []
+        picked = np.zeros(0, dtype=np.int64)
         if self._urgent:
-            picked = [i for i, tid in enumerate(self.tids) if tid in self._urgent]
+            picked = np.array([i for i, tid in enumerate(self.tids) if tid in self._urgent], dtype=np.int64)
             self._urgent.clear()
+        t_stat = mono()
         if n:
-            count = -(-n // self.stat_every_ticks)
+            count = min(-(-n // self.stat_every_ticks), n)
             start = self._next
-            picked += [(start + k) % n for k in range(min(count, n))]
+            turn = (start + np.arange(count, dtype=np.int64)) % n
             self._next = (start + count) % n
+            # The slots as they are just before the reads (StatChoice: compared at the next turn).
+            live = np.frombuffer(self.sampler.read(), dtype="<u8").reshape(-1, _WORDS)
+            turn = turn[self.stat_choice.due(self.tid_slots[turn], live, t_stat)]
+            picked = np.concatenate([picked, turn])
+            self.stat_choice.read(self.tid_slots[picked], live, t_stat)
         indices: list[int] = []
         texts: list[bytes] = []
         dead: list[int] = []
         pread = os.pread
         fds = self.stat_fds
-        t_stat = mono()
-        for i in picked:
+        for i in picked.tolist():
             try:
                 text = pread(fds[i], STAT_BYTES, 0)
             except OSError:  # ESRCH: exited
@@ -679,6 +738,7 @@ class EbpfTicker:
         """Detach; the probes' figures for the trailer."""
         stats = {**self.sampler.probe_stats(), "slots_full": self.sampler.full}
         stats["full_frames"] = self.slot_frames.full_frames  # slot frames sent whole (SlotFrames)
+        stats["stat_reads_skipped"] = self.stat_choice.skipped  # turns whose thread could not have changed
         if self.kernel_ticks is not None:
             stats["kernel_ticks_missed"] = self.kernel_ticks.missed
         self.sampler.stop()
