@@ -311,6 +311,53 @@ def test_task_offsets_parsed_once_then_cached(tmp_path: Path) -> None:
 
 @pytest.mark.needs_root
 @pytest.mark.needs_bcc
+def test_the_probes_find_a_thread_by_its_tid_until_it_is_removed() -> None:
+    """The probes find a slot through `slot_of`, an array indexed by tid that this process maps and writes
+    (slot + 1, 0 for none): an added thread's switches are counted, a removed one's no longer, and a tid the
+    index cannot hold (pid_max raised after start) is refused and counted, not written past the mapping."""
+    import threading
+
+    from samplers.ebpf.sampler import SLOT, SLOT_SIZE, EbpfSampler, Seed
+
+    sampler = EbpfSampler(slots=8)
+    sampler.start()
+    stop = threading.Event()
+    ready: list[int] = []
+
+    def sleeper() -> None:
+        ready.append(threading.get_native_id())
+        while not stop.wait(0.001):
+            pass
+
+    thread = threading.Thread(target=sleeper)
+    thread.start()
+    try:
+        while not ready:
+            time.sleep(0.001)
+        tid = ready[0]
+        index = sampler.add(tid, Seed())
+        assert index is not None
+
+        def switches() -> int:
+            return SLOT.unpack_from(sampler.read(), index * SLOT_SIZE)[3]
+
+        time.sleep(0.05)
+        counted = switches()
+        assert counted > 10  # it wakes every 1 ms
+        sampler.remove(tid)
+        after_remove = switches()
+        time.sleep(0.05)
+        assert switches() == after_remove  # its entry is gone: the probes no longer find the slot
+        assert sampler.add(sampler.tids, Seed()) is None
+        assert sampler.beyond_pid_max == 1
+    finally:
+        stop.set()
+        thread.join()
+        sampler.stop()
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_bcc
 def test_the_probes_count_the_tasks_a_followed_process_creates() -> None:
     import threading
 

@@ -42,6 +42,7 @@ SAMPLER_SOURCE = Path(__file__).with_name("sampler.bpf.c")
 SLOT = struct.Struct("<QQQQQQIIHBBI")
 SLOT_SIZE = SLOT.size  # 64
 DEFAULT_SLOTS = 8192  # threads recorded at once; 512 KiB mapped
+PID_MAX_LIMIT = 4 * 1024 * 1024  # the kernel's largest pid_max (include/linux/threads.h, 64-bit)
 TARGETS = 1024  # processes whose new tasks the probes count (sampler.bpf.c `born`); beyond, every scan lists
 # The scheduler's counters that /proc/<pid>/task/<tid>/schedstat prints, copied at each switch-out.
 TASK_COUNTERS = {
@@ -100,6 +101,14 @@ def task_offsets(load: Callable[[str], Any], vmlinux: str, cache_dir: Path | Non
     return offsets
 
 
+def _pid_max(proc: str) -> int:
+    """The kernel's pid_max: tids are below it, so it sizes the probes' tid index (sampler.bpf.c `slot_of`)."""
+    try:
+        return min(int(Path(proc, "sys/kernel/pid_max").read_text()), PID_MAX_LIMIT)
+    except (OSError, ValueError) as err:
+        raise EbpfUnavailable(f"cannot read {proc}/sys/kernel/pid_max ({err})") from err
+
+
 class EbpfSampler:
     def __init__(
         self,
@@ -110,6 +119,8 @@ class EbpfSampler:
         tick_ns: int | None = None,
         tick_cpu: int = 0,
     ) -> None:
+        if not 0 < slots < 0xFFFF:
+            raise ValueError(f"{slots} slots: the probes' tid index holds slot + 1 in a u16 (sampler.bpf.c)")
         self.slots = slots
         # The kernel takes the tick every tick_ns on CPU tick_cpu (None: the recorder copies the slots itself).
         self.tick_ns = tick_ns
@@ -122,11 +133,13 @@ class EbpfSampler:
         self._bpf: Any = None
         self._bcc: Any = None
         self._mm: mmap.mmap | None = None
-        self._slot_of: Any = None
+        self._slot_of: mmap.mmap | None = None  # sampler.bpf.c `slot_of`, mapped: u16 slot + 1 at tid * 2
+        self.tids = 0  # slot_of's size: the kernel's pid_max at start()
         self._free: list[int] = []
         self.used = 0  # slots [0, used) have been handed out at least once
         self.slot_by_tid: dict[int, int] = {}
         self.full = 0  # threads that could not be added (every slot taken): said in the metadata
+        self.beyond_pid_max = 0  # threads not added: tid >= the pid_max of start() (raised since; metadata)
         self.headers = ""
         self.faults = False
         self.newtask = False  # the probes count the targets' new tasks (tasks_born())
@@ -161,7 +174,13 @@ class EbpfSampler:
         self.state_mask = rules.state_mask
         self.faults = event_exists("exceptions", "page_fault_user", self._tracefs.path)
         self.newtask = event_exists("task", "task_newtask", self._tracefs.path)
-        cflags = [f"-DSLOTS={self.slots}", f"-DSTATE_MASK={self.state_mask:#x}", *self._offsets()]
+        self.tids = _pid_max(self.proc)
+        cflags = [
+            f"-DTIDS={self.tids}",
+            f"-DSLOTS={self.slots}",
+            f"-DSTATE_MASK={self.state_mask:#x}",
+            *self._offsets(),
+        ]
         if self.faults:
             cflags.append("-DWITH_FAULTS")
         if self.newtask:
@@ -191,7 +210,14 @@ class EbpfSampler:
         except OSError as err:  # a kernel before 5.5 has no mmapable arrays
             self.stop()
             raise EbpfUnavailable(f"cannot map the eBPF sampler's array ({err.strerror}): kernel 5.5+ needed") from err
-        self._slot_of = self._bpf[b"slot_of"]
+        size = -(-(-(-self.tids // 32) * 64) // mmap.PAGESIZE) * mmap.PAGESIZE  # 32 u16 entries an element
+        try:
+            self._slot_of = mmap.mmap(
+                self._bpf[b"slot_of"].map_fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+            )
+        except OSError as err:
+            self.stop()
+            raise EbpfUnavailable(f"cannot map the eBPF sampler's tid index ({err.strerror})") from err
         if self.tick_ns is not None and not self.tick_why:
             self._start_tick()
 
@@ -251,8 +277,12 @@ class EbpfSampler:
         return [f"-D{macro}={offset}" for macro, offset in offsets.items()]
 
     def add(self, tid: int, seed: Seed) -> int | None:
-        """Give `tid` a slot, seeded; its counters are kept from now on. None when every slot is taken."""
+        """Give `tid` a slot, seeded; its counters are kept from now on. None when every slot is taken, or the
+        tid is beyond the index (pid_max raised since start(): counted, said in the metadata)."""
         assert self._mm is not None, "add() before start()"
+        if tid >= self.tids:
+            self.beyond_pid_max += 1
+            return None
         if tid in self.slot_by_tid:
             self.remove(tid)  # the kernel reused the tid for a new thread: start again from its seed
         if self._free:
@@ -267,8 +297,8 @@ class EbpfSampler:
         self._mm[index * SLOT_SIZE : (index + 1) * SLOT_SIZE] = SLOT.pack(
             seed.run_ns, seed.wait_ns, 0, seed.switches, seed.faults, 0, tid, 0, 0, PHASE_UNKNOWN, 0, 0
         )
-        table = self._slot_of
-        table[table.Key(tid)] = table.Leaf(index)
+        assert self._slot_of is not None
+        struct.pack_into("<H", self._slot_of, tid * 2, index + 1)
         self.slot_by_tid[tid] = index
         return index
 
@@ -276,9 +306,8 @@ class EbpfSampler:
         index = self.slot_by_tid.pop(tid, None)
         if index is None or self._mm is None:
             return
-        table = self._slot_of
-        with contextlib.suppress(KeyError):
-            del table[table.Key(tid)]
+        if self._slot_of is not None:
+            struct.pack_into("<H", self._slot_of, tid * 2, 0)
         # The owner field cleared: the writer drops the slot's bytes, and a probe still holding the index
         # (it looked it up just before the delete) sees a slot that is not its thread's.
         self._mm[index * SLOT_SIZE + 48 : index * SLOT_SIZE + 52] = b"\0\0\0\0"
@@ -344,10 +373,11 @@ class EbpfSampler:
         if self._ring is not None:
             self._ring.close()
             self._ring = None
-        if self._mm is not None:
-            with contextlib.suppress(BufferError):
-                self._mm.close()
-            self._mm = None
+        for mapping in (self._mm, self._slot_of):
+            if mapping is not None:
+                with contextlib.suppress(BufferError):
+                    mapping.close()
+        self._mm = self._slot_of = None
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
@@ -737,6 +767,8 @@ class EbpfTicker:
     def stop(self) -> dict[str, Any]:
         """Detach; the probes' figures for the trailer."""
         stats = {**self.sampler.probe_stats(), "slots_full": self.sampler.full}
+        if self.sampler.beyond_pid_max:
+            stats["tids_beyond_pid_max"] = self.sampler.beyond_pid_max
         stats["full_frames"] = self.slot_frames.full_frames  # slot frames sent whole (SlotFrames)
         stats["stat_reads_skipped"] = self.stat_choice.skipped  # turns whose thread could not have changed
         if self.kernel_ticks is not None:
