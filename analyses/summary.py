@@ -10,10 +10,11 @@
 With `tids` (`--tid N`) views 1, 2, 3 and 5 hold only those threads (3 whatever their policy and
 period); view 4 stays the whole machine's (its `by` column names who took the faults).
 
-Views 1-4 stream the capture once (raw window deltas summed into bins of about a fiftieth of the span,
-so the tick-lag of the counters does not matter); view 5 reads only the watched threads. "Sharing its
-CPU": in the same tick another recorded thread whose last CPU (stat field 39) was the same one was on
-CPU for at least half of its window, or was in state R at the read (running there, or queued for it).
+Views 1-4 sum raw window deltas into bins of about a fiftieth of the span (so the tick-lag of the counters
+does not matter), on the thread profiles' own pass over the capture (_OnePass); view 5 reads only the
+watched threads. "Sharing its CPU": in the same tick another recorded thread whose last CPU (stat field
+39) was the same one was on CPU for at least half of its window, or was in state R at the read (running
+there, or queued for it).
 The CPU of a sleeping thread is where it last ran, which is where it will most likely wake: good enough
 for placement, not for exact co-scheduling (eBPF gives that).
 """
@@ -28,8 +29,8 @@ import pandas as pd
 from analyses.rules import StallRules
 from analyses.source import STATE_R, capture_interval_ns, capture_origin_ns
 from analyses.stalls import find_stalls
-from analyses.threads import policy_label, select_threads, thread_profiles
-from analyses.windows import iter_raw_windows
+from analyses.threads import SamplesTap, policy_label, select_threads, thread_profiles
+from analyses.windows import RawWindows, iter_raw_windows
 from capture.format import Capture
 from capture.vocabulary import RT_POLICIES
 
@@ -79,7 +80,8 @@ def summarize(
     """The five views (module docstring) as DataFrames in `Summary.views`; `tids`: only those threads in
     the per-thread views (1, 2, 3, 5), the faults over time stay the machine's."""
     interval = capture_interval_ns(cap)
-    profiles = thread_profiles(cap, t_range=t_range)
+    one_pass = _OnePass(cap, tids)
+    profiles = thread_profiles(cap, t_range=t_range, tap=SamplesTap(STREAM_COLUMNS, STREAM_BATCH_ROWS, one_pass.take))
     origin = capture_origin_ns(cap)
     if profiles.empty or origin is None:
         return Summary(bin_ns=interval, origin_ns=origin, views={})
@@ -88,7 +90,9 @@ def summarize(
     bin_ns = nice_bin_ns(span, interval, bins)
     watched = select_threads(profiles, tids=tids)
     watched_tids = watched["tid"].to_numpy(dtype=np.int32)
-    acc = _stream(cap, t_range, start, bin_ns, watched_tids, only_watched=bool(tids))
+    acc = one_pass.sums(start, bin_ns, watched_tids)
+    if acc is None:
+        acc = _stream(cap, t_range, start, bin_ns, watched_tids, only_watched=bool(tids))
     names = profiles.set_index("tid")["comm"]
     views: dict[str, pd.DataFrame] = {}
     per_bin = acc["per_bin"]  # every thread's: the faults over time are the machine's
@@ -107,102 +111,153 @@ def _bins(per_bin: pd.DataFrame) -> int:
     return int(per_bin["bin"].max()) + 1 if len(per_bin) else 0
 
 
-def _stream(
-    cap: Capture,
-    t_range: tuple[int | None, int | None] | None,
-    start: int,
-    bin_ns: int,
-    watched: np.ndarray,
-    *,
-    only_watched: bool = False,
-) -> dict[str, pd.DataFrame]:
-    """Per bin every thread's sums; the placement of the `watched` threads (and of any real-time one,
-    unless `only_watched`)."""
-    columns = ["pid", "run_ns", "wait_ns", "slices", "state", "minflt", "majflt", "cpu", "policy", "rtprio"]
-    per_bin, per_cpu, totals, changes = [], [], [], []
-    for w in iter_raw_windows(cap, columns, t_range=t_range):
-        tid = w["tid"].to_numpy()
-        on = w["run_delta_ns"].to_numpy()
-        wall = w["wall_ns"].to_numpy()
-        bin_index = (w["end_ns"].to_numpy() - start) // bin_ns
-        sums = {
-            "on": on,
-            "rq": w["wait_delta_ns"].to_numpy(),
-            "wall": wall,
-            "switches": w["switches"].to_numpy(),
-            "minflt": w["minflt"].to_numpy(),
-            "majflt": w["majflt"].to_numpy(),
+# The sample columns of summarize's pass over raw windows, and its batches (iter_raw_windows' own size: the
+# batches, and so the order of the policy changes, are the same whether the pass is its own or rides on the
+# thread profiles' pass).
+STREAM_COLUMNS = ("pid", "run_ns", "wait_ns", "slices", "state", "minflt", "majflt", "cpu", "policy", "rtprio")
+STREAM_BATCH_ROWS = 2_000_000
+FINE_BINS = 4096  # bins of a batch summed before the bin width is known: at most this many, of 10^k ns
+
+
+@dataclass(frozen=True)
+class _BatchSums:
+    """One batch of windows' part of _stream's sums, by bins of `bin_ns` from the pass's origin: per (tid,
+    bin) every thread's; for the rows placed (_placed), per (tid, bin, cpu) the wall time, per tid the
+    placement totals and per (tid, core type) the wall time, and their policy changes (None: no row)."""
+
+    bin_ns: int
+    per_bin: pd.DataFrame
+    per_cpu: pd.Series | None = None
+    totals: pd.DataFrame | None = None
+    cores: pd.Series | None = None
+    changes: pd.DataFrame | None = None
+
+
+def _placed(w: pd.DataFrame, tids: np.ndarray, *, only_tids: bool) -> np.ndarray:
+    """The windows whose placement summarize lays out: those of `tids` (the watched threads), and any real-
+    time one unless `only_tids`."""
+    mine = np.isin(w["tid"].to_numpy(), tids)
+    if not only_tids:
+        mine |= np.isin(w["policy"].to_numpy(), RT_POLICIES)
+    return mine
+
+
+def _batch_sums(w: pd.DataFrame, origin: int, bin_ns: int, mine: np.ndarray) -> _BatchSums:
+    tid = w["tid"].to_numpy()
+    on = w["run_delta_ns"].to_numpy()
+    wall = w["wall_ns"].to_numpy()
+    bin_index = (w["end_ns"].to_numpy() - origin) // bin_ns
+    sums = {
+        "on": on,
+        "rq": w["wait_delta_ns"].to_numpy(),
+        "wall": wall,
+        "switches": w["switches"].to_numpy(),
+        "minflt": w["minflt"].to_numpy(),
+        "majflt": w["majflt"].to_numpy(),
+    }
+    per_bin = bin_sums(tid, bin_index, sums)
+    if not mine.any():
+        return _BatchSums(bin_ns, per_bin)
+    # Placement of watched threads: which CPU, slow cores, a busy neighbour on the same CPU.
+    tick = w["tick"].to_numpy().astype(np.int64)
+    cpu = w["cpu"].to_numpy().astype(np.int64)
+    key = tick * 65536 + np.clip(cpu, 0, 65535)
+    # A busy neighbour: on CPU for half its window, or in R at the read (running or queued there). The
+    # state catches a CPU hog whose run time the tick has not accounted yet (raw deltas lag).
+    busy = (on >= BUSY_FRACTION * wall) | (w["state"].to_numpy() == STATE_R)
+    busy_keys, busy_counts = np.unique(key[busy], return_counts=True)
+    pos = np.clip(np.searchsorted(busy_keys, key[mine]), 0, max(len(busy_keys) - 1, 0))
+    found = (busy_keys[pos] == key[mine]) if len(busy_keys) else np.zeros(mine.sum(), dtype=bool)
+    others = np.where(found, busy_counts[pos] if len(busy_keys) else 0, 0) - busy[mine]
+    shared = others > 0
+    sub = pd.DataFrame(
+        {
+            "tid": tid[mine],
+            "bin": bin_index[mine],
+            "cpu": cpu[mine],
+            "wall": wall[mine],
+            "on": on[mine],
+            "rq": w["wait_delta_ns"].to_numpy()[mine],
+            "slow_wall": np.where(w["slow_core"].to_numpy()[mine], wall[mine], 0),
+            "slow_on": np.where(w["slow_core"].to_numpy()[mine], on[mine], 0),
+            "shared_wall": np.where(shared, wall[mine], 0),
+            "shared_rq": np.where(shared, w["wait_delta_ns"].to_numpy()[mine], 0),
+            "migrations": (w["cpu"].to_numpy()[mine] != w["cpu_start"].to_numpy()[mine]).astype(np.int64),
         }
-        per_bin.append(bin_sums(tid, bin_index, sums))
-        # Placement of watched threads: which CPU, slow cores, a busy neighbour on the same CPU.
-        mine = np.isin(tid, watched)
-        if not only_watched:
-            mine |= np.isin(w["policy"].to_numpy(), RT_POLICIES)
-        if not mine.any():
-            continue
-        tick = w["tick"].to_numpy().astype(np.int64)
-        cpu = w["cpu"].to_numpy().astype(np.int64)
-        key = tick * 65536 + np.clip(cpu, 0, 65535)
-        # A busy neighbour: on CPU for half its window, or in R at the read (running or queued there). The
-        # state catches a CPU hog whose run time the tick has not accounted yet (raw deltas lag).
-        busy = (on >= BUSY_FRACTION * wall) | (w["state"].to_numpy() == STATE_R)
-        busy_keys, busy_counts = np.unique(key[busy], return_counts=True)
-        pos = np.clip(np.searchsorted(busy_keys, key[mine]), 0, max(len(busy_keys) - 1, 0))
-        found = (busy_keys[pos] == key[mine]) if len(busy_keys) else np.zeros(mine.sum(), dtype=bool)
-        others = np.where(found, busy_counts[pos] if len(busy_keys) else 0, 0) - busy[mine]
-        shared = others > 0
-        sub = pd.DataFrame(
+    )
+    core = w["core_type"][mine].astype(str).to_numpy()  # only the rows kept: the same labels
+    changed = (w["policy"].to_numpy() != w["policy_start"].to_numpy()) | (
+        w["rtprio"].to_numpy() != w["rtprio_start"].to_numpy()
+    )
+    changed &= mine
+    changes = None
+    if changed.any():
+        changes = pd.DataFrame(
             {
-                "tid": tid[mine],
-                "bin": bin_index[mine],
-                "cpu": cpu[mine],
-                "wall": wall[mine],
-                "on": on[mine],
-                "rq": w["wait_delta_ns"].to_numpy()[mine],
-                "slow_wall": np.where(w["slow_core"].to_numpy()[mine], wall[mine], 0),
-                "slow_on": np.where(w["slow_core"].to_numpy()[mine], on[mine], 0),
-                "shared_wall": np.where(shared, wall[mine], 0),
-                "shared_rq": np.where(shared, w["wait_delta_ns"].to_numpy()[mine], 0),
-                "migrations": (w["cpu"].to_numpy()[mine] != w["cpu_start"].to_numpy()[mine]).astype(np.int64),
+                "tid": tid[changed],
+                "t_ns": w["end_ns"].to_numpy()[changed],
+                "from": [
+                    policy_label(p, r)
+                    for p, r in zip(
+                        w["policy_start"].to_numpy()[changed], w["rtprio_start"].to_numpy()[changed], strict=True
+                    )
+                ],
+                "to": [
+                    policy_label(p, r)
+                    for p, r in zip(w["policy"].to_numpy()[changed], w["rtprio"].to_numpy()[changed], strict=True)
+                ],
             }
         )
-        per_cpu.append(sub.groupby(["tid", "bin", "cpu"], sort=False)["wall"].sum())
-        totals.append(sub.drop(columns=["bin", "cpu"]).groupby("tid").sum())
-        core = w["core_type"][mine].astype(str).to_numpy()  # only the rows kept: the same labels
-        totals.append(
-            pd.DataFrame({"tid": tid[mine], "core": core, "wall": wall[mine]})
-            .groupby(["tid", "core"])["wall"]
-            .sum()
-            .unstack(fill_value=0)
-            .add_prefix("core:")
+    return _BatchSums(
+        bin_ns,
+        per_bin,
+        per_cpu=sub.groupby(["tid", "bin", "cpu"], sort=False)["wall"].sum(),
+        totals=sub.drop(columns=["bin", "cpu"]).groupby("tid").sum(),
+        cores=pd.DataFrame({"tid": tid[mine], "core": core, "wall": wall[mine]}).groupby(["tid", "core"])["wall"].sum(),
+        changes=changes,
+    )
+
+
+def _of_tids(values: pd.Series | pd.DataFrame, tids: np.ndarray | None) -> pd.Series | pd.DataFrame:
+    """The rows of `tids` (all with None) of a frame or series whose index (first level) is the tid."""
+    if tids is None:
+        return values
+    index = values.index
+    return values[(index.get_level_values(0) if isinstance(index, pd.MultiIndex) else index).isin(tids)]
+
+
+def _rebinned(values: pd.Series | pd.DataFrame, factor: int) -> pd.Series | pd.DataFrame:
+    """Sums indexed by (tid, bin, ...) with every `factor` consecutive bins made one (the index rebuilt)."""
+    index = values.index
+    levels = [index.get_level_values(i) for i in range(index.nlevels)]
+    levels[1] = levels[1] // factor
+    return values.set_axis(pd.MultiIndex.from_arrays(levels, names=index.names))
+
+
+def _joined(parts: list[_BatchSums], bin_ns: int, tids: np.ndarray | None = None) -> dict[str, pd.DataFrame]:
+    """The batches' sums as _stream returns them, by bins of `bin_ns` (a multiple of each batch's bin width,
+    from the same origin: floor division by one then the other is floor division by their product), the
+    placement of the rows of `tids` only (all placed rows with None). A batch with none of those rows adds
+    no placement, as a batch with no row placed."""
+    per_bin, per_cpu, totals, changes = [], [], [], []
+    for part in parts:
+        per_bin.append(part.per_bin if part.bin_ns == bin_ns else _rebinned(part.per_bin, bin_ns // part.bin_ns))
+        if part.totals is None or part.per_cpu is None or part.cores is None:
+            continue
+        mine = _of_tids(part.totals, tids)
+        if mine.empty:
+            continue
+        per_cpu.append(_rebinned(_of_tids(part.per_cpu, tids), bin_ns // part.bin_ns))
+        totals.append(mine)
+        cores = _of_tids(part.cores, tids)
+        core_of = pd.DataFrame(
+            {"tid": cores.index.get_level_values(0), "core": cores.index.get_level_values(1), "wall": cores.to_numpy()}
         )
-        changed = (w["policy"].to_numpy() != w["policy_start"].to_numpy()) | (
-            w["rtprio"].to_numpy() != w["rtprio_start"].to_numpy()
-        )
-        changed &= mine
-        if changed.any():
-            changes.append(
-                pd.DataFrame(
-                    {
-                        "tid": tid[changed],
-                        "t_ns": w["end_ns"].to_numpy()[changed],
-                        "from": [
-                            policy_label(p, r)
-                            for p, r in zip(
-                                w["policy_start"].to_numpy()[changed],
-                                w["rtprio_start"].to_numpy()[changed],
-                                strict=True,
-                            )
-                        ],
-                        "to": [
-                            policy_label(p, r)
-                            for p, r in zip(
-                                w["policy"].to_numpy()[changed], w["rtprio"].to_numpy()[changed], strict=True
-                            )
-                        ],
-                    }
-                )
-            )
+        totals.append(core_of.groupby(["tid", "core"])["wall"].sum().unstack(fill_value=0).add_prefix("core:"))
+        if part.changes is not None:
+            changed = part.changes[np.isin(part.changes["tid"].to_numpy(), tids)] if tids is not None else part.changes
+            if len(changed):
+                changes.append(changed)
     out: dict[str, pd.DataFrame] = {}
     out["per_bin"] = (
         pd.concat(per_bin).groupby(level=[0, 1]).sum().reset_index()
@@ -215,6 +270,66 @@ def _stream(
         pd.concat(changes, ignore_index=True) if changes else pd.DataFrame(columns=["tid", "t_ns", "from", "to"])
     )
     return out
+
+
+def _stream(
+    cap: Capture,
+    t_range: tuple[int | None, int | None] | None,
+    start: int,
+    bin_ns: int,
+    watched: np.ndarray,
+    *,
+    only_watched: bool = False,
+) -> dict[str, pd.DataFrame]:
+    """Per bin every thread's sums; the placement of the `watched` threads (and of any real-time one,
+    unless `only_watched`). A pass of its own, where none rode on the thread profiles' (_OnePass)."""
+    parts = [
+        _batch_sums(w, start, bin_ns, _placed(w, watched, only_tids=only_watched))
+        for w in iter_raw_windows(cap, STREAM_COLUMNS, t_range=t_range, batch_rows=STREAM_BATCH_ROWS)
+    ]
+    return _joined(parts, bin_ns)
+
+
+class _OnePass:
+    """_stream's sums from the thread profiles' pass (threads.SamplesTap), so that summarize decodes the
+    capture once for both (issue 12: analyses speed). Neither the first time, the bin width nor the watched
+    threads are known during that pass: each batch is summed by bins of a power of ten ns (the finest one
+    not wider than the sampling interval that gives at most FINE_BINS bins from the first read), which
+    divides the final width (1, 2 or 5 x 10^k, at least a fiftieth of the span: nice_bin_ns), and the
+    placement is taken for the threads real-time or periodic in the first batch (or those asked for), and
+    any real-time row. `sums` then gives what _stream gives, or None where the pass cannot: its first time
+    is not the profiles' first, a batch's bins do not divide the width, or a watched thread is not among
+    those placed (periodic only after the first batch): _stream reads the capture again."""
+
+    def __init__(self, cap: Capture, tids: tuple[int, ...]) -> None:
+        self.windows_of = RawWindows(cap)
+        self.finest_ns = 10 ** int(np.floor(np.log10(max(capture_interval_ns(cap), 1))))
+        self.tids = np.asarray(tids, dtype=np.int64) if tids else None
+        self.placing: np.ndarray | None = None
+        self.origin: int | None = None
+        self.parts: list[_BatchSums] = []
+
+    def take(self, batch: pd.DataFrame, likely: np.ndarray) -> None:
+        if self.origin is None:
+            self.origin = int(batch["t_ns"].min())
+            self.placing = likely if self.tids is None else self.tids
+        assert self.placing is not None
+        w = self.windows_of(batch)
+        if not len(w):
+            return
+        bin_ns = self.finest_ns
+        while (int(w["end_ns"].max()) - self.origin) // bin_ns >= FINE_BINS:
+            bin_ns *= 10
+        self.parts.append(
+            _batch_sums(w, self.origin, bin_ns, _placed(w, self.placing, only_tids=self.tids is not None))
+        )
+
+    def sums(self, start: int, bin_ns: int, watched: np.ndarray) -> dict[str, pd.DataFrame] | None:
+        if self.origin != start or self.placing is None or any(bin_ns % part.bin_ns for part in self.parts):
+            return None
+        if not np.isin(watched, self.placing).all():
+            return None
+        return _joined(self.parts, bin_ns, watched)
 
 
 def bin_sums(tid: np.ndarray, bin_index: np.ndarray, sums: dict[str, np.ndarray]) -> pd.DataFrame:

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import re
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -85,24 +86,42 @@ def thread_names(cap: Capture) -> pd.DataFrame:
 _WHOLE: weakref.WeakKeyDictionary[Capture, pd.DataFrame] = weakref.WeakKeyDictionary()
 
 
+@dataclass(frozen=True)
+class SamplesTap:
+    """Work that rides on the profiles' pass over the samples, so that the capture is decoded once for both
+    (summarize's bins: analyses.summary). `take(batch, likely)` is given each batch as
+    iter_samples(cap, columns, t_range=..., batch_rows=batch_rows) gives it, and the threads that the
+    first batch says are likely watched (_likely_watched); it is not called when no pass runs (the whole
+    capture's profiles already known)."""
+
+    columns: tuple[str, ...]
+    batch_rows: int
+    take: Callable[[pd.DataFrame, np.ndarray], None]
+
+
 def thread_profiles(
-    cap: Capture, *, t_range: tuple[int | None, int | None] | None = None, block_ns: int = BLOCK_NS
+    cap: Capture,
+    *,
+    t_range: tuple[int | None, int | None] | None = None,
+    block_ns: int = BLOCK_NS,
+    tap: SamplesTap | None = None,
 ) -> pd.DataFrame:
     """One row per thread: names, policy, totals, wake-up rate, `periodic` and `period_ns`.
 
     The totals (samples, on_cpu_ns, switches...) are those of `t_range`; whether a thread is periodic and
     its period always come from the whole capture (a span selects what is shown, never what is decided:
-    README, "Explaining a spike"). `attrs["t_range"]` says which span the totals cover.
+    README, "Explaining a spike"). `attrs["t_range"]` says which span the totals cover. `tap` rides on the
+    pass over `t_range`'s samples, if one runs.
     """
     whole = _WHOLE.get(cap) if block_ns == BLOCK_NS else None
     if whole is None:
-        whole = _profiles(cap, t_range=None, block_ns=block_ns)
+        whole = _profiles(cap, t_range=None, block_ns=block_ns, tap=tap if t_range is None else None)
         whole.attrs["t_range"] = None
         if block_ns == BLOCK_NS:
             _WHOLE[cap] = whole
     if t_range is None:
         return whole.copy()
-    part = _profiles(cap, t_range=t_range, block_ns=block_ns)
+    part = _profiles(cap, t_range=t_range, block_ns=block_ns, tap=tap)
     decided = whole.set_index("tid")
     for column in ("periodic", "period_ns", "period_source", "steady_fraction"):
         values = decided[column].reindex(part["tid"].to_numpy())
@@ -111,7 +130,9 @@ def thread_profiles(
     return part
 
 
-def _profiles(cap: Capture, *, t_range: tuple[int | None, int | None] | None, block_ns: int) -> pd.DataFrame:
+def _profiles(
+    cap: Capture, *, t_range: tuple[int | None, int | None] | None, block_ns: int, tap: SamplesTap | None = None
+) -> pd.DataFrame:
     """thread_profiles over `t_range` alone (periods too). Streams the capture (bounded memory): per
     batch, per thread and block, the last cumulative counters."""
     columns = ["pid", "run_ns", "wait_ns", "slices", "policy", "rtprio", "nice", "starttime"]
@@ -119,20 +140,33 @@ def _profiles(cap: Capture, *, t_range: tuple[int | None, int | None] | None, bl
     keeping = t_range is None and block_ns == BLOCK_NS and not fills_rows(cap)
     if keeping:
         columns = list(dict.fromkeys([*columns, *KEPT_COLUMNS]))
+    if tap is not None:
+        columns = list(dict.fromkeys([*columns, *tap.columns]))
+        tapped = list(dict.fromkeys(["tick", "t_ns", "tid", *tap.columns]))  # iter_samples' columns for the tap
     kept: KeptRows | None = None
+    likely: np.ndarray | None = None
     origin: int | None = None
     per_block: list[pd.DataFrame] = []
     per_thread: list[pd.DataFrame] = []
     last_slices = pd.Series(dtype=np.float64)  # per tid, the switch-in count of its previous sample
-    for batch in iter_samples(cap, columns, t_range=t_range):
+    batches = (
+        iter_samples(cap, columns, t_range=t_range)
+        if tap is None
+        else iter_samples(cap, columns, t_range=t_range, batch_rows=tap.batch_rows)
+    )
+    for batch in batches:
         if origin is None:
             origin = int(batch["t_ns"].min())
         blocks_of, threads_of, last_slices = _batch_aggregates(batch, origin, block_ns, last_slices)
         per_block.append(blocks_of)
         per_thread.append(threads_of)
-        if keeping:
-            kept = _keep(cap, kept, batch, blocks_of)
+        if likely is None and (keeping or tap is not None):
+            likely = _likely_watched(cap, batch, blocks_of)
+        if keeping and likely is not None:
+            kept = _keep(kept, batch, likely)
             keeping = kept is not None
+        if tap is not None and likely is not None:
+            tap.take(batch[tapped], likely)
         del batch  # not held while the next batch is read
     if keeping and kept is not None:
         keep_rows(cap, kept)
@@ -210,21 +244,27 @@ def _profiles(cap: Capture, *, t_range: tuple[int | None, int | None] | None, bl
 MAX_KEPT_ROWS = 3_000_000  # about 250 MB of KEPT_COLUMNS
 
 
-def _keep(cap: Capture, kept: KeptRows | None, batch: pd.DataFrame, blocks_of: pd.DataFrame) -> KeptRows | None:
-    """The rows of the threads real-time or periodic in the first batch (its blocks alone decide), kept
-    batch by batch while they are what load_samples would read for those threads (source.keepable) and
-    at most MAX_KEPT_ROWS; None: keep nothing. `stalls` watches the real-time and periodic threads, and
-    without these rows finds theirs by decoding every row of the capture again. A thread they miss (real-
-    time or periodic only later) is read again, with the rest (source._kept_batches)."""
+def _likely_watched(cap: Capture, batch: pd.DataFrame, blocks_of: pd.DataFrame) -> np.ndarray:
+    """The threads real-time or periodic in the first batch of a pass (its blocks alone decide): those
+    select_threads most likely picks once the whole capture is known."""
+    tid = batch["tid"].to_numpy()
+    rt = np.unique(tid[np.isin(batch["policy"].to_numpy(), RT_POLICIES)])
+    decided = _periodicity(blocks_of.reset_index().sort_values(["tid", "life", "block"]), capture_interval_ns(cap))
+    periodic = decided.index[decided["periodic"].to_numpy(dtype=bool)].to_numpy()
+    return np.union1d(rt, periodic).astype(np.int64)
+
+
+def _keep(kept: KeptRows | None, batch: pd.DataFrame, likely: np.ndarray) -> KeptRows | None:
+    """The rows of the threads `likely` watched (_likely_watched), kept batch by batch while they are what
+    load_samples would read for those threads (source.keepable) and at most MAX_KEPT_ROWS; None: keep
+    nothing. `stalls` watches the real-time and periodic threads, and without these rows finds theirs by
+    decoding every row of the capture again. A thread they miss (real-time or periodic only later) is read
+    again, with the rest (source._kept_batches)."""
     wanted = ["tick", "t_ns", "tid", *KEPT_COLUMNS]
     if not keepable(batch, wanted):
         return None
     if kept is None:
-        tid = batch["tid"].to_numpy()
-        rt = np.unique(tid[np.isin(batch["policy"].to_numpy(), RT_POLICIES)])
-        decided = _periodicity(blocks_of.reset_index().sort_values(["tid", "life", "block"]), capture_interval_ns(cap))
-        periodic = decided.index[decided["periodic"].to_numpy(dtype=bool)].to_numpy()
-        kept = KeptRows(wanted, np.union1d(rt, periodic).astype(np.int64))
+        kept = KeptRows(wanted, likely)
     rows = batch[np.isin(batch["tid"].to_numpy(), kept.tids)][wanted]
     kept.rows += len(rows)
     if kept.rows > MAX_KEPT_ROWS:

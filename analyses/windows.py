@@ -350,17 +350,29 @@ def iter_raw_windows(
     The last read of each thread in one batch is carried into the next, so a window that spans two
     batches is still produced once. Good for aggregates over bins much longer than a tick.
     """
-    clk_tck = cap.clk_tck
-    delayacct = cap.sources.get("delayacct")
-    carry: pd.DataFrame | None = None
+    windows_of = RawWindows(cap)
     for batch in iter_samples(cap, columns, tids=tids, t_range=t_range, batch_rows=batch_rows):
-        frame = _in_thread_order(batch, carry)
+        windows = windows_of(batch)
+        if len(windows):
+            yield windows
+
+
+class RawWindows:
+    """iter_raw_windows' windows of the batches of iter_samples given in turn (the last read of each thread
+    carried to the next batch), for a pass that reads the batches for other work too (summarize's bins ride
+    on the thread profiles' pass: analyses.threads.SamplesTap)."""
+
+    def __init__(self, cap: Capture) -> None:
+        self.clk_tck, self.delayacct, self.cpus = cap.clk_tck, cap.sources.get("delayacct"), cap.cpus
+        self.carry: pd.DataFrame | None = None
+
+    def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
+        frame = _in_thread_order(batch, self.carry)
         tid = frame["tid"].to_numpy()
         last = np.r_[tid[1:] != tid[:-1], True] if len(tid) else np.zeros(0, dtype=bool)
-        carry = frame[last].reset_index(drop=True)
-        windows = window_deltas(frame, clk_tck=clk_tck, delayacct=delayacct)
-        if len(windows):
-            yield _add_core_type(windows, cap.cpus)
+        self.carry = frame[last].reset_index(drop=True)
+        windows = window_deltas(frame, clk_tck=self.clk_tck, delayacct=self.delayacct)
+        return _add_core_type(windows, self.cpus) if len(windows) else windows
 
 
 def _in_thread_order(batch: pd.DataFrame, carry: pd.DataFrame | None) -> pd.DataFrame:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -253,3 +254,65 @@ def test_windows_batches_ordered_by_numpy_are_the_pandas_ones(path: Path) -> Non
         frame = rows if carried is None else pd.concat([carried, rows], ignore_index=True)
         expected = frame.take(np.lexsort((frame["tick"].to_numpy(), frame["tid"].to_numpy()))).reset_index(drop=True)
         pd.testing.assert_frame_equal(_in_thread_order(rows, carried), expected)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("batch_rows, fine_bins", [(summary.STREAM_BATCH_ROWS, summary.FINE_BINS), (3000, 600)])
+def test_summarize_in_one_pass_is_its_two(
+    path: Path, batch_rows: int, fine_bins: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """summarize's bins and placement summed on the thread profiles' pass (summary._OnePass: batches by bins
+    of 10^k ns joined into the width found at the end, the placement of the threads likely watched cut to
+    those watched) are what its own pass over the raw windows gives (summary._stream), view for view; the
+    profiles read in the batches of that pass are the usual ones. With small batches and few fine bins,
+    each batch's bins are wider than the last's."""
+    monkeypatch.setattr(summary, "STREAM_BATCH_ROWS", batch_rows)
+    monkeypatch.setattr(summary, "FINE_BINS", fine_bins)
+    own_passes: list[int] = []
+    stream = summary._stream
+
+    def counted(*args: object, **kwargs: object) -> dict[str, pd.DataFrame]:
+        own_passes.append(1)
+        return stream(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(summary, "_stream", counted)
+    made: list[summary._OnePass] = []
+
+    class Seen(summary._OnePass):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(summary, "_OnePass", Seen)
+    cap = _load(path)
+    profiles = threads.thread_profiles(cap)
+    watched = threads.select_threads(profiles)["tid"].tolist()
+    t0, t1 = int(profiles["first_ns"].min()), int(profiles["last_ns"].max())
+    tapped = threads.thread_profiles(
+        _load(path), tap=threads.SamplesTap(summary.STREAM_COLUMNS, batch_rows, lambda *_: None)
+    )
+    pd.testing.assert_frame_equal(tapped, profiles, check_exact=True)
+    two_passes = summary._OnePass.sums
+    for options, one in (
+        ({}, True),
+        ({"tids": tuple(watched[:1])}, True),
+        ({"tids": (int(profiles["tid"].iloc[-1]),)}, True),
+        ({"t_range": (t0 + (t1 - t0) // 3, None)}, None),
+        ({"bins": 7}, None),
+    ):
+        own_passes.clear()
+        fast = summary.summarize(_load(path), **options)  # type: ignore[arg-type]
+        if one is not None:
+            assert own_passes == ([] if one else [1]), options
+        if not options:
+            widths = [part.bin_ns for part in made[-1].parts]
+            assert widths == sorted(widths) and (len(set(widths)) > 1) == (batch_rows < summary.STREAM_BATCH_ROWS)
+        monkeypatch.setattr(summary._OnePass, "sums", lambda *_: None)
+        own_passes.clear()
+        slow = summary.summarize(_load(path), **options)  # type: ignore[arg-type]
+        assert own_passes == [1]
+        monkeypatch.setattr(summary._OnePass, "sums", two_passes)
+        assert (fast.bin_ns, fast.origin_ns, list(fast.views)) == (slow.bin_ns, slow.origin_ns, list(slow.views))
+        assert fast.views["placement"].shape[0] > 0 or not options
+        for name, view in fast.views.items():
+            pd.testing.assert_frame_equal(view, slow.views[name], check_exact=True, obj=f"{name} {options}")
