@@ -9,6 +9,7 @@ a thread of this process fills (not timed: the recorder's side).
     python bench/writer_replay.py /tmp/bitwig.frames
     sudo python bench/profile_recorder.py --bitwig --seconds 8 --sampler ebpf --frames-out /tmp/ebpf.frames
     python bench/writer_replay.py /tmp/ebpf.frames --whole    # every eBPF slot frame sent whole, as before deltas
+    python bench/writer_replay.py /tmp/ebpf.frames --per-tick --keep /tmp/a.ssf   # a frame per kernel tick
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ from samplers.writer_process import CaptureSink
 
 
 def whole(stream: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
-    """The stream with each EBPF_DELTA frame replaced by the EBPF_TICK frame of the slots it stands for."""
+    """The stream with each EBPF_DELTA frame replaced by the EBPF_TICK frame of the slots it stands for, and each
+    EBPF_TICKS frame by those of its ticks (one frame per tick, every slot)."""
     import numpy as np
 
     out = []
     base = np.zeros(0, dtype="<u8")
-    for kind, payload in stream:
+    for kind, payload in _per_tick(stream):
         if kind == frames.EBPF_TICK:
             tick, layout_id, t_ns, length = frames.EBPF_TICK_HEADER.unpack_from(payload)
             start = frames.EBPF_TICK_HEADER.size
@@ -50,16 +52,51 @@ def whole(stream: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
     return out
 
 
+def _per_tick(stream: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+    """Each EBPF_TICKS frame as the EBPF_TICK and EBPF_DELTA frames of its ticks."""
+    import numpy as np
+
+    out = []
+    for kind, payload in stream:
+        if kind != frames.EBPF_TICKS:
+            out.append((kind, payload))
+            continue
+        n, k, base_tick, _ = frames.EBPF_TICKS_HEADER.unpack_from(payload)
+        at = frames.EBPF_TICKS_HEADER.size
+        times = frames.array_at(payload, "<i8", n, at).tolist()
+        ticks, layouts, useds, counts, wholes = (
+            frames.array_at(payload, "<u4", 5 * n, at + 8 * n).reshape(5, n).tolist()
+        )
+        at += 28 * n
+        index = frames.array_at(payload, "<u4", k, at)
+        words = frames.array_at(payload, "<u8", 8 * k, at + 4 * k).reshape(k, 8)
+        ends = np.cumsum(counts).tolist()
+        for i in range(n):
+            part = slice(ends[i] - counts[i], ends[i])
+            if wholes[i]:
+                header = frames.EBPF_TICK_HEADER.pack(ticks[i], layouts[i], times[i], 64 * counts[i])
+                out.append((frames.EBPF_TICK, header + words[part].tobytes()))
+            else:
+                header = frames.EBPF_DELTA_HEADER.pack(ticks[i], layouts[i], times[i], useds[i], base_tick, counts[i])
+                out.append((frames.EBPF_DELTA, header + index[part].tobytes() + words[part].tobytes()))
+            base_tick = ticks[i]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("frames", type=Path)
     ap.add_argument("--runs", type=int, default=3, help="replays; the least CPU is printed (and each)")
     ap.add_argument("--whole", action="store_true", help="eBPF slot frames whole (EBPF_TICK), no deltas")
+    ap.add_argument("--per-tick", action="store_true", help="the kernel's ticks one frame each, not one per drain")
+    ap.add_argument("--keep", type=Path, help="keep the last replay's capture here (to compare the rows)")
     args = ap.parse_args()
     with open(args.frames, "rb") as fh:
         parsed = list(frames.read_frames(fh.fileno()))
     if args.whole:
         parsed = whole(parsed)
+    elif args.per_tick:
+        parsed = _per_tick(parsed)
     data = b"".join(frames.encode(kind, payload) for kind, payload in parsed)
     cpu = []
     rows = 0
@@ -79,6 +116,8 @@ def main() -> None:
                 sink.handle(kind, payload)
             sink.close()
             cpu.append(time.thread_time_ns() - c0)
+            if args.keep is not None:
+                os.replace(Path(tmp) / "replay.ssf", args.keep)
             feeder.join()
             os.close(read_end)
             assert sink.writer is not None

@@ -44,6 +44,7 @@ EBPF_TICK = 12  # binary, see EBPF_TICK_HEADER: the eBPF sampler's slots as read
 STAT_SLOW = 13  # binary, see EBPF_TICK_HEADER: stat texts of some threads (the eBPF sampler's slow reads)
 TIERS = 14  # JSON {"rows": [{t_ns, tid, pid, tier, interval_ns, why}]}: read-tier changes (samplers/tiers.py)
 EBPF_DELTA = 15  # binary, see EBPF_DELTA_HEADER: the eBPF sampler's slots that changed since the frame before
+EBPF_TICKS = 16  # binary, see EBPF_TICKS_HEADER: the kernel's ticks drained at one wake-up, as slot frames
 
 # EBPF_TICK payload: header (tick, layout id, read ns, byte count), then the slots [0, used) of the eBPF
 # sampler's array as copied (samplers/ebpf/sampler.py SLOT). STAT_SLOW payload: header (tick, layout id,
@@ -54,6 +55,13 @@ EBPF_TICK_HEADER = struct.Struct("<IIqI")
 # (EBPF_TICK or EBPF_DELTA) handed over just before, of the same `used`: the writer rebuilds every slot from
 # it (samplers/ebpf/sampler_rows.py). The first three fields are EBPF_TICK_HEADER's.
 EBPF_DELTA_HEADER = struct.Struct("<IIqIII")
+# EBPF_TICKS payload: header (n ticks, k slot records, base tick, base slot count, -1: none), then the n ticks'
+# read ns (i64), then five u32 per tick, column by column: tick, layout id, slot count `used`, its records, whole
+# (1) or not; then the k u32 slot indices and the k slots, tick after tick. A whole tick's records are its
+# slots [0, used) (an EBPF_TICK's); another's the slots that differ from the tick before in the frame, the
+# first's from the base (an EBPF_DELTA's, whose base tick is the one before). Under the kernel's tick: one frame
+# per wake-up of the recorder, not one per tick (samplers/ebpf/sampler.py KernelTicks).
+EBPF_TICKS_HEADER = struct.Struct("<IIIi")
 
 # TASKSTATS payload: tick and row count, then u32 tid, int64 t_ns (when the query was sent) and u32 reply
 # length (0: the thread was gone) per row, then the replies, one contiguous run of bytes.
@@ -227,6 +235,14 @@ def encode_ebpf_delta(
 ) -> bytes:
     header = EBPF_DELTA_HEADER.pack(tick, layout_id, t_ns, used, base_tick, count)
     return b"".join((FRAME.pack(EBPF_DELTA, len(header) + len(indices) + len(slots)), header, indices, slots))
+
+
+def encode_ebpf_ticks(
+    base_tick: int, base_used: int, times: bytes, columns: bytes, indices: bytes, slots: bytes
+) -> bytes:
+    header = EBPF_TICKS_HEADER.pack(len(times) // 8, len(indices) // 4, base_tick, base_used)
+    size = len(header) + len(times) + len(columns) + len(indices) + len(slots)
+    return b"".join((FRAME.pack(EBPF_TICKS, size), header, times, columns, indices, slots))
 
 
 def encode_stat_slow(tick: int, layout_id: int, t_ns: int, indices: Sequence[int], texts: Sequence[bytes]) -> bytes:

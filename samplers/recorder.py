@@ -976,14 +976,14 @@ class Recorder:
         self.sample_rows += ticker.rows_sent
         self.missed_ticks = ticker.missed_ticks
 
-    def _send_tick_frame(self, data: bytes) -> bool:
-        """Queue one tick's frame, or drop it when the writer is far behind (said in the trailer)."""
+    def _send_tick_frame(self, data: bytes, ticks: int = 1) -> bool:
+        """Queue a frame of `ticks` ticks, or drop it when the writer is far behind (said in the trailer)."""
         if self._backlog_bytes > BACKLOG_BYTES:
-            self.lost_ticks += 1
+            self.lost_ticks += ticks
             return False
         self._send(data)
-        self._outbox_ticks += 1
-        self.tick_frames += 1
+        self._outbox_ticks += ticks
+        self.tick_frames += ticks
         return True
 
     def _open_taskstats(self) -> None:

@@ -165,19 +165,21 @@ class CaptureSink:
                 self.pending_since = tick_ns
             if self.pending_rows >= FLUSH_ROWS or tick_ns - self.pending_since >= FLUSH_EVERY_NS:
                 self.flush()
-        elif kind in (frames.EBPF_TICK, frames.EBPF_DELTA, frames.STAT_SLOW):
+        elif kind in (frames.EBPF_TICK, frames.EBPF_DELTA, frames.STAT_SLOW, frames.EBPF_TICKS):
             assert self.ebpf_rows is not None
             if kind == frames.STAT_SLOW:
                 self.ebpf_rows.stat(payload)
+                return
+            if kind == frames.EBPF_TICKS:
+                for tick_ns in self.ebpf_rows.batch(payload):  # a chunk ends where it would with a frame per tick
+                    self._ebpf_tick_taken(tick_ns)
                 return
             tick_ns = frames.EBPF_TICK_HEADER.unpack_from(payload)[2]  # the delta's header begins alike
             if kind == frames.EBPF_DELTA:
                 self.ebpf_rows.delta(payload)
             else:
                 self.ebpf_rows.tick(payload)
-            self.pending_since = tick_ns if self.pending_since is None else self.pending_since
-            if self.ebpf_rows.rows_pending >= FLUSH_ROWS or tick_ns - self.pending_since >= FLUSH_EVERY_NS:
-                self.flush()
+            self._ebpf_tick_taken(tick_ns)
         elif kind == frames.LAYOUT:
             spec = json.loads(payload)
             layout = _Layout(spec)
@@ -434,6 +436,12 @@ class CaptureSink:
         self.writer.append("samples", columns)
         if sched_rows:
             self._write_sched(sched_rows)
+
+    def _ebpf_tick_taken(self, tick_ns: int) -> None:
+        assert self.ebpf_rows is not None
+        self.pending_since = tick_ns if self.pending_since is None else self.pending_since
+        if self.ebpf_rows.rows_pending >= FLUSH_ROWS or tick_ns - self.pending_since >= FLUSH_EVERY_NS:
+            self.flush()
 
     def _flush_ebpf_rows(self) -> None:
         """The eBPF sampler's rows (samplers/ebpf/sampler_rows.py); renames and policy changes from its stat reads."""

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from samplers import frames
-from samplers.ebpf.sampler import SLOT, TICK_INDEX, TICK_REC, KernelTicks, SlotFrames
+from samplers.ebpf.sampler import FULL_FRAME_TICKS, SLOT, TICK_INDEX, TICK_REC, KernelTicks, SlotFrames
 from samplers.ebpf.sampler_rows import (
     PHASE_EXITED,
     PHASE_OFF,
@@ -173,6 +173,8 @@ def _replay(stream: list[tuple[str, Any]], skip: bool) -> tuple[EbpfRows, list[A
             rows.tick(payload)
         elif kind == "delta":
             rows.delta(payload)
+        elif kind == "ticks":
+            list(rows.batch(payload))
         else:
             taken.append(rows.take())
     return rows, taken
@@ -304,6 +306,16 @@ def test_slots_sent_as_changes_store_the_rows_of_every_slot_sent_whole(seed: int
     assert sum(map(len, deltas)) < 0.5 * sum(len(p) for k, p in whole if k == "tick") * len(deltas) / ticks
 
 
+def _batch_ticks(frame: bytes) -> tuple[list[int], list[int]]:
+    """The ticks of an EBPF_TICKS frame (b"": none) and whether each is whole."""
+    if not frame:
+        return [], []
+    payload = frame[frames.FRAME.size :]
+    n = frames.EBPF_TICKS_HEADER.unpack_from(payload)[0]
+    columns = np.frombuffer(payload, "<u4", 5 * n, frames.EBPF_TICKS_HEADER.size + 8 * n).reshape(5, n)
+    return columns[0].tolist(), columns[4].tolist()
+
+
 def _kernel_sent(
     stream: list[tuple[str, Any]], rng: random.Random, refused_at: set[int], drops: set[int]
 ) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]], KernelTicks]:
@@ -322,22 +334,30 @@ def _kernel_sent(
     whole: list[tuple[str, Any]] = []
     pending: list[np.ndarray] = []  # records not drained yet
     payloads: dict[int, tuple[int, bytes]] = {}  # tick -> position, its frame sent whole
+    layout_rows: dict[int, int] = {}
     position = 0
 
     def drain(records: np.ndarray) -> None:
-        for number, at_ns, layout, tick_slots, tick_changed in kernel.ticks(records):
-            tick_position, payload = payloads.pop(number)
-            assert (at_ns, layout) == frames.EBPF_TICK_HEADER.unpack_from(payload)[2:0:-1]
-            frame = encoder.changed_frame(number, layout, at_ns, tick_slots, tick_changed)
-            if tick_position in drops:
-                encoder.lost()
-                continue
-            code = frames.FRAME.unpack_from(frame)[0]
-            sent.append(({frames.EBPF_TICK: "tick", frames.EBPF_DELTA: "delta"}[code], frame[frames.FRAME.size :]))
-            whole.append(("tick", payload))
+        batch = kernel.take(records, layout_rows)
+        numbers, _ = _batch_ticks(batch.frame)
+        assert numbers == [number for number, _ in batch.done] and batch.ticks == len(numbers)
+        taken = [payloads.pop(number) for number in numbers]
+        for (number, at_ns), (_, payload) in zip(batch.done, taken, strict=True):
+            assert (number, at_ns) == frames.EBPF_TICK_HEADER.unpack_from(payload)[0:3:2]
+        if not numbers:
+            return
+        if any(tick_position in drops for tick_position, _ in taken):  # the recorder drops a drain's frame
+            encoder.lost()
+            return
+        code = frames.FRAME.unpack_from(batch.frame)[0]
+        assert code == frames.EBPF_TICKS
+        sent.append(("ticks", batch.frame[frames.FRAME.size :]))
+        whole.extend(("tick", payload) for _, payload in taken)
 
     for kind, payload in stream:
         if kind != "tick":
+            if kind == "layout":
+                layout_rows[payload["id"]] = len(payload["tids"])
             sent.append((kind, payload))
             whole.append((kind, payload))
             continue
@@ -384,7 +404,12 @@ def test_the_kernels_tick_records_make_the_frames_of_the_recorders_tick(seed: in
     assert got_rows.deltas_dropped == 0
     assert kernel.missed == len(refused_at) + 1  # the refused closing records and the stream's missed tick
     assert got_rows.decoded_rows < 0.5 * every.decoded_rows  # deltas: the kernel compared the slots
-    assert sum(kind == "delta" for kind, _ in sent) >= ticks - len(refused_at) - 2 * len(drops) - 10
+    # One frame per drain, each tick in it a delta but the first, those after a dropped frame, at the new slot
+    # count and every FULL_FRAME_TICKS.
+    batches = [_batch_ticks(frames.FRAME.pack(frames.EBPF_TICKS, len(p)) + p) for kind, p in sent if kind == "ticks"]
+    in_frames = sum(len(numbers) for numbers, _ in batches)
+    assert in_frames == sum(kind == "tick" for kind, _ in whole) > 2.5 * len(batches)
+    assert sum(sum(flags) for _, flags in batches) <= len(drops) + 1 + 1 + ticks // FULL_FRAME_TICKS
 
 
 def test_a_delta_is_taken_against_the_frame_sent_before_not_the_one_made_before() -> None:
@@ -457,3 +482,31 @@ def test_the_state_column_is_pyarrows_dictionary_encoding_of_the_letters(count: 
     made, reference = letters_column(letters), pa.array(letters.astype(object)).dictionary_encode()
     assert made.type == reference.type and made.equals(reference)
     assert made.dictionary.to_pylist() == reference.dictionary.to_pylist()
+
+
+def test_a_kernel_tick_not_sent_leaves_its_changes_to_the_next_one_sent() -> None:
+    """A tick of a layout without threads is not sent (nor one before tick 0): the slots it changed go with the
+    next tick sent, which the writer rebuilds from the tick sent before."""
+    kernel = KernelTicks(8, TICK_NS, SlotFrames())
+    kernel.start_ns = 1_000_000_000
+
+    def tick(number: int, layout_id: int, changed: dict[int, int]) -> np.ndarray:
+        records = np.zeros(len(changed) + 1, dtype=TICK_REC)
+        records["index"][:-1] = list(changed)
+        records["words"][:-1, 0] = list(changed.values())
+        records["index"][-1], records["used"][-1] = TICK_INDEX, 4
+        records["words"][-1, :4] = (kernel.start_ns + number * TICK_NS, layout_id, len(changed), 0)
+        return records
+
+    before = tick(-1, 1, {3: 7})  # before tick 0: not sent
+    first = kernel.take(np.concatenate([before, tick(0, 1, {0: 1, 1: 1})]), {1: 4, 2: 0})
+    assert _batch_ticks(first.frame) == ([0], [1])  # whole, with slot 3's record
+    batch = kernel.take(np.concatenate([tick(1, 2, {0: 2}), tick(2, 1, {1: 2}), tick(3, 1, {2: 5})]), {1: 4, 2: 0})
+    assert [number for number, _ in batch.done] == [1, 2, 3] and batch.ticks == 2 and batch.rows == 8
+    assert _batch_ticks(batch.frame) == ([2, 3], [0, 0])
+    rows = EbpfRows(DEFAULT_RULES)
+    rows.layout({"id": 1, "tids": [1, 2, 3, 4], "pids": [PID] * 4, "slots": [0, 1, 2, 3]})
+    for frame in (first.frame, batch.frame):
+        list(rows.batch(frame[frames.FRAME.size :]))
+    block = rows._rebuild(rows.ticks)
+    assert block[:, :, 0].tolist() == [[1, 1, 0, 7], [2, 2, 0, 7], [2, 2, 5, 7]]

@@ -144,7 +144,7 @@ def test_the_kernels_tick_takes_the_slots_every_2ms_and_they_agree_with_proc() -
             after = time.monotonic_ns()
             while not times or times[-1] <= after:
                 time.sleep(0.01)
-                times.extend(t_ns for _, t_ns, *_ in kernel.ticks(sampler.drain_ticks()))
+                times.extend(t_ns for _, t_ns in kernel.take(sampler.drain_ticks(), {1: len(tids)}).done)
             taken = kernel.mirror[: sampler.used].reshape(-1).view(SLOT_DTYPE)
             out = {}
             for tid, index in slots.items():
@@ -417,7 +417,7 @@ def test_the_recorder_takes_the_tick_itself_where_the_kernels_cannot_be_had(
     ring: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """--sampler ebpf: the kernel takes the tick, or, where its ring buffer cannot be mapped (or its perf event
-    attached), the recorder does as before; the metadata says which, and why. Either way one slot frame per tick
+    attached), the recorder does as before; the metadata says which, and why. Either way every tick sent is
     counted, every 2 ms, with the stat lines of the threads before their first slot frame."""
     import json
 
@@ -463,11 +463,23 @@ def test_the_recorder_takes_the_tick_itself_where_the_kernels_cannot_be_had(
         assert tick == {"by": "kernel", "cpu": 0}
     else:
         assert tick["by"] == "recorder" and "cannot map the ring buffer" in tick["why"]
-    slot_frames = [payload for kind, payload in sent if kind in (frames.EBPF_TICK, frames.EBPF_DELTA)]
-    heads = [frames.EBPF_TICK_HEADER.unpack_from(payload)[:3] for payload in slot_frames]
-    numbers = [number for number, _, _ in heads]
-    assert len(slot_frames) == trailer["ticks"] >= 0.5 * 500 and numbers == sorted(set(numbers))
-    stamps = np.array([t_ns for *_, t_ns in heads])
+    slot_frames = [(kind, payload) for kind, payload in sent if kind in (frames.EBPF_TICK, frames.EBPF_DELTA)]
+    batches = [payload for kind, payload in sent if kind == frames.EBPF_TICKS]
+    if ring == "mapped":  # the kernel's ticks: one frame per wake-up of the recorder (20 ms), carrying its ticks
+        assert not slot_frames
+        numbers, stamps_sent = [], []
+        for payload in batches:
+            n = frames.EBPF_TICKS_HEADER.unpack_from(payload)[0]
+            stamps_sent += np.frombuffer(payload, "<i8", n, frames.EBPF_TICKS_HEADER.size).tolist()
+            numbers += np.frombuffer(payload, "<u4", n, frames.EBPF_TICKS_HEADER.size + 8 * n).tolist()
+        assert 0 < len(batches) <= 0.2 * len(numbers)
+    else:
+        assert not batches
+        heads = [frames.EBPF_TICK_HEADER.unpack_from(payload)[:3] for _, payload in slot_frames]
+        numbers = [number for number, _, _ in heads]
+        stamps_sent = [t_ns for *_, t_ns in heads]
+    assert len(numbers) == trailer["ticks"] >= 0.5 * 500 and numbers == sorted(set(numbers))
+    stamps = np.array(stamps_sent)
     assert abs(np.median(np.diff(stamps)) - 2_000_000) < 200_000
     stat_ticks = [frames.EBPF_TICK_HEADER.unpack_from(payload)[0] for kind, payload in sent if kind == frames.STAT_SLOW]
     assert stat_ticks and min(stat_ticks) <= min(numbers)

@@ -271,33 +271,35 @@ def test_no_bcc_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     assert "apt-get install python3-bpfcc" in str(err.value) and "\n" not in str(err.value)
 
 
-def _slots(*phases_switches: tuple[int, int]) -> np.ndarray:
-    """Slots as the probes keep them (u64 words, one row per slot): thread 100 + i in phase p, s switches."""
+def _slots(*phases_switches: tuple[int, int]) -> bytes:
+    """Slots as the probes keep them: thread 100 + i in phase p after s switches."""
     from samplers.ebpf.sampler import SLOT
 
-    raw = b"".join(
+    return b"".join(
         SLOT.pack(1000 * s, 10 * s, 5, s, 0, 7 * s, 100 + i, 1, 0, p, 0, 0) for i, (p, s) in enumerate(phases_switches)
     )
-    return np.frombuffer(raw, dtype="<u8").reshape(len(phases_switches), 8).copy()
 
 
 def test_a_sleeping_threads_stat_is_read_again_only_when_its_slot_moved_or_the_refresh_is_due() -> None:
     from samplers.ebpf.sampler import PHASE_OFF, PHASE_ON_CPU, PHASE_RUNNABLE, PHASE_UNKNOWN, StatChoice
 
-    choice = StatChoice(8, refresh_ns=1_000)
+    choice = StatChoice(refresh_ns=1_000)
     live = _slots((PHASE_OFF, 3), (PHASE_OFF, 4), (PHASE_ON_CPU, 5), (PHASE_RUNNABLE, 6), (PHASE_UNKNOWN, 0))
-    every = np.array([0, 1, 2, 3, 4, -1])  # the last thread has no slot
-    assert choice.due(every, live, 0).all()  # never read yet
-    choice.read(every, live, 0)
+    every = [0, 1, 2, 3, 4, -1]  # the last thread has no slot
+
+    def due(slots: list[int], live: bytes, now_ns: int) -> list[bool]:
+        return [choice.due(slot, live, now_ns) for slot in slots]
+
+    assert all(due(every, live, 0))  # never read yet
     # Unchanged: the two asleep are skipped; one on a CPU, runnable, not seen yet or without a slot is read.
-    assert choice.due(every, live, 500).tolist() == [False, False, True, True, True, True]
+    assert due(every, live, 500) == [False, False, True, True, True, True]
     assert choice.skipped == 2
-    moved = live.copy()
-    moved[1] = _slots((PHASE_OFF, 0), (PHASE_OFF, 5))[1]  # switched in and out again meanwhile
-    assert choice.due(every, moved, 600).tolist() == [False, True, True, True, True, True]
-    assert choice.due(every, live, 1_000).tolist() == [True] * 6  # the refresh: a policy set from outside
-    choice.read(np.array([1]), moved, 700)
-    assert choice.due(np.array([0, 1]), moved, 1_100).tolist() == [True, False]  # 0: the refresh; 1: read at 700
+    moved = live[:64] + _slots((PHASE_OFF, 0), (PHASE_OFF, 5))[64:] + live[128:]  # 1 ran meanwhile
+    assert due(every, moved, 600) == [False, True, True, True, True, True]
+    assert due([0, 1], moved, 1_000) == [True, False]  # 0: the refresh (a policy set from outside); 1: read at 600
+    choice.read(1, moved, 700)  # a new thread's read
+    assert due([1], moved, 1_650) == [False]
+    assert due([1], moved, 1_700) == [True]
 
 
 def test_the_stat_frame_reads_only_the_threads_stat_choice_says_can_have_changed(tmp_path: Path) -> None:
@@ -310,7 +312,7 @@ def test_the_stat_frame_reads_only_the_threads_stat_choice_says_can_have_changed
             self.live = _slots((PHASE_OFF, 3), (PHASE_ON_CPU, 4), (PHASE_OFF, 5))
 
         def read(self) -> bytes:
-            return self.live.tobytes()
+            return self.live
 
     ticker = EbpfTicker(2_000_000, slots=8)
     sampler = Sampler()

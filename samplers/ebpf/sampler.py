@@ -25,7 +25,7 @@ import os
 import platform
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -410,7 +410,7 @@ SCHEDSTAT_BYTES = 128
 # it at most this many ticks, counted in the trailer, instead of the rest of the recording.
 FULL_FRAME_TICKS = 500
 _WORDS = SLOT_SIZE // 8
-_PHASE_WORD, _PHASE_SHIFT = 7, 16  # the phase byte in a slot as eight u64 words (SLOT: cpu u16, then phase)
+_PHASE_BYTE = struct.calcsize("<QQQQQQIIH")  # the phase's offset in a slot (SLOT)
 
 
 class StatChoice:
@@ -424,32 +424,38 @@ class StatChoice:
     counters that only move while it runs; the block-IO delay is added at its wake-up, microseconds before
     the wake-up probe). A thread on a CPU or runnable (a slice in progress moves no slot), not seen by the
     probes yet, or without a slot is always read. What can change from outside while it sleeps (policy,
-    priority, nice, its name) is seen within refresh_ns. DESIGN.md "The eBPF sampler"."""
+    priority, nice, its name) is seen within refresh_ns. DESIGN.md "The eBPF sampler".
 
-    def __init__(self, slots: int, refresh_ns: int = STAT_REFRESH_NS) -> None:
+    Plain Python over the few threads of a turn: numpy's calls cost more here, cold after each sleep (85 us
+    a wake-up warm, 240 after a 20 ms sleep, for the 43 threads of a turn on the Bitwig shape)."""
+
+    def __init__(self, refresh_ns: int = STAT_REFRESH_NS) -> None:
         self.refresh_ns = refresh_ns
-        self.words = np.zeros((slots, _WORDS), dtype="<u8")  # each slot's bytes just before its last stat read
-        self.read_ns = np.full(slots, np.iinfo(np.int64).min // 2, dtype=np.int64)  # that read's time
+        self.last: dict[int, tuple[bytes, int]] = {}  # slot -> its bytes just before its last stat read, its time
         self.skipped = 0  # turns that needed no read (in the trailer)
 
-    def due(self, slots: np.ndarray, live: np.ndarray, now_ns: int) -> np.ndarray:
-        """slots: the slot of each thread whose turn it is (-1: none); live: the used slots now, as u64 words
-        (slots x 8). Whether each needs its stat line read."""
-        has = slots >= 0
-        at = np.where(has, slots, 0)
-        words = live[at]
-        off = (words[:, _PHASE_WORD] >> np.uint64(_PHASE_SHIFT)) & np.uint64(0xFF) == PHASE_OFF
-        same = (words == self.words[at]).all(axis=1)
-        fresh = now_ns - self.read_ns[at] < self.refresh_ns
-        due = ~(has & off & same & fresh)
-        self.skipped += int(len(due) - due.sum())
-        return due
+    def due(self, slot: int, live: bytes, now_ns: int) -> bool:
+        """Whether the thread in `slot` (-1: none) needs its stat line read now; `live`: the used slots as they
+        are now. The caller reads every one it says is due (noted as read at now_ns)."""
+        if slot < 0:
+            return True
+        mine = live[slot * SLOT_SIZE : (slot + 1) * SLOT_SIZE]
+        last = self.last.get(slot)
+        if (
+            last is not None
+            and mine[_PHASE_BYTE] == PHASE_OFF
+            and mine == last[0]
+            and now_ns - last[1] < self.refresh_ns
+        ):
+            self.skipped += 1
+            return False
+        self.last[slot] = (mine, now_ns)
+        return True
 
-    def read(self, slots: np.ndarray, live: np.ndarray, now_ns: int) -> None:
-        """The stat lines of the threads in `slots` (-1: none) are read now; `live` was copied just before."""
-        slots = slots[slots >= 0]
-        self.words[slots] = live[slots]
-        self.read_ns[slots] = now_ns
+    def read(self, slot: int, live: bytes, now_ns: int) -> None:
+        """The thread in `slot` (-1: none) is read now whatever due() would say (a new thread)."""
+        if slot >= 0:
+            self.last[slot] = (live[slot * SLOT_SIZE : (slot + 1) * SLOT_SIZE], now_ns)
 
 
 class SlotFrames:
@@ -458,8 +464,8 @@ class SlotFrames:
     FULL_FRAME_TICKS. The writer rebuilds every tick's slots from these, byte for byte (sampler_rows.py): on the
     Bitwig-shaped target a tick changes about 48 slots of 534, and the writer's intake shrinks as much.
 
-    frame(): the recorder's own copy of the slots, compared here; changed_frame(): the kernel's tick, which
-    compared them itself (KernelTicks). The rule for whole frames is the same for both (_whole)."""
+    frame(): the recorder's own copy of the slots, compared here. The kernel's tick compares them itself and
+    KernelTicks sends a drain's ticks in one frame, by the same rule for whole frames (_whole)."""
 
     def __init__(self, full_every_ticks: int = FULL_FRAME_TICKS) -> None:
         self.full_every_ticks = full_every_ticks
@@ -513,12 +519,6 @@ class SlotFrames:
         self.base = words
         return out
 
-    def changed_frame(self, tick: int, layout_id: int, t_ns: int, slots: np.ndarray, changed: np.ndarray) -> bytes:
-        """slots: the tick's (slots x 8) u64 words; changed: the sorted indices of those that differ from the
-        frame handed over before."""
-        whole = self._whole(tick, len(slots))
-        return self._encode(tick, layout_id, t_ns, slots, None if whole else changed)
-
     def lost(self) -> None:
         """The frame just made was not handed over (the writer is behind): the next is whole, since the writer's
         last slots are older than this base."""
@@ -526,53 +526,127 @@ class SlotFrames:
         self.base_slots = None
 
 
-class KernelTicks:
-    """The kernel's ticks (sampler.bpf.c KERNEL_TICK) -> the same frames as the recorder's own ticks make.
+@dataclass(frozen=True)
+class TickBatch:
+    """What one drain of the kernel's ticks makes (KernelTicks.take)."""
 
-    The records of the slots a tick changed are applied to a mirror of the slots, so that the mirror is the
-    tick's copy of them: a whole frame is the mirror, a delta the slots changed since the frame handed over
-    before (those of the ticks not handed over too: the ones before tick 0 or without a thread). Ticks are
-    numbered by their kernel time from tick 0's (the recorder's start), so a tick the kernel did not take or
-    could not store (its closing record refused: the ring was full) is a gap, counted as missed."""
+    done: list[tuple[int, int]]  # (tick, t_ns) of every tick taken from tick 0 on, sent or not
+    frame: bytes  # the EBPF_TICKS frame of the ticks to send (b"": none)
+    ticks: int  # ticks in the frame
+    rows: int  # their layouts' threads, summed
+
+
+class KernelTicks:
+    """The kernel's ticks (sampler.bpf.c KERNEL_TICK) -> one EBPF_TICKS frame per drain, the ticks the recorder's
+    own ticks would send as EBPF_TICK / EBPF_DELTA frames, made with numpy over the drain, not tick by tick.
+
+    A delta tick carries the last record of each slot since the tick sent before (the records of the ticks not
+    sent too: before tick 0, without a thread, or a drain's last tick caught halfway, carried to the next
+    drain); a whole tick (SlotFrames._whole) the mirror of the slots as of that tick, every record up to it
+    applied. Ticks are numbered by their kernel time from tick 0's (the recorder's start), so a tick the kernel
+    did not take or could not store (its closing record refused: the ring was full) is a gap, counted as
+    missed; the records of a tick whose closing record was refused go with the next tick."""
 
     def __init__(self, slots: int, interval_ns: int, slot_frames: SlotFrames) -> None:
         self.interval_ns = interval_ns
         self.slot_frames = slot_frames
         self.mirror = np.zeros((slots, _WORDS), dtype="<u8")
-        self._touched: list[np.ndarray] = []
+        # Records applied to the mirror but in no tick sent yet: the last of each slot (slot order).
+        self._carry_at = np.zeros(0, dtype=np.int64)
+        self._carry_words = np.zeros((0, _WORDS), dtype="<u8")
         self.start_ns: int | None = None  # tick 0's time
         self.end_ns: int | None = None  # the recording's end: later ticks are not sent
         self.last_tick = -1
         self.anchor_ns = self.anchor_tick = 0
         self.missed = 0
-        self.refused = 0  # the kernel's count of records its ring refused, at the last closing record
 
-    def ticks(self, records: np.ndarray) -> Iterator[tuple[int, int, int, np.ndarray, np.ndarray]]:
-        """(tick, t_ns, layout id, slots, changed) of each tick closed in `records` from tick 0 on. `slots` is a
-        view of the mirror: the tick's only until the next one is taken (make its frame before)."""
+    def take(self, records: np.ndarray, layout_rows: dict[int, int]) -> TickBatch:
+        """The ticks closed in `records` (TICK_REC, in the ring's order); `layout_rows`: the threads of each
+        layout id (a tick of none is not sent, as the recorder's own tick sends none)."""
         index = records["index"]
-        words = records["words"]
-        closing = np.flatnonzero(index == TICK_INDEX).tolist()
-        heads = words[closing, :4].tolist()  # t_ns, layout id, slots changed, records refused so far
+        closing = np.flatnonzero(index == TICK_INDEX)
+        heads = records["words"][closing, :4].tolist()  # t_ns, layout id, slots changed, records refused so far
         useds = records["used"][closing].tolist()
-        begin = 0
-        for end, (t_ns, layout_id, _, refused), used in zip(closing, heads, useds, strict=True):
-            # The records since the closing record before are one tick's, in the order it walked the slots (no
-            # slot twice), unless the ring refused a record meanwhile: maybe a closing one, two ticks' then.
-            self._apply(index[begin:end], words[begin:end], one_tick=refused == self.refused)
-            self.refused = refused
-            begin = end + 1
+        done: list[tuple[int, int]] = []
+        sent: list[tuple[int, int, int, int]] = []  # tick, t_ns, layout id, slot count
+        sent_at: list[int] = []  # each one's closing record, by its rank among them
+        rows = 0
+        for k, ((t_ns, layout_id, _, _), used) in enumerate(zip(heads, useds, strict=True)):
             if self.start_ns is None or t_ns < self.start_ns or (self.end_ns is not None and t_ns > self.end_ns):
                 continue
             tick = self._number(t_ns)
-            touched = self._touched
-            if len(touched) == 1:
-                changed = touched[0]
-            else:  # none, or several runs since the last tick sent (ticks before tick 0, a drain mid-tick)
-                changed = np.unique(np.concatenate(touched)) if touched else np.zeros(0, dtype=np.uint32)
-            self._touched = []
-            yield tick, t_ns, layout_id, self.mirror[:used], changed
-        self._apply(index[begin:], words[begin:], one_tick=False)  # a tick the drain caught halfway
+            done.append((tick, t_ns))
+            threads = layout_rows.get(layout_id, 0)
+            if threads:  # else no target thread yet (--match still waiting): nothing to store
+                sent.append((tick, t_ns, layout_id, used))
+                sent_at.append(k)
+                rows += threads
+        slot = np.flatnonzero(index != TICK_INDEX)
+        at = index[slot].astype(np.int64)
+        words = records["words"][slot]
+        # The tick sent each record goes with: the first sent from the one its closing record ends (len(sent):
+        # none in this drain, carried). Non-decreasing in the ring's order.
+        goes = np.searchsorted(np.array(sent_at, dtype=np.int64), np.arange(len(closing) + 1))[
+            np.searchsorted(closing, slot)
+        ]
+        # The last record of each (tick sent, slot), the carried ones first (they are older), by tick then slot.
+        n_slots = len(self.mirror)
+        key = np.concatenate([self._carry_at, goes * n_slots + at])  # the carried ones go with the first sent
+        total = len(key)
+        key, last = np.unique(key[::-1], return_index=True)
+        last = total - 1 - last
+        d_words = np.concatenate([self._carry_words, words])[last]
+        d_goes, d_at = np.divmod(key, n_slots)
+        carried = np.searchsorted(d_goes, len(sent))
+        self._carry_at, self._carry_words = d_at[carried:], d_words[carried:]
+        frames_of = self.slot_frames
+        base_tick, base_slots = frames_of.base_tick, frames_of.base_slots
+        counts = np.bincount(d_goes[:carried], minlength=len(sent))
+        whole = np.zeros(len(sent), dtype="<u4")
+        pieces_at: list[np.ndarray] = []
+        pieces_words: list[np.ndarray] = []
+        applied = done_to = 0  # records of this drain applied to the mirror; delta records taken into pieces
+        starts = np.concatenate([[0], np.cumsum(counts)])
+        for j, (tick, _, _, used) in enumerate(sent):
+            is_whole = frames_of._whole(tick, used)
+            frames_of.base_slots, frames_of.base_tick = used, tick
+            if not is_whole:
+                continue
+            # The mirror as of this tick: every record up to its closing one.
+            cut = int(np.searchsorted(goes, j, side="right"))
+            self._apply(at[applied:cut], words[applied:cut])
+            applied = cut
+            pieces_at += [d_at[done_to : starts[j]], np.arange(used, dtype=np.int64)]
+            pieces_words += [d_words[done_to : starts[j]], self.mirror[:used].copy()]
+            done_to = starts[j + 1]
+            counts[j] = used
+            whole[j] = 1
+        self._apply(at[applied:], words[applied:])
+        if not sent:
+            return TickBatch(done, b"", 0, 0)
+        if pieces_at:
+            pieces_at.append(d_at[done_to:carried])
+            pieces_words.append(d_words[done_to:carried])
+            out_at, out_words = np.concatenate(pieces_at), np.concatenate(pieces_words)
+        else:
+            out_at, out_words = d_at[:carried], d_words[:carried]
+        ticks, times, layouts, useds_sent = zip(*sent, strict=True)
+        frame = frames.encode_ebpf_ticks(
+            base_tick,
+            -1 if base_slots is None else base_slots,
+            np.array(times, dtype="<i8").tobytes(),
+            np.array([ticks, layouts, useds_sent, counts, whole], dtype="<u4").tobytes(),
+            out_at.astype("<u4").tobytes(),
+            out_words.tobytes(),
+        )
+        return TickBatch(done, frame, len(sent), rows)
+
+    def _apply(self, at: np.ndarray, words: np.ndarray) -> None:
+        """Slot records onto the mirror, in order: where a slot appears twice its last record wins (an
+        assignment through repeated indices leaves which one unspecified in numpy)."""
+        if len(at):
+            at, last_from_end = np.unique(at[::-1], return_index=True)
+            self.mirror[at] = words[len(words) - 1 - last_from_end]
 
     def _number(self, t_ns: int) -> int:
         """The tick's number, counting the ticks missed before it. The perf event's timer stays on its grid
@@ -593,17 +667,6 @@ class KernelTicks:
         self.last_tick = tick
         return tick
 
-    def _apply(self, at: np.ndarray, words: np.ndarray, one_tick: bool) -> None:
-        """Slot records onto the mirror, in order. Where a slot may appear twice its last record wins (an
-        assignment through repeated indices leaves which one unspecified in numpy)."""
-        if not len(at):
-            return
-        if not one_tick:
-            at, last_from_end = np.unique(at[::-1], return_index=True)
-            words = words[len(words) - 1 - last_from_end]
-        self.mirror[at] = words
-        self._touched.append(at)
-
 
 class EbpfTicker:
     """The recorder's side of `--sampler ebpf`: a tick is one copy of the slots plus a few stat reads, or, where
@@ -618,8 +681,8 @@ class EbpfTicker:
         self.stat_every_ticks = max(1, STAT_SLOW_NS // interval_ns)
         self.stat_fds: list[int] = []
         self.tids: list[int] = []
-        self.tid_slots = np.zeros(0, dtype=np.int64)  # each layout thread's slot (-1: none)
-        self.stat_choice = StatChoice(slots)
+        self.tid_slots: list[int] = []  # each layout thread's slot (-1: none)
+        self.stat_choice = StatChoice()
         self._urgent: set[int] = set()  # tids whose stat is read at the next tick (just added)
         self._next = 0
         self.reads = 0
@@ -661,7 +724,7 @@ class EbpfTicker:
         self._next = 0
         slot_of = self.sampler.slot_by_tid
         slots = [slot_of.get(tid, -1) for tid in tids]
-        self.tid_slots = np.array(slots, dtype=np.int64)
+        self.tid_slots = slots
         return slots
 
     def layout_sent(self, layout_id: int) -> None:
@@ -674,24 +737,19 @@ class EbpfTicker:
         if self.kernel_ticks is not None:
             self.kernel_ticks.start_ns = start_ns
 
-    def collect(self, send: Callable[[bytes], bool]) -> list[tuple[int, int]]:
-        """The kernel's ticks since the last call, each as its slot frame given to `send` (False: dropped, the
-        writer is behind); (tick, t_ns) of each, and the rows sent of each in `rows_sent`."""
+    def collect(self, send: Callable[[bytes, int], bool]) -> list[tuple[int, int]]:
+        """The kernel's ticks since the last call, as one frame given to `send` with its tick count (False:
+        dropped, the writer is behind); (tick, t_ns) of each, and the rows sent in `rows_sent`."""
         assert self.kernel_ticks is not None
-        done = []
+        batch = self.kernel_ticks.take(self.sampler.drain_ticks(), self.layout_rows)
         self.rows_sent = 0
-        frames_of = self.slot_frames
-        for tick, t_ns, layout_id, slots, changed in self.kernel_ticks.ticks(self.sampler.drain_ticks()):
-            done.append((tick, t_ns))
-            rows = self.layout_rows.get(layout_id, 0)
-            if not rows:  # no target thread yet (--match still waiting): nothing to store, as the recorder's tick
-                continue
-            if send(frames_of.changed_frame(tick, layout_id, t_ns, slots, changed)):
-                self.rows_sent += rows
+        if batch.frame:
+            if send(batch.frame, batch.ticks):
+                self.rows_sent = batch.rows
             else:
-                frames_of.lost()
+                self.slot_frames.lost()
         self.reads += 1  # the ring's one read
-        return done
+        return batch.done
 
     @property
     def missed_ticks(self) -> int:
@@ -710,27 +768,28 @@ class EbpfTicker:
         reads them before its copy of the slots. Of the threads whose turn it is, only those StatChoice says
         can have changed are read."""
         n = len(self.tids)
-        picked = np.zeros(0, dtype=np.int64)
-        if self._urgent:
-            picked = np.array([i for i, tid in enumerate(self.tids) if tid in self._urgent], dtype=np.int64)
-            self._urgent.clear()
+        picked: list[int] = []
         t_stat = mono()
         if n:
-            count = min(-(-n // self.stat_every_ticks), n)
+            live = self.sampler.read()  # the slots just before the reads (StatChoice compares them next turn)
+            slot_of = self.tid_slots
+            choice = self.stat_choice
+            if self._urgent:
+                picked = [i for i, tid in enumerate(self.tids) if tid in self._urgent]
+                for i in picked:
+                    choice.read(slot_of[i], live, t_stat)
+            count = -(-n // self.stat_every_ticks)
             start = self._next
-            turn = (start + np.arange(count, dtype=np.int64)) % n
+            due = choice.due
+            picked += [i for i in ((start + k) % n for k in range(min(count, n))) if due(slot_of[i], live, t_stat)]
             self._next = (start + count) % n
-            # The slots as they are just before the reads (StatChoice: compared at the next turn).
-            live = np.frombuffer(self.sampler.read(), dtype="<u8").reshape(-1, _WORDS)
-            turn = turn[self.stat_choice.due(self.tid_slots[turn], live, t_stat)]
-            picked = np.concatenate([picked, turn])
-            self.stat_choice.read(self.tid_slots[picked], live, t_stat)
+        self._urgent.clear()
         indices: list[int] = []
         texts: list[bytes] = []
         dead: list[int] = []
         pread = os.pread
         fds = self.stat_fds
-        for i in picked.tolist():
+        for i in picked:
             try:
                 text = pread(fds[i], STAT_BYTES, 0)
             except OSError:  # ESRCH: exited

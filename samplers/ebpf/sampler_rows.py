@@ -20,6 +20,7 @@ So the analyses read these rows as they read /proc's (DESIGN.md "The eBPF sample
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -121,6 +122,35 @@ class EbpfRows:
         index = frames.array_at(payload, "<u4", count, start)
         words = frames.array_at(payload, "<u8", count * _WORDS, start + 4 * count).reshape(count, _WORDS)
         self._add((layout_id, tick, t_ns, used, None, index, words))
+
+    def batch(self, payload: bytes) -> Iterator[int]:
+        """An EBPF_TICKS frame: a drain of the kernel's ticks, each whole or a delta on the tick before it (the
+        first on the base), taken as the EBPF_TICK and EBPF_DELTA frames of those ticks would be, one by one:
+        the read time of each is yielded once it is taken (a generator: nothing is taken unless it is run), so
+        that the writer ends its chunks at the ticks it would end them at with a frame per tick (and stores the
+        same rows)."""
+        n, k, base_tick, _ = frames.EBPF_TICKS_HEADER.unpack_from(payload)
+        at = frames.EBPF_TICKS_HEADER.size
+        times = frames.array_at(payload, "<i8", n, at).tolist()
+        columns = frames.array_at(payload, "<u4", 5 * n, at + 8 * n).reshape(5, n)
+        ticks, layouts, useds, counts, whole = columns.tolist()
+        at += 28 * n
+        index = frames.array_at(payload, "<u4", k, at)
+        words = frames.array_at(payload, "<u8", k * _WORDS, at + 4 * k).reshape(k, _WORDS)
+        begin = 0
+        for tick, layout_id, t_ns, used, count, is_whole in zip(
+            ticks, layouts, times, useds, counts, whole, strict=True
+        ):
+            end = begin + count
+            if is_whole:
+                self._add((layout_id, tick, t_ns, used, words[begin:end].data, None, None))
+            elif base_tick != self.base_tick or used != self.base_used:
+                self.deltas_dropped += 1  # as delta()'s: not on the slot frame taken last
+            else:
+                self._add((layout_id, tick, t_ns, used, None, index[begin:end], words[begin:end]))
+            base_tick = tick
+            begin = end
+            yield t_ns
 
     def _add(self, entry: tuple[int, int, int, int, memoryview | None, np.ndarray | None, np.ndarray | None]) -> None:
         layout_id, tick, _, used, *_ = entry
