@@ -145,7 +145,7 @@ def test_the_kernels_tick_takes_the_slots_every_2ms_and_they_agree_with_proc() -
             while not times or times[-1] <= after:
                 time.sleep(0.01)
                 times.extend(t_ns for _, t_ns in kernel.take(sampler.drain_ticks(), {1: len(tids)}).done)
-            taken = kernel.mirror[: sampler.used].reshape(-1).view(SLOT_DTYPE)
+            taken = kernel.mirror(sampler.used).reshape(-1).view(SLOT_DTYPE)
             out = {}
             for tid, index in slots.items():
                 assert index is not None and taken[index]["tid"] == tid

@@ -550,8 +550,11 @@ class KernelTicks:
     def __init__(self, slots: int, interval_ns: int, slot_frames: SlotFrames) -> None:
         self.interval_ns = interval_ns
         self.slot_frames = slot_frames
-        self.mirror = np.zeros((slots, _WORDS), dtype="<u8")
-        # Records applied to the mirror but in no tick sent yet: the last of each slot (slot order).
+        # The slots as of the last record applied. Records are applied only when a whole tick needs them (every
+        # FULL_FRAME_TICKS, after a drop), waiting until then in _unapplied, in order (a slot's last one wins).
+        self._mirror = np.zeros((slots, _WORDS), dtype="<u8")
+        self._unapplied: list[tuple[np.ndarray, np.ndarray]] = []
+        # Records in no tick sent yet: the last of each slot (slot order), going with the next tick sent.
         self._carry_at = np.zeros(0, dtype=np.int64)
         self._carry_words = np.zeros((0, _WORDS), dtype="<u8")
         self.start_ns: int | None = None  # tick 0's time
@@ -559,6 +562,12 @@ class KernelTicks:
         self.last_tick = -1
         self.anchor_ns = self.anchor_tick = 0
         self.missed = 0
+        self.refused = 0  # the kernel's count of records its ring refused, at the last closing record
+
+    def mirror(self, used: int) -> np.ndarray:
+        """The slots [0, used) as of the last record taken, (used x 8) u64 words."""
+        self._apply(np.zeros(0, dtype=np.int64), self._mirror[:0])
+        return self._mirror[:used]
 
     def take(self, records: np.ndarray, layout_rows: dict[int, int]) -> TickBatch:
         """The ticks closed in `records` (TICK_REC, in the ring's order); `layout_rows`: the threads of each
@@ -571,7 +580,9 @@ class KernelTicks:
         sent: list[tuple[int, int, int, int]] = []  # tick, t_ns, layout id, slot count
         sent_at: list[int] = []  # each one's closing record, by its rank among them
         rows = 0
-        for k, ((t_ns, layout_id, _, _), used) in enumerate(zip(heads, useds, strict=True)):
+        refused_before = self.refused
+        for k, ((t_ns, layout_id, _, refused), used) in enumerate(zip(heads, useds, strict=True)):
+            self.refused = refused
             if self.start_ns is None or t_ns < self.start_ns or (self.end_ns is not None and t_ns > self.end_ns):
                 continue
             tick = self._number(t_ns)
@@ -581,72 +592,95 @@ class KernelTicks:
                 sent.append((tick, t_ns, layout_id, used))
                 sent_at.append(k)
                 rows += threads
-        slot = np.flatnonzero(index != TICK_INDEX)
-        at = index[slot].astype(np.int64)
-        words = records["words"][slot]
-        # The tick sent each record goes with: the first sent from the one its closing record ends (len(sent):
-        # none in this drain, carried). Non-decreasing in the ring's order.
-        goes = np.searchsorted(np.array(sent_at, dtype=np.int64), np.arange(len(closing) + 1))[
-            np.searchsorted(closing, slot)
-        ]
-        # The last record of each (tick sent, slot), the carried ones first (they are older), by tick then slot.
-        n_slots = len(self.mirror)
-        key = np.concatenate([self._carry_at, goes * n_slots + at])  # the carried ones go with the first sent
-        total = len(key)
-        key, last = np.unique(key[::-1], return_index=True)
-        last = total - 1 - last
-        d_words = np.concatenate([self._carry_words, words])[last]
-        d_goes, d_at = np.divmod(key, n_slots)
-        carried = np.searchsorted(d_goes, len(sent))
-        self._carry_at, self._carry_words = d_at[carried:], d_words[carried:]
         frames_of = self.slot_frames
         base_tick, base_slots = frames_of.base_tick, frames_of.base_slots
-        counts = np.bincount(d_goes[:carried], minlength=len(sent))
-        whole = np.zeros(len(sent), dtype="<u4")
-        pieces_at: list[np.ndarray] = []
-        pieces_words: list[np.ndarray] = []
-        applied = done_to = 0  # records of this drain applied to the mirror; delta records taken into pieces
-        starts = np.concatenate([[0], np.cumsum(counts)])
+        wholes = []  # the ticks sent whole, by rank
         for j, (tick, _, _, used) in enumerate(sent):
-            is_whole = frames_of._whole(tick, used)
+            if frames_of._whole(tick, used):
+                wholes.append(j)
             frames_of.base_slots, frames_of.base_tick = used, tick
-            if not is_whole:
-                continue
-            # The mirror as of this tick: every record up to its closing one.
-            cut = int(np.searchsorted(goes, j, side="right"))
-            self._apply(at[applied:cut], words[applied:cut])
-            applied = cut
-            pieces_at += [d_at[done_to : starts[j]], np.arange(used, dtype=np.int64)]
-            pieces_words += [d_words[done_to : starts[j]], self.mirror[:used].copy()]
-            done_to = starts[j + 1]
-            counts[j] = used
-            whole[j] = 1
-        self._apply(at[applied:], words[applied:])
+        tail = int(closing[-1]) + 1 if len(closing) else 0  # the records after it: a tick caught halfway
+        slot = np.flatnonzero(index[:tail] != TICK_INDEX)
+        at = index[slot].astype(np.int64)
+        words = records["words"][slot]
+        goes: np.ndarray | None = None  # the rank of the tick sent each record goes with
+        if len(sent) == len(closing) and not len(self._carry_at) and self.refused == refused_before:
+            # Each tick sent, nothing carried, no record refused: a tick's records are its changes, one per slot
+            # in slot order (the kernel walks the slots once), as the frame has them.
+            d_at, d_words = at, words
+            ends = closing.tolist()
+            counts = [end - before - 1 for before, end in zip([-1, *ends], ends, strict=False)]
+            if wholes:
+                goes = np.repeat(np.arange(len(sent)), counts)
+            if tail < len(index):
+                self._carry_at, self._carry_words = index[tail:].astype(np.int64), records["words"][tail:]
+                at, words = np.concatenate([at, self._carry_at]), np.concatenate([words, self._carry_words])
+        else:
+            at = np.concatenate([at, index[tail:].astype(np.int64)])
+            words = np.concatenate([words, records["words"][tail:]])
+            # The first tick sent from the one whose closing record ends the record's tick (len(sent): none in
+            # this drain, carried). Non-decreasing in the ring's order.
+            tick_of = np.searchsorted(closing, np.concatenate([slot, np.arange(tail, len(index))]))
+            goes = np.searchsorted(np.array(sent_at, dtype=np.int64), np.arange(len(closing) + 1))[tick_of]
+            # The last record of each (tick sent, slot), the carried ones first (older, with the first tick sent),
+            # by tick then slot.
+            n_slots = len(self._mirror)
+            key = np.concatenate([self._carry_at, goes * n_slots + at])
+            total = len(key)
+            key, last = np.unique(key[::-1], return_index=True)
+            d_words = np.concatenate([self._carry_words, words])[total - 1 - last]
+            d_goes, d_at = np.divmod(key, n_slots)
+            carried = int(np.searchsorted(d_goes, len(sent)))
+            self._carry_at, self._carry_words = d_at[carried:], d_words[carried:]
+            d_at, d_words = d_at[:carried], d_words[:carried]
+            counts = np.bincount(d_goes[:carried], minlength=len(sent)).tolist()
+        whole = [0] * len(sent)
+        if wholes:
+            # Every slot, from the mirror as of each such tick: every record up to its closing one applied.
+            assert goes is not None
+            starts = np.concatenate([[0], np.cumsum(counts)]).tolist()
+            pieces_at: list[np.ndarray] = []
+            pieces_words: list[np.ndarray] = []
+            applied = taken = 0
+            for j in wholes:
+                used = sent[j][3]
+                cut = int(np.searchsorted(goes, j, side="right"))
+                self._apply(at[applied:cut], words[applied:cut])
+                applied = cut
+                pieces_at += [d_at[taken : starts[j]], np.arange(used, dtype=np.int64)]
+                pieces_words += [d_words[taken : starts[j]], self._mirror[:used].copy()]
+                taken = starts[j + 1]
+                counts[j], whole[j] = used, 1
+            d_at = np.concatenate([*pieces_at, d_at[taken:]])
+            d_words = np.concatenate([*pieces_words, d_words[taken:]])
+            at, words = at[applied:], words[applied:]
+        if len(at):
+            self._unapplied.append((at, words))
+            if len(self._unapplied) > 64:  # a bound on what waits (64 drains: about 2 MB on the Bitwig shape)
+                self._apply(np.zeros(0, dtype=np.int64), self._mirror[:0])
         if not sent:
             return TickBatch(done, b"", 0, 0)
-        if pieces_at:
-            pieces_at.append(d_at[done_to:carried])
-            pieces_words.append(d_words[done_to:carried])
-            out_at, out_words = np.concatenate(pieces_at), np.concatenate(pieces_words)
-        else:
-            out_at, out_words = d_at[:carried], d_words[:carried]
         ticks, times, layouts, useds_sent = zip(*sent, strict=True)
         frame = frames.encode_ebpf_ticks(
             base_tick,
             -1 if base_slots is None else base_slots,
             np.array(times, dtype="<i8").tobytes(),
             np.array([ticks, layouts, useds_sent, counts, whole], dtype="<u4").tobytes(),
-            out_at.astype("<u4").tobytes(),
-            out_words.tobytes(),
+            d_at.astype("<u4").tobytes(),
+            d_words.tobytes(),
         )
         return TickBatch(done, frame, len(sent), rows)
 
     def _apply(self, at: np.ndarray, words: np.ndarray) -> None:
-        """Slot records onto the mirror, in order: where a slot appears twice its last record wins (an
-        assignment through repeated indices leaves which one unspecified in numpy)."""
+        """The records waiting, then these, onto the mirror, in order: where a slot appears twice its last record
+        wins (an assignment through repeated indices leaves which one unspecified in numpy)."""
+        if self._unapplied:
+            at = np.concatenate([*(a for a, _ in self._unapplied), at])
+            words = np.concatenate([*(w for _, w in self._unapplied), words])
+            self._unapplied = []
         if len(at):
             at, last_from_end = np.unique(at[::-1], return_index=True)
-            self.mirror[at] = words[len(words) - 1 - last_from_end]
+            self._mirror[at] = words[len(words) - 1 - last_from_end]
 
     def _number(self, t_ns: int) -> int:
         """The tick's number, counting the ticks missed before it. The perf event's timer stays on its grid
