@@ -1,9 +1,10 @@
 """The eBPF sampler's frames -> rows of the `samples` table, in the writer process (numpy, per chunk).
 
 Each EBPF_TICK frame holds the sampler's slots as copied at one tick, each EBPF_DELTA frame those of them that
-changed since the slot frame before (the others are rebuilt from it); each STAT_SLOW frame the stat lines of
-the few threads read that tick (every thread's once per STAT_SLOW_NS, round robin, and a new thread's at
-once). A row per thread of the layout per tick, with the /proc sampler's columns:
+changed since the slot frame before (the others are rebuilt from it), each EBPF_TICKS frame the ticks of one
+drain of the kernel's tick, each as one of those; each STAT_SLOW frame the stat lines of the few threads read
+that tick (each thread's turn once per STAT_SLOW_NS, round robin, read where it can have changed; a new
+thread's at once). A row per thread of the layout per tick, with the /proc sampler's columns:
 
     run_ns wait_ns slices    the kernel's own counters (copied at each switch-out), extended to the read
                              time for a thread on a CPU (run) or on a run queue (wait): live, where /proc's
@@ -13,7 +14,8 @@ once). A row per thread of the layout per tick, with the /proc sampler's columns
     minflt                   user page faults counted by the probes (minor and major), from the stat value
                              when the thread was added
     majflt utime stime nice rtprio policy blkio_ticks starttime
-                             the thread's latest stat read (STAT_SLOW_NS old at most)
+                             the thread's latest stat read (STAT_SLOW_NS old at most, or
+                             STAT_REFRESH_NS for a thread asleep since, whose counters have not moved)
 
 So the analyses read these rows as they read /proc's (DESIGN.md "The eBPF sampler").
 """
