@@ -130,6 +130,7 @@ def test_the_kernels_tick_takes_the_slots_every_2ms_and_they_agree_with_proc() -
     kernel = KernelTicks(sampler.slots, 2_000_000, SlotFrames())
     workload = _start_workload()
     times: list[int] = []
+    taken_ticks: list[tuple[int, int]] = []
     try:
         assert workload.stdin is not None and workload.stdout is not None
         tids = [int(t) for t in workload.stdout.readline().split()]
@@ -144,7 +145,8 @@ def test_the_kernels_tick_takes_the_slots_every_2ms_and_they_agree_with_proc() -
             after = time.monotonic_ns()
             while not times or times[-1] <= after:
                 time.sleep(0.01)
-                times.extend(t_ns for _, t_ns in kernel.take(sampler.drain_ticks(), {1: len(tids)}).done)
+                taken_ticks.extend(kernel.take(sampler.drain_ticks(), {1: len(tids)}).done)
+                times[:] = [t_ns for _, t_ns in taken_ticks]
             taken = kernel.mirror(sampler.used).reshape(-1).view(SLOT_DTYPE)
             out = {}
             for tid, index in slots.items():
@@ -159,11 +161,17 @@ def test_the_kernels_tick_takes_the_slots_every_2ms_and_they_agree_with_proc() -
         stop_process(workload)
         sampler.stop()
     _assert_agree(tids, start, end)
-    # CLOCK_MONOTONIC, 2 ms apart (the timer's latency aside), every one numbered: at most a few missed.
+    # CLOCK_MONOTONIC, 2 ms apart (the timer's latency aside), every one numbered. A period the timer skipped
+    # (the vCPU not running: host steal, 57 of 530 once under the whole test suite) is a gap in the stamps and
+    # counted as missed, no more: the count is the machine's, the numbering must match it.
     stamps = np.array(times)
+    numbers = [number for number, _ in taken_ticks]
     assert kernel.start_ns <= stamps[0] and stamps[-1] <= ended
     assert abs(np.median(np.diff(stamps)) - 2_000_000) < 100_000
-    assert kernel.missed <= 0.05 * len(stamps) and kernel.last_tick + 1 >= len(stamps)
+    assert numbers == sorted(set(numbers)) and kernel.last_tick == numbers[-1]
+    skipped = int((np.rint(np.diff(stamps) / 2_000_000) - 1).sum())
+    assert kernel.missed == skipped == numbers[-1] - numbers[0] + 1 - len(numbers)
+    assert kernel.missed <= 0.5 * len(stamps)
 
 
 def _btf_blob() -> bytes:
