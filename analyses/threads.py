@@ -339,6 +339,8 @@ def _batch_aggregates(
 def _lives(starttime: pd.Series) -> np.ndarray:
     """Each row's start time as _batch_aggregates_pandas makes it (-1 where unknown): numbers as they are
     (to_numeric and fillna copy 4 M rows for nothing), anything else through them."""
+    if isinstance(starttime.dtype, pd.Int64Dtype):  # nullable, as a column with nulls comes (unknown: -1)
+        return starttime.to_numpy(dtype=np.int64, na_value=-1)
     values = starttime.to_numpy()
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
         return values.astype(np.int64, copy=False)

@@ -79,6 +79,10 @@ def test_profile_batches_by_numpy_are_the_pandas_ones(path: Path) -> None:
         second = (tid == tid[0]) & (reused["t_ns"].to_numpy() > np.median(reused["t_ns"].to_numpy()))
         reused["starttime"] = pd.array(np.where(second, 99_999, 5), dtype="Int64")
         _both(reused, origin)
+        # Start times unknown (null) for one thread, nullable for all: the fast way still (threads._lives).
+        unknown = batch.copy()
+        unknown["starttime"] = pd.array(np.where(tid == tid[0], None, 5), dtype="Int64")
+        _both(unknown, origin)
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
