@@ -48,7 +48,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -1260,6 +1260,23 @@ def _check_counts(contents: _Contents) -> None:
         )
 
 
+_T = TypeVar("_T")
+
+
+def _decode_and_prepare(
+    name: str, data: bytes, columns: list[str] | None, prepare: Callable[[pa.Table], Any] | None
+) -> tuple[pa.Table, list[str], Any, Exception | None]:
+    """_read_chunk, then `prepare` of its table (None: nothing), on the decoding worker; an error of
+    `prepare`'s is handed back (its chunk decoded: not a decoding error)."""
+    table, nulls = _read_chunk(name, data, columns)
+    if prepare is None:
+        return table, nulls, None, None
+    try:
+        return table, nulls, prepare(table), None
+    except Exception as err:  # raised again in the reader's thread
+        return table, nulls, None, err
+
+
 def _read_chunk(name: str, data: bytes, columns: list[str] | None) -> tuple[pa.Table, list[str]]:
     """One chunk as its table's schema says: every column of the schema (or the asked-for ones), those it
     lacks (an older capture) as nulls of their type, each cast to its schema's type; and without the rows
@@ -1393,31 +1410,51 @@ class Capture:
             return None
         return self._read_arrow_chunks(name, list(columns) if columns is not None else None, only)
 
+    def prepared_chunks(
+        self,
+        name: str,
+        columns: Iterable[str] | None,
+        prepare: Callable[[pa.Table], _T],
+        *,
+        only: Callable[[int], bool] | None = None,
+    ) -> Iterator[tuple[int, _T]] | None:
+        """arrow_chunks, each chunk's table given to `prepare` on the decoding worker (a function of the table
+        alone: the analyses' conversion to numpy), what it returns yielded; an error it raises is raised
+        here, at its chunk."""
+        if name in self._tables:
+            return None
+        return self._read_arrow_chunks(name, list(columns) if columns is not None else None, only, prepare)
+
     def _read_arrow_chunks(
-        self, name: str, columns: list[str] | None, only: Callable[[int], bool] | None = None
-    ) -> Iterator[tuple[int, pa.Table]]:
-        """The chunks decoded in file order, the next one on a worker thread while the caller works on this
-        one: Parquet decoding (zstd, delta-packed integers) releases the GIL, and it is 1-3 s a pass over
-        30 M samples (issue 12: analyses speed). Errors and warnings are the caller's, chunk by chunk."""
+        self,
+        name: str,
+        columns: list[str] | None,
+        only: Callable[[int], bool] | None = None,
+        prepare: Callable[[pa.Table], Any] | None = None,
+    ) -> Iterator[tuple[int, Any]]:
+        """The chunks decoded in file order (and prepared), the next one on a worker thread while the caller
+        works on this one: Parquet decoding (zstd, delta-packed integers) releases the GIL, and it is 1-3 s
+        a pass over 30 M samples (issue 12: analyses speed). Errors and warnings are the caller's, chunk by
+        chunk."""
         if self.path is None or name not in self._chunks:
             return
         spans = ((i, *span) for i, span in enumerate(self._chunks[name]) if only is None or only(i))
         with open_capture(self.path) as fh, ThreadPoolExecutor(1, thread_name_prefix="decode") as pool:
 
-            def decode_next() -> tuple[int, int, Future[tuple[pa.Table, list[str]]]] | None:
+            def decode_next() -> tuple[int, int, Future[tuple[pa.Table, list[str], Any, Exception | None]]] | None:
                 span = next(spans, None)
                 if span is None:
                     return None
                 number, offset, length = span
                 fh.seek(offset)
-                return number, offset, pool.submit(_read_chunk, name, fh.read(length), columns)
+                return number, offset, pool.submit(_decode_and_prepare, name, fh.read(length), columns, prepare)
 
             ahead = decode_next()
             while ahead is not None:
                 number, offset, decoding = ahead
                 ahead = decode_next()
                 try:
-                    table, nulls = decoding.result()
+                    table, nulls, prepared, failed = decoding.result()
                 except (pa.ArrowException, OSError, ValueError) as err:
                     # Its footer read at load, but a page does not decode (a hand-made chunk): skip it.
                     self._warn(f"the {name} chunk at byte {offset} does not decode ({err}): skipped")
@@ -1427,7 +1464,9 @@ class Capture:
                         f"the {name} chunk at byte {offset} has rows with no {', '.join(map(repr, nulls))} "
                         "(null): those rows are left out"
                     )
-                yield number, table
+                if failed is not None:
+                    raise failed
+                yield number, table if prepare is None else prepared
 
     def _warn(self, message: str) -> None:
         """A warning about this capture found while reading a table: said once, and kept in .warnings."""

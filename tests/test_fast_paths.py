@@ -34,8 +34,8 @@ def _load(path: Path) -> forensics.Capture:
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
 def test_samples_from_arrow_are_the_pandas_ones(path: Path) -> None:
     cap, by_pandas = _load(path), _load(path)
-    by_pandas.arrow_chunks = lambda *_a, **_k: None  # type: ignore[method-assign]
-    assert cap.arrow_chunks("samples") is not None
+    by_pandas.prepared_chunks = lambda *_a, **_k: None  # type: ignore[method-assign]
+    assert cap.prepared_chunks("samples", None, len) is not None
     tids = sorted(set(next(cap.iter_chunks("samples", ["tid"]))["tid"]))[:2]
     t0 = int(next(cap.iter_chunks("samples", ["t_ns"]))["t_ns"].min())
     for options in (
@@ -117,6 +117,21 @@ def test_chunks_decoded_ahead_are_those_decoded_one_by_one(path: Path) -> None:
     odd = [(n, t) for n, t in cap.arrow_chunks("samples", columns, only=lambda n: n % 2 == 1) or []]
     assert [n for n, _ in odd] == list(range(1, len(one_by_one), 2))
     assert all(t.equals(one_by_one[n]) for n, t in odd)
+    # Prepared on the worker: what `prepare` makes of each table; its error raised at its chunk.
+    assert [(n, rows) for n, rows in cap.prepared_chunks("samples", columns, len) or []] == [
+        (n, t.num_rows) for n, t in enumerate(one_by_one)
+    ]
+
+    def first_only(table: Any) -> int:
+        if not table.equals(one_by_one[0]):
+            raise KeyError("prepare")
+        return 1
+
+    calls: list[int] = []
+    with pytest.raises(KeyError, match="prepare"):
+        for _, one in cap.prepared_chunks("samples", columns, first_only) or []:
+            calls.append(one)
+    assert calls == [1]
 
 
 def _count_decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
