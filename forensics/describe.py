@@ -89,6 +89,15 @@ def damage_notes(
     return notes
 
 
+def _ebpf_sampler_text(sampler: dict[str, Any]) -> str:
+    """How often the eBPF sampler read what: its metadata (samplers/ebpf/sampler.py EbpfTicker.start)."""
+    text = f"eBPF sampler: the kernel's counters every tick, stat every {fmt_ns(sampler.get('stat_slow_ns'))}"
+    refresh_ns = sampler.get("stat_refresh_ns")
+    if refresh_ns is not None:  # captures since StatChoice: a sleeping thread's stat only when its slot moved
+        text += f" (a sleeping thread's when it ran or woke since, at least every {fmt_ns(refresh_ns)})"
+    return text
+
+
 def _yes_no(value: Any) -> str:
     if value is None:
         return "unknown"
@@ -123,12 +132,9 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
         "governor": ", ".join(sorted(set((cpus.get("governor") or {}).values()))) or "unknown",
     }
     source_rows = {
-        "schedstat + stat": (
-            "eBPF sampler: the kernel's counters every tick, stat every "
-            f"{fmt_ns((meta.get('ebpf_sampler') or {}).get('stat_slow_ns'))}"
-            if rec.get("sampler") == "ebpf"
-            else "every tick"
-        ),
+        "schedstat + stat": _ebpf_sampler_text(meta.get("ebpf_sampler") or {})
+        if rec.get("sampler") == "ebpf"
+        else "every tick",
         "sched file": sources.get("sched", "unknown"),
         "schedstats": _schedstats_text(sources),
         "delay accounting": _yes_no(sources.get("delayacct")),

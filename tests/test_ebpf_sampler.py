@@ -225,7 +225,9 @@ def test_catch_load_sampler_ebpf_records_rows_the_analyses_read(tmp_path: Path) 
     assert cap.meta["ebpf_sampler"]["stat_slow_ns"] > 0
     assert cap.meta["ebpf_sampler"]["tick"]["by"] == "kernel"  # the 2 ms tick taken by a BPF program
     assert cap.meta["recording"]["sched"] == "none"  # the /proc reads it replaces are off unless asked for
-    assert "eBPF sampler" in str(describe_capture(cap))  # `forensics info` says which sampler read the threads
+    described = str(describe_capture(cap))
+    assert "eBPF sampler" in described  # `forensics info` says which sampler read the threads
+    assert "at least every 1.000 s" in described  # and that a sleeping thread's stat waits for it to move (StatChoice)
     samples = load_samples(cap, ["pid", "run_ns", "wait_ns", "slices", "minflt", "state"])
     assert len(cap.samples) < len(samples)  # only changes stored; the analyses read every tick's row
     workers = samples[samples["tid"] != samples["pid"]]

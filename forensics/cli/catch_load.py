@@ -216,7 +216,8 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
     show_default=True,
     help="How each tick reads the threads: two /proc files per thread, or (ebpf: root, BCC, kernel BTF) the "
     "run time, runqueue wait, switches, state and CPU the kernel keeps in a BPF map at each switch and wake-up, "
-    "one copy per tick, with each thread's stat line read every 250 ms. With ebpf, --sched and --taskstats "
+    "one copy per tick, with each thread's stat line read every 250 ms (a sleeping thread's only after it ran or "
+    "woke, at least every 1 s). With ebpf, --sched and --taskstats "
     "default to none (give them to read those files too).",
 )
 @click.option(
