@@ -46,10 +46,11 @@ SAMPLERS = {
 }
 
 
-def build() -> Path:
+def build(program: str = "bitwig_shape") -> Path:
+    """bench/<program>.c compiled into bench/out/<program> (again when the source is newer)."""
     OUT.mkdir(exist_ok=True)
-    binary = OUT / "bitwig_shape"
-    source = HERE / "bitwig_shape.c"
+    binary = OUT / program
+    source = HERE / f"{program}.c"
     if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
         subprocess.run(["gcc", "-O2", "-o", str(binary), str(source), "-lpthread"], check=True)
     return binary

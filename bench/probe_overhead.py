@@ -28,22 +28,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-OUT = HERE / "out"
 sys.path.insert(0, str(REPO))
+
+from ebpf_sampler_bench import build  # noqa: E402  (bench/ is sys.path[0] when run as a script)
 
 from samplers.sysctl_guard import SysctlGuard  # noqa: E402
 
 PING_CPU, TOOL_CPU = 1, 0
 EVENTS_PER_TRIP = 4  # two wake-ups, two switches
-
-
-def build() -> Path:
-    OUT.mkdir(exist_ok=True)
-    binary = OUT / "pingpong"
-    source = HERE / "pingpong.c"
-    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
-        subprocess.run(["gcc", "-O2", "-o", str(binary), str(source), "-lpthread"], check=True)
-    return binary
 
 
 def one_run(binary: Path, seconds: float, recorded: bool) -> dict[str, float]:
@@ -97,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
     if os.geteuid() != 0 or (os.cpu_count() or 1) < 2:
         raise SystemExit("probe_overhead: needs root and 2 CPUs")
-    binary = build()
+    binary = build("pingpong")
     print(f"load average at start {os.getloadavg()[0]:.2f}", flush=True)
     alone, recorded = [], []
     with SysctlGuard({"kernel.bpf_stats_enabled": "1"}, state_dir=Path(tempfile.mkdtemp())):
