@@ -465,7 +465,7 @@ class SlotFrames:
     Bitwig-shaped target a tick changes about 48 slots of 534, and the writer's intake shrinks as much.
 
     frame(): the recorder's own copy of the slots, compared here. The kernel's tick compares them itself and
-    KernelTicks sends a drain's ticks in one frame, by the same rule for whole frames (_whole)."""
+    KernelTicks sends a drain's ticks in one frame, by the same rule for whole frames (follow())."""
 
     def __init__(self, full_every_ticks: int = FULL_FRAME_TICKS) -> None:
         self.full_every_ticks = full_every_ticks
@@ -476,16 +476,20 @@ class SlotFrames:
         self.full_frames = 0
         self._differs = np.zeros(0, dtype=bool)
 
-    def _whole(self, tick: int, slots: int) -> bool:
-        if self.base_slots != slots or tick >= self.full_due:
+    def follow(self, tick: int, slots: int) -> bool:
+        """Whether the frame of `tick` (of `slots` slots) goes whole; it is the base of the next frame from now."""
+        whole = self.base_slots != slots or tick >= self.full_due
+        if whole:
             self.full_due = tick + self.full_every_ticks
             self.full_frames += 1
-            return True
-        return False
+        self.base_slots, self.base_tick = slots, tick
+        return whole
 
-    def _encode(self, tick: int, layout_id: int, t_ns: int, words: np.ndarray, changed: np.ndarray | None) -> bytes:
+    def _encode(
+        self, tick: int, layout_id: int, t_ns: int, words: np.ndarray, changed: np.ndarray | None, base_tick: int
+    ) -> bytes:
         """words: the tick's slots as u64 words (flat or one row per slot); changed: the slots that differ from
-        the frame before, or None for a whole frame."""
+        the frame of base_tick, or None for a whole frame."""
         slots = words.size // _WORDS
         if changed is None:
             out = frames.encode_ebpf_tick(tick, layout_id, t_ns, words.tobytes())
@@ -495,19 +499,18 @@ class SlotFrames:
                 layout_id,
                 t_ns,
                 slots,
-                self.base_tick,
+                base_tick,
                 len(changed),
                 changed.astype("<u4").tobytes(),
                 words.reshape(-1, _WORDS).take(changed, axis=0).tobytes(),
             )
-        self.base_slots, self.base_tick = slots, tick
         return out
 
     def frame(self, tick: int, layout_id: int, t_ns: int, raw: bytes) -> bytes:
         words = np.frombuffer(raw, dtype="<u8")
-        base = self.base
+        base, base_tick = self.base, self.base_tick
         changed = None
-        if not self._whole(tick, len(words) // _WORDS):  # whole while base is None (base_slots is None too)
+        if not self.follow(tick, len(words) // _WORDS):  # whole while base is None (base_slots is None too)
             assert base is not None
             # One bool per word, eight per slot: viewed as one u64 per slot, nonzero where any word differs
             # (7 us for 534 slots, 5 more than sending them all; a Python loop over the slots costs 50).
@@ -515,7 +518,7 @@ class SlotFrames:
                 self._differs = np.empty(len(words), dtype=bool)
             np.not_equal(words, base, out=self._differs)
             changed = self._differs.view("<u8").nonzero()[0]
-        out = self._encode(tick, layout_id, t_ns, words, changed)
+        out = self._encode(tick, layout_id, t_ns, words, changed, base_tick)
         self.base = words
         return out
 
@@ -542,7 +545,7 @@ class KernelTicks:
 
     A delta tick carries the last record of each slot since the tick sent before (the records of the ticks not
     sent too: before tick 0, without a thread, or a drain's last tick caught halfway, carried to the next
-    drain); a whole tick (SlotFrames._whole) the mirror of the slots as of that tick, every record up to it
+    drain); a whole tick (SlotFrames.follow) the mirror of the slots as of that tick, every record up to it
     applied. Ticks are numbered by their kernel time from tick 0's (the recorder's start), so a tick the kernel
     did not take or could not store (its closing record refused: the ring was full) is a gap, counted as
     missed; the records of a tick whose closing record was refused go with the next tick."""
@@ -596,9 +599,8 @@ class KernelTicks:
         base_tick, base_slots = frames_of.base_tick, frames_of.base_slots
         wholes = []  # the ticks sent whole, by rank
         for j, (tick, _, _, used) in enumerate(sent):
-            if frames_of._whole(tick, used):
+            if frames_of.follow(tick, used):
                 wholes.append(j)
-            frames_of.base_slots, frames_of.base_tick = used, tick
         tail = int(closing[-1]) + 1 if len(closing) else 0  # the records after it: a tick caught halfway
         slot = np.flatnonzero(index[:tail] != TICK_INDEX)
         at = index[slot].astype(np.int64)
@@ -723,6 +725,7 @@ class EbpfTicker:
         self.slot_frames = SlotFrames()
         self.kernel_ticks: KernelTicks | None = None
         self.layout_rows: dict[int, int] = {}  # layout id -> its threads (a tick of none is not sent)
+        self.rows_sent = 0  # the rows of the frame the last collect() handed over
         self._born_listed = -1  # tasks_born() at the last listing of the targets' threads (-1: none yet)
 
     def start(self) -> dict[str, Any]:
