@@ -61,25 +61,19 @@ def _per_tick(stream: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
         if kind != frames.EBPF_TICKS:
             out.append((kind, payload))
             continue
-        n, k, base_tick, _ = frames.EBPF_TICKS_HEADER.unpack_from(payload)
-        at = frames.EBPF_TICKS_HEADER.size
-        times = frames.array_at(payload, "<i8", n, at).tolist()
-        ticks, layouts, useds, counts, wholes = (
-            frames.array_at(payload, "<u4", 5 * n, at + 8 * n).reshape(5, n).tolist()
-        )
-        at += 28 * n
-        index = frames.array_at(payload, "<u4", k, at)
-        words = frames.array_at(payload, "<u8", 8 * k, at + 4 * k).reshape(k, 8)
+        drain = frames.decode_ebpf_ticks(payload)
+        base_tick, index, words, counts = drain.base_tick, drain.index, drain.words, drain.counts
         ends = np.cumsum(counts).tolist()
-        for i in range(n):
+        columns = zip(drain.ticks, drain.layouts, drain.times, drain.useds, strict=True)
+        for i, (tick, layout_id, t_ns, used) in enumerate(columns):
             part = slice(ends[i] - counts[i], ends[i])
-            if wholes[i]:
-                header = frames.EBPF_TICK_HEADER.pack(ticks[i], layouts[i], times[i], 64 * counts[i])
+            if drain.wholes[i]:
+                header = frames.EBPF_TICK_HEADER.pack(tick, layout_id, t_ns, 64 * counts[i])
                 out.append((frames.EBPF_TICK, header + words[part].tobytes()))
             else:
-                header = frames.EBPF_DELTA_HEADER.pack(ticks[i], layouts[i], times[i], useds[i], base_tick, counts[i])
+                header = frames.EBPF_DELTA_HEADER.pack(tick, layout_id, t_ns, used, base_tick, counts[i])
                 out.append((frames.EBPF_DELTA, header + index[part].tobytes() + words[part].tobytes()))
-            base_tick = ticks[i]
+            base_tick = tick
     return out
 
 

@@ -245,6 +245,34 @@ def encode_ebpf_ticks(
     return b"".join((FRAME.pack(EBPF_TICKS, size), header, times, columns, indices, slots))
 
 
+@dataclass(frozen=True)
+class EbpfTicks:
+    """An EBPF_TICKS payload taken apart (decode_ebpf_ticks): per tick, its columns as lists; the slot records
+    of all of them, tick after tick (`counts` each), as u32 indices and rows of eight u64 words."""
+
+    base_tick: int
+    times: list[int]
+    ticks: list[int]
+    layouts: list[int]
+    useds: list[int]
+    counts: list[int]
+    wholes: list[int]
+    index: np.ndarray
+    words: np.ndarray
+
+
+def decode_ebpf_ticks(payload: bytes) -> EbpfTicks:
+    """The writer's side of encode_ebpf_ticks."""
+    n, k, base_tick, _ = EBPF_TICKS_HEADER.unpack_from(payload)
+    at = EBPF_TICKS_HEADER.size
+    times = array_at(payload, "<i8", n, at).tolist()
+    ticks, layouts, useds, counts, wholes = array_at(payload, "<u4", 5 * n, at + 8 * n).reshape(5, n).tolist()
+    at += 28 * n
+    index = array_at(payload, "<u4", k, at)
+    words = array_at(payload, "<u8", 8 * k, at + 4 * k).reshape(k, 8)
+    return EbpfTicks(base_tick, times, ticks, layouts, useds, counts, wholes, index, words)
+
+
 def encode_stat_slow(tick: int, layout_id: int, t_ns: int, indices: Sequence[int], texts: Sequence[bytes]) -> bytes:
     header = EBPF_TICK_HEADER.pack(tick, layout_id, t_ns, len(indices))
     return encode(

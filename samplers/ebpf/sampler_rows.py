@@ -131,17 +131,11 @@ class EbpfRows:
         the read time of each is yielded once it is taken (a generator: nothing is taken unless it is run), so
         that the writer ends its chunks at the ticks it would end them at with a frame per tick (and stores the
         same rows)."""
-        n, k, base_tick, _ = frames.EBPF_TICKS_HEADER.unpack_from(payload)
-        at = frames.EBPF_TICKS_HEADER.size
-        times = frames.array_at(payload, "<i8", n, at).tolist()
-        columns = frames.array_at(payload, "<u4", 5 * n, at + 8 * n).reshape(5, n)
-        ticks, layouts, useds, counts, whole = columns.tolist()
-        at += 28 * n
-        index = frames.array_at(payload, "<u4", k, at)
-        words = frames.array_at(payload, "<u8", k * _WORDS, at + 4 * k).reshape(k, _WORDS)
+        drain = frames.decode_ebpf_ticks(payload)
+        base_tick, index, words = drain.base_tick, drain.index, drain.words
         begin = 0
         for tick, layout_id, t_ns, used, count, is_whole in zip(
-            ticks, layouts, times, useds, counts, whole, strict=True
+            drain.ticks, drain.layouts, drain.times, drain.useds, drain.counts, drain.wholes, strict=True
         ):
             end = begin + count
             if is_whole:
