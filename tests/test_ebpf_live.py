@@ -91,6 +91,23 @@ def test_intervals_tile_each_thread_timeline(
     assert len(gaps) <= max(2, 0.02 * total), gaps
 
 
+def _around(observed: Observation, intervals: tuple[pd.DataFrame, pd.DataFrame], tid: int, span: dict) -> str:
+    """What was recorded of `tid` around `span` (its own clock readings), for an assertion's message: its on- and
+    off-CPU intervals that overlap it and its switch events within 2 ms of it, times relative to span's start."""
+    start, end = span["start_ns"], span["end_ns"]
+    parts = [f"tid {tid}, span 0..{end - start} ns; collector stats {observed.stats}"]
+    for name, frame in zip(("on-CPU", "off-CPU"), intervals, strict=True):
+        mine = frame[(frame["tid"] == tid) & (frame["start_ns"] < end) & (frame["end_ns"] > start)].copy()
+        mine[["start_ns", "end_ns"]] -= start
+        parts.append(f"{name} intervals overlapping it:\n{mine.to_string()}")
+    sw = observed.table("sched_switch")
+    near = sw[
+        ((sw["prev_tid"] == tid) | (sw["next_tid"] == tid)) & sw["t_ns"].between(start - 2_000_000, end + 2_000_000)
+    ]
+    parts.append(f"its switches within 2 ms:\n{near.assign(t_ns=near['t_ns'] - start).to_string()}")
+    return "\n".join(parts)
+
+
 def _overlaps_a_gap(gaps: pd.DataFrame, tid: int, start: int, end: int) -> bool:
     mine = gaps[gaps["tid"] == tid]
     return bool(((mine["start_ns"] < end) & (mine["end_ns"] > start)).any())
@@ -109,7 +126,7 @@ def test_timer_sleeps(observed: Observation, intervals: tuple[pd.DataFrame, pd.D
         # One sleep on the timer: the longest S. Other S intervals in the window are CPython's GIL
         # hand-over (a futex, woken by the thread that releases it), before or after the sleep.
         asleep = window[window["state"] == "S"]
-        assert len(asleep) >= 1, window
+        assert len(asleep) >= 1, _around(observed, intervals, tid, sleep)
         row = asleep.loc[asleep["duration_ns"].idxmax()]
         if pd.isna(row["waker_context"]):
             # No waking recorded: the waker is reported unknown (null), never guessed. It happens when
