@@ -542,6 +542,38 @@ def test_the_recorder_started_before_jackd_records_the_engine(tmp_path: Path) ->
     assert (capture.xruns.query("source == 'server-log'")["client"] == "cue").any(), capture.xruns
 
 
+def test_jackd_given_by_pid_brings_its_named_server_without_jack_default_server(tmp_path: Path) -> None:
+    """`catch-load -p $(pidof jackd)` for a server started with `-n NAME`, from a shell where
+    JACK_DEFAULT_SERVER is not set (a user's): the source attaches to that server, found by the semaphores
+    jackd maps, and records its cycles and follows its client. Before, only the default server was tried
+    and the capture had threads and no engine data."""
+    import subprocess
+
+    with jackd(tmp_path) as server:
+        cue = server.cue_client()
+        cue.wait_done(0)  # active in the graph
+        env = child_env()
+        env.pop("JACK_DEFAULT_SERVER", None)
+        out = tmp_path / "by-pid.ssf"
+        rec = subprocess.Popen(
+            [*catch_load_argv(), "-q", "-o", str(out), "-p", str(server.process.pid)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            wait_recording(out, rec)
+            wait_capture_growing(out, rec, 30, growths=2)  # cycles recorded since the source started
+            _, err = stop_recording(rec)
+        finally:
+            stop_process(rec)
+            cue.quit()
+    capture = load(out)
+    assert capture.complete, err
+    assert capture.meta["sources"]["engine"]["server"] == server.name, capture.meta["sources"]["engine"]
+    assert len(capture.engine_cycles) > 100
+    cue_pids = set(capture.engine_clients.query("name == 'cue'")["pid"].dropna().astype(int))
+    assert cue_pids and cue_pids <= set(capture.threads["pid"]), "its client is followed"
+
+
 def test_a_match_recording_without_jack_says_so_only_in_the_capture(tmp_path: Path) -> None:
     """A --match recording of a program that has nothing to do with JACK: the waiting source costs no
     line on the terminal, and the capture says no server started."""

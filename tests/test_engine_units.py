@@ -173,6 +173,48 @@ def test_in_jack_graph_reads_the_semaphore_mappings(tmp_path) -> None:  # type: 
     assert not in_jack_graph(43, "studio", proc=str(tmp_path))
 
 
+def test_a_target_given_by_pid_brings_its_own_server_whatever_its_name(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`catch-load -p $(pidof jackd)` for `jackd -n studio`, from a shell where JACK_DEFAULT_SERVER is not set:
+    the server is the one whose semaphores the target maps, found among the sockets of the running servers
+    (a file of that name that is not a socket is no server); the longest name wins ("a_b" over "a")."""
+    import socket
+
+    from samplers.engine.choose import graph_server, jack_servers
+
+    monkeypatch.delenv("JACK_DEFAULT_SERVER", raising=False)
+    shm, proc, uid = tmp_path / "shm", tmp_path / "proc", os.getuid()
+    shm.mkdir()
+    listening = []
+    for name in ("studio", "a", "a_b"):
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(shm / f"jack_{name}_{uid}_0"))
+        listening.append(sock)
+    (shm / f"jack_notasocket_{uid}_0").write_text("")
+    (shm / f"jack_sem.{uid}_studio_cue").write_text("")
+    try:
+        assert jack_servers(str(shm)) == ["a", "a_b", "studio"]
+        for pid, sem in ((42, "studio_cue"), (43, "a_b_fx"), (44, "a_fx")):
+            (proc / str(pid)).mkdir(parents=True)
+            (proc / str(pid) / "maps").write_text(f"7f00-7f01 rw-s 00000000 00:1b 14   /dev/shm/jack_sem.{uid}_{sem}\n")
+        assert graph_server(42, jack_servers(str(shm)), str(proc)) == "studio"
+        assert graph_server(43, ["a", "a_b"], str(proc)) == "a_b"
+        assert graph_server(44, ["a", "a_b"], str(proc)) == "a"
+        assert graph_server(45, ["studio"], str(proc)) is None  # gone, or no /proc entry
+        choice = choose_jack(None, False, (), pids=(42,), proc=str(proc), tmp_dir=str(shm))
+        assert choice is not None and choice.server == "studio" and choice.follow and not choice.launches_server
+        asked = choose_jack("", False, (), pids=(42,), proc=str(proc), tmp_dir=str(shm))  # --jack, no name
+        assert asked is not None and asked.server == "studio" and asked.explicit
+        named = choose_jack("other", False, (), pids=(42,), proc=str(proc), tmp_dir=str(shm))  # --jack other
+        assert named is not None and named.server == "other"
+        # Not in any graph and no default server: no JACK source, as before.
+        (proc / "46").mkdir()
+        (proc / "46" / "maps").write_text("")
+        assert choose_jack(None, False, (), pids=(46,), proc=str(proc), tmp_dir=str(shm)) is None
+    finally:
+        for sock in listening:
+            sock.close()
+
+
 class _Named:
     """Stands for a running source (samplers/engine/source.py EngineProcess): the pids it named so far."""
 

@@ -229,8 +229,9 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
     metavar="[SERVER]",
     help="Record the JACK server's own view beside the threads: xruns with the delay it reports, buffer size, "
     "rate, cpu_load(), clients with their pids, ports and connections, per-client cycle times (jack2), and "
-    "follow every client as a target. On by default when the command is jackd, or when a server is running "
-    "and a target is one of its clients. A passive client: it is never woken in the graph's cycle.",
+    "follow every client as a target. On by default when the command is jackd, or when a target is a running "
+    "server or one of its clients (that server, whatever its name). A passive client: it is never woken in the "
+    "graph's cycle.",
 )
 @click.option("--no-jack", is_flag=True, help="Do not record JACK data even when a server is running.")
 @click.option(

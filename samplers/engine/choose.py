@@ -1,8 +1,9 @@
 """Whether a recording runs the JACK source, and with which server: decided before anything starts.
 
 On by default when the launched command is a JACK server (its clients are then followed), or when a
-JACK server is reachable and a target given by pid is jackd or one of its clients, or targets will only
-appear later (--match, a command): then the clients are followed once a target turns out to be one.
+target given by pid is jackd or a client of a running server, whatever its name (the server is then the
+target's), or when the default server is reachable and targets will only appear later (--match, a command):
+then the clients are followed once a target turns out to be one.
 `--jack [SERVER]` asks for it (a missing server or libjack is then said in one line); `--no-jack` turns
 it off. With --match and no server yet (the "wait for jackd" use: the recorder starts first), the source
 runs from the start and waits for a server through the whole recording (UNTIL_THE_END), looking for its
@@ -11,7 +12,9 @@ socket every SERVER_POLL_S and attaching once it takes clients.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,19 +58,48 @@ def jack_server_name(server: str | None) -> str:
     return server or os.environ.get("JACK_DEFAULT_SERVER") or "default"
 
 
-def server_reachable(server: str | None) -> bool:
-    return Path(JACK_TMP_DIR, f"jack_{jack_server_name(server)}_{os.getuid()}_0").exists()
+def server_reachable(server: str | None, tmp_dir: str = JACK_TMP_DIR) -> bool:
+    return Path(tmp_dir, f"jack_{jack_server_name(server)}_{os.getuid()}_0").exists()
+
+
+def jack_servers(tmp_dir: str = JACK_TMP_DIR) -> list[str]:
+    """The names of the JACK servers running for our uid: each listens on a socket jack_<name>_<uid>_0 in
+    JACK_TMP_DIR (jack2 posix/JackSocket.cpp BuildName; `which` 0 is the server's request channel)."""
+    suffix = f"_{os.getuid()}_0"
+    try:
+        entries = list(os.scandir(tmp_dir))
+    except OSError:
+        return []
+    names = []
+    for entry in entries:
+        name = entry.name
+        if not (name.startswith("jack_") and name.endswith(suffix) and len(name) > len("jack_") + len(suffix)):
+            continue
+        with contextlib.suppress(OSError):  # gone since the listing: that server stopped
+            if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                names.append(name[len("jack_") : -len(suffix)])
+    return sorted(names)
+
+
+def graph_server(pid: int, servers: list[str], proc: str = "/proc") -> str | None:
+    """The server of `servers` whose graph the process is in (jackd itself or a client), or None: jack2 maps one
+    semaphore file per client, named jack_sem.<uid>_<server>_<client>, in the server and in every client
+    (posix/JackPosixSemaphore.cpp BuildName). The longest name whose marker shows wins: the semaphores of a
+    server named "a_b" also start with the marker of a server named "a"."""
+    try:
+        with open(f"{proc}/{pid}/maps") as fh:
+            maps = fh.read()
+    except OSError:
+        return None
+    for server in sorted(servers, key=len, reverse=True):
+        if f"/jack_sem.{os.getuid()}_{server}_" in maps:
+            return server
+    return None
 
 
 def in_jack_graph(pid: int, server: str | None, proc: str = "/proc") -> bool:
-    """True when the process is a JACK server or client of `server`: jack2 maps one semaphore file per
-    client, named jack_sem.<uid>_<server>_<client>, in the server and in every client (JackPosixSemaphore)."""
-    marker = f"/jack_sem.{os.getuid()}_{jack_server_name(server)}_"
-    try:
-        with open(f"{proc}/{pid}/maps") as fh:
-            return any(marker in line for line in fh)
-    except OSError:
-        return False
+    """True when the process is a JACK server or client of `server` (None: libjack's default)."""
+    return graph_server(pid, [jack_server_name(server)], proc) is not None
 
 
 def choose_jack(
@@ -77,24 +109,32 @@ def choose_jack(
     pids: tuple[int, ...] = (),
     later: bool = False,
     by_name: bool = False,
+    proc: str = "/proc",
+    tmp_dir: str = JACK_TMP_DIR,
 ) -> JackChoice | None:
     """`jack`: None when --jack was not given, "" for --jack without a name, else the server name.
     `pids`: the targets given now; `later`: targets will appear later (--match, a command); `by_name`:
-    they are found by name (--match), so a server may be one of them and start after the recorder."""
+    they are found by name (--match), so a server may be one of them and start after the recorder. `proc` and
+    `tmp_dir`: where /proc and JACK_TMP_DIR are (tests)."""
     if no_jack:
         return None
     launched = command_server(command)
+    # A target given by pid that is jackd or a client: the server it belongs to, whatever its name (a shell
+    # where JACK_DEFAULT_SERVER is not set records `jackd -n studio` as well as the default server).
+    servers = jack_servers(tmp_dir) if pids and launched is False and not jack else []
+    found = next((server for server in (graph_server(pid, servers, proc) for pid in pids) if server), None)
+    targets_server = None if found in (None, jack_server_name(None)) else found
     if jack is not None:
-        server = jack or (launched if isinstance(launched, str) else None)
+        server = jack or (launched if isinstance(launched, str) else targets_server)
         return JackChoice(server, True, True, launched is not False, 10.0 if launched is not False else 0.0)
     if launched is not False:
         return JackChoice(launched if isinstance(launched, str) else None, False, True, True, 10.0)
-    if not server_reachable(None):
+    if found is not None:
+        return JackChoice(targets_server, False, True, False, 0.0)
+    if not server_reachable(None, tmp_dir):
         # A command's own server is chosen above; one the user starts beside a --match recording is
         # waited for (quietly: the recording may have nothing to do with JACK).
         return JackChoice(None, False, False, False, UNTIL_THE_END) if by_name else None
-    if any(in_jack_graph(pid, None) for pid in pids):
-        return JackChoice(None, False, True, False, 0.0)
     if later:  # a target may join the graph: run it, follow the clients once one is a target
         return JackChoice(None, False, False, False, 0.0)
     return None
