@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from samplers import frames
-from samplers.ebpf.sampler import FULL_FRAME_TICKS, SLOT, TICK_INDEX, TICK_REC, KernelTicks, SlotFrames
+from samplers.ebpf.sampler import FULL_FRAME_TICKS, KEYFRAME_TICKS, SLOT, TICK_INDEX, TICK_REC, KernelTicks, SlotFrames
 from samplers.ebpf.sampler_rows import (
     PHASE_EXITED,
     PHASE_OFF,
@@ -22,6 +22,7 @@ from samplers.ebpf.sampler_rows import (
     PHASE_UNKNOWN,
     EbpfRows,
     letters_column,
+    slot_records,
 )
 from samplers.ebpf.tracefs import DEFAULT_RULES
 from tests.fakeproc import stat_line
@@ -216,6 +217,15 @@ def _sent(
         sent.append(({frames.EBPF_TICK: "tick", frames.EBPF_DELTA: "delta"}[code], frame[frames.FRAME.size :]))
         whole.append((kind, payload))
     return sent, whole, encoder
+
+
+def _slots_by_tick(rows: EbpfRows) -> np.ndarray:
+    """The (ticks x slots x u64 words) of the ticks not taken yet (one run of one slot count), each slot as its last
+    record up to the tick says (SlotRecords.at)."""
+    records = slot_records(rows.ticks, rows.last_words)
+    n, used = records.ticks, records.used
+    at = records.at(np.repeat(np.arange(n), used), np.tile(np.arange(used), n))
+    return records.words[at].reshape(n, used, 8)
 
 
 def _assert_same_takes(got: list[Any], expected: list[Any]) -> int:
@@ -471,7 +481,7 @@ def test_a_delta_of_another_slot_count_than_its_base_is_not_stored() -> None:
     header = frames.EBPF_DELTA_HEADER.pack(2, 1, 2 * TICK_NS, 3, 1, 1)
     rows.delta(header + np.array([1], dtype="<u4").tobytes() + bytes(range(64)))
     assert [t[1] for t in rows.ticks] == [1, 2]
-    block = rows._rebuild(rows.ticks)
+    block = _slots_by_tick(rows)
     assert block.tobytes() == raw + bytes(64) + bytes(range(64)) + bytes(64)
 
 
@@ -508,5 +518,45 @@ def test_a_kernel_tick_not_sent_leaves_its_changes_to_the_next_one_sent() -> Non
     rows.layout({"id": 1, "tids": [1, 2, 3, 4], "pids": [PID] * 4, "slots": [0, 1, 2, 3]})
     for frame in (first.frame, batch.frame):
         list(rows.batch(frame[frames.FRAME.size :]))
-    block = rows._rebuild(rows.ticks)
+    block = _slots_by_tick(rows)
     assert block[:, :, 0].tolist() == [[1, 1, 0, 7], [2, 2, 0, 7], [2, 2, 5, 7]]
+
+
+def test_the_rows_decoded_are_those_that_may_change_whole_frames_compared() -> None:
+    """A whole frame in the middle of a run (every FULL_FRAME_TICKS, after a drop) lists every slot: the writer
+    compares each with the slot's bytes before, so it decodes what a delta would have listed, and no (ticks x
+    slots) array is made: the rows decoded are the first tick's, the busy thread's every tick, the one whose
+    slot changed, the stat read and the keyframes, and the rows stored are those of decoding every slot."""
+    rng = random.Random(2)
+    threads = [_Thread(300 + i, "sleeper", rng) for i in range(40)]
+    for thread in threads:
+        thread.phase, thread.prev_state, thread.event = PHASE_OFF, 1, 900_000_000
+    busy = threads[0]
+    busy.phase, busy.since, busy.event = PHASE_ON_CPU, 900_000_000, 900_000_000
+    tids = [t.tid for t in threads]
+    stream: list[tuple[str, Any]] = [("layout", {"id": 1, "tids": tids, "pids": [PID] * 40, "slots": list(range(40))})]
+    texts = [t.stat() for t in threads]
+    header = frames.EBPF_TICK_HEADER.pack(1, 1, 1_000_000_000, 40)
+    lengths = np.asarray([len(t) for t in texts], dtype="<u4").tobytes()
+    stream.append(("stat", header + np.arange(40, dtype="<u4").tobytes() + lengths + b"".join(texts)))
+    n = 60
+    for tick in range(1, n + 1):
+        if tick == 30:
+            threads[5].switches += 1  # one slot changes, in a whole frame
+            threads[5].event += 1
+        if tick == 41:
+            header = frames.EBPF_TICK_HEADER.pack(tick, 1, 1_000_000_000 + tick * TICK_NS, 1)
+            text = threads[7].stat()
+            body = np.asarray([7], dtype="<u4").tobytes() + np.asarray([len(text)], dtype="<u4").tobytes()
+            stream.append(("stat", header + body + text))
+        raw = b"".join(t.slot() for t in threads)
+        stream.append(("tick", frames.EBPF_TICK_HEADER.pack(tick, 1, 1_000_000_000 + tick * TICK_NS, len(raw)) + raw))
+    stream.append(("take", None))
+    got_rows, got = _replay(stream, skip=True)
+    every, expected = _replay(stream, skip=False)
+    _assert_same_takes(got, expected)
+    keyframes = sum((tick + tid) % KEYFRAME_TICKS == 0 for tick in range(2, n + 1) for tid in tids[1:])
+    # 40 at the first tick; the busy thread at the 59 others; thread 5 at tick 30 and 7 at 41 (unless a keyframe)
+    extra = sum((tick + tids[k]) % KEYFRAME_TICKS != 0 for tick, k in ((30, 5), (41, 7)))
+    assert got_rows.decoded_rows == 40 + (n - 1) + keyframes + extra
+    assert every.decoded_rows == 40 * n

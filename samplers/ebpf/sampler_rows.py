@@ -23,6 +23,7 @@ So the analyses read these rows as they read /proc's (DESIGN.md "The eBPF sample
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,6 @@ PHASE_UNKNOWN, PHASE_ON_CPU, PHASE_RUNNABLE, PHASE_OFF, PHASE_EXITED = 0, 1, 2, 
 _STAT_COLUMNS = list(STAT_NUMERIC)
 _MINFLT = _STAT_COLUMNS.index("minflt")
 _CPU = _STAT_COLUMNS.index("cpu")
-_EVENT_WORD = 5  # event_ns: the 64-byte slot as eight u64 words
 _WORDS = SLOT_DTYPE.itemsize // 8
 _KEY_SHIFT = np.int64(1 << 34)  # (tid, tick + 1) as one sortable int64: tids < 2**22, ticks < 2**34
 
@@ -69,8 +69,8 @@ class EbpfRows:
 
     def __init__(self, rules: PrevStateRules, *, skip_unchanged: bool = True) -> None:
         self.rules = rules
-        # Slots equal to the thread's of the tick before are left out before decoding (see _unchanged); off:
-        # every slot decoded, as the reference the tests compare with.
+        # Only the rows that may differ from the thread's at the tick before are decoded (see _group); off: every
+        # slot of every tick, as the reference the tests compare with.
         self.skip_unchanged = skip_unchanged
         self.slot_rows = 0  # the layouts' slots handed over so far, and those decoded (not skipped)
         self.decoded_rows = 0
@@ -94,7 +94,7 @@ class EbpfRows:
         self._unmerged: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self.base_used: int | None = None  # the slot count and tick of the last slot frame stored (delta())
         self.base_tick = 0
-        self.last_words = np.zeros((0, _WORDS), dtype="<u8")  # the slots of the last tick rebuilt in take()
+        self.last_words = np.zeros((0, _WORDS), dtype="<u8")  # the slots of the last tick taken (a delta's base)
         self.deltas_dropped = 0
 
     def layout(self, spec: dict[str, Any]) -> None:
@@ -107,7 +107,7 @@ class EbpfRows:
     def tick(self, payload: bytes) -> None:
         tick, layout_id, t_ns, length = frames.EBPF_TICK_HEADER.unpack_from(payload)
         start = frames.EBPF_TICK_HEADER.size
-        # A view, not a copy: the slots are copied once, into the run's (ticks x slots) array in take().
+        # A view, not a copy: the slots are copied once, into the run's records in take() (slot_records).
         slots = memoryview(payload)[start : start + length]
         self._add((layout_id, tick, t_ns, length // SLOT_DTYPE.itemsize, slots, None, None))
 
@@ -153,22 +153,6 @@ class EbpfRows:
         self.ticks.append(entry)
         self.rows_pending += len(self.layouts[layout_id][0])
         self.base_tick, self.base_used = tick, used
-
-    def _rebuild(self, group: list[Any]) -> np.ndarray:
-        """The (ticks x slots x u64 words) array of a run of ticks of one slot count: each delta's slots are the
-        tick's before (the last of the take before for the first), with the ones it lists replaced."""
-        used = group[0][3]
-        block = np.empty((len(group), used, _WORDS), dtype="<u8")
-        before = self.last_words
-        for i, (_, _, _, _, slots, index, words) in enumerate(group):
-            if slots is not None:
-                block[i] = np.frombuffer(slots, dtype="<u8").reshape(used, _WORDS)
-            else:
-                block[i] = before
-                block[i, index] = words
-            before = block[i]
-        self.last_words = block[-1].copy()
-        return block
 
     def stat(self, payload: bytes) -> None:
         self.stats.append(payload)  # parsed in _slow(), all of a chunk's at once
@@ -222,68 +206,28 @@ class EbpfRows:
         if not self.ticks:
             return None, slow
         pinned = self._stat_reads()
-        recs, ticks, t_ns, tids, pids, follows = [], [], [], [], [], []
-        tick_read: list[np.ndarray] = []  # the ticks and their read times, for sampler_ticks
-        time_read: list[np.ndarray] = []
-        skipped_tick, skipped_tids = -2, np.zeros(0, dtype=np.int64)  # the last tick of the run before, its skips
+        parts: list[_GroupRows] = []
+        end_tick, end_tids = -2, np.zeros(0, dtype=np.int64)  # the last tick of the run before, its threads' tids
         run_start = 0
         for end in range(1, len(self.ticks) + 1):
-            # Runs of ticks with one layout and one slot count decode as one (ticks x slots) array.
+            # Runs of ticks with one layout and one slot count are taken as one.
             first = self.ticks[run_start]
             if end < len(self.ticks) and self.ticks[end][0] == first[0] and self.ticks[end][3] == first[3]:
                 continue
-            group = self.ticks[run_start:end]
+            part = self._group(self.ticks[run_start:end], pinned, end_tick, end_tids)
             run_start = end
-            layout_tids, layout_pids, slots = self.layouts[first[0]]
-            used = first[3]
-            ok = (slots >= 0) & (slots < used)
-            at_slot = slots[ok]
-            group_tids = layout_tids[ok]
-            group_ticks = np.array([r[1] for r in group], dtype=np.int64)
-            block = self._rebuild(group)
-            arr = block.reshape(-1).view(SLOT_DTYPE).reshape(len(group), used)
-            # A thread gone: marked at sched_process_exit, or (should that be missed) left the CPU dead; a slot
-            # not (or no longer) its thread's (removed, or given to another).
-            phase = arr["phase"][:, at_slot]
-            gone = (phase == PHASE_EXITED) | (
-                (phase == PHASE_OFF) & (arr["prev_state"][:, at_slot] & self.dead_bits != 0)
-            )
-            mine = (arr["tid"][:, at_slot] == group_tids) & ~gone
-            changed = [r[5] if r[4] is None else None for r in group]
-            skip = self._unchanged(block, at_slot, group_ticks, group_tids, phase, mine, pinned, changed)
-            row, col = np.nonzero(mine & ~skip)
-            # The records as rows of u64 words, taken by flat index: 30x faster than indexing the records.
-            rows_of_words = block.reshape(len(group) * used, _WORDS)
-            recs.append(rows_of_words.take(row * used + at_slot[col], axis=0).view(SLOT_DTYPE).reshape(-1))
-            ticks.append(group_ticks[row])
-            group_times = np.array([r[2] for r in group], dtype=np.int64)
-            t_ns.append(group_times[row])
-            read = mine.any(axis=1)  # the ticks that read a thread of the layout (sampler_ticks)
-            tick_read.append(group_ticks[read])
-            time_read.append(group_times[read])
-            tids.append(group_tids[col])
-            pids.append(layout_pids[ok][col])
-            after = row > 0
-            follow = np.zeros(len(row), dtype=bool)
-            back = row[after] - 1
-            follow[after] = skip[back, col[after]] & (group_ticks[back] + 1 == group_ticks[row[after]])
-            if group_ticks[0] == skipped_tick + 1:  # the run before ended the tick before this one's first
-                head = ~after
-                follow[head] = np.isin(group_tids[col[head]], skipped_tids)
-            skipped_tick, skipped_tids = int(group_ticks[-1]), group_tids[skip[-1]]
-            follows.append(follow)
-            self.slot_rows += skip.size
-            self.decoded_rows += len(row)
+            parts.append(part)
+            end_tick, end_tids = part.end_tick, part.end_tids
         self.ticks = []
         self.rows_pending = 0
-        rec = np.concatenate(recs)
-        tick_col = np.concatenate(ticks)
-        t_col = np.concatenate(t_ns)
-        tid_col = np.concatenate(tids)
-        pid_col = np.concatenate(pids)
-        follow_col = np.concatenate(follows)
-        tick_ids, first_read = np.unique(np.concatenate(tick_read), return_index=True)
-        tick_times = np.concatenate(time_read)[first_read]
+        rec = np.concatenate([p.words for p in parts]).view(SLOT_DTYPE).reshape(-1)
+        tick_col = np.concatenate([p.tick for p in parts])
+        t_col = np.concatenate([p.t_ns for p in parts])
+        tid_col = np.concatenate([p.tid for p in parts])
+        pid_col = np.concatenate([p.pid for p in parts])
+        follow_col = np.concatenate([p.follows for p in parts])
+        tick_ids, first_read = np.unique(np.concatenate([p.ticks_read for p in parts]), return_index=True)
+        tick_times = np.concatenate([p.times_read for p in parts])[first_read]
         # The latest stat read at or before each row's tick (the recorder reads a new thread's stat in the
         # tick that first reads its slot, so every row has one).
         at, found = self._stat_index(tid_col, tick_col)
@@ -341,6 +285,136 @@ class EbpfRows:
         columns["blkio_ticks"] = pa.array(blkio, mask=blkio < 0)
         return {"samples": columns, "sampler_ticks": {"tick": tick_ids.astype(np.uint32), "t_ns": tick_times}}, slow
 
+    def _group(
+        self, group: list[Any], pinned: tuple[np.ndarray, np.ndarray], before_tick: int, before_tids: np.ndarray
+    ) -> _GroupRows:
+        """The rows of one run of ticks of one layout and slot count that may be stored, decoded, from its slot
+        records: each thread's at the run's first tick and after a missed tick, and where its slot changed, where
+        it is on a CPU or runnable (the read time extends its slice or wait), where a stat line of it was read,
+        and at its keyframes. Every other row repeats the thread's row of the tick before, value for value
+        (equal bytes give equal run, wait, switches, faults, CPU, phase and state; the running maximum,
+        _never_back, holds; the stat read is the same): `changes` would drop it, and only needs to know which
+        rows follow such rows (`follows`). No (ticks x slots) array: the work grows with what changed
+        (DESIGN.md "The eBPF sampler"). `before_tick`, `before_tids`: the last tick of the run taken before in
+        this take and the threads of it there (their rows there repeat their last decoded ones)."""
+        layout_tids, layout_pids, slots = self.layouts[group[0][0]]
+        records = slot_records(group, self.last_words)
+        n, used = len(group), records.used
+        last = records.last()
+        self.last_words = records.words[last]  # the slots of the run's last tick, the next delta's base
+        ok = (slots >= 0) & (slots < used)
+        at_slot, tids, pids = slots[ok], layout_tids[ok], layout_pids[ok]
+        m = len(tids)
+        ticks = np.array([r[1] for r in group], dtype=np.int64)
+        times = np.array([r[2] for r in group], dtype=np.int64)
+        if not m:
+            return _GroupRows.empty(int(ticks[-1]))
+        column_of = np.full(used, -1, dtype=np.int64)
+        column_of[at_slot] = np.arange(m)
+        # Each record's slot as the layout's thread: its tid, not gone (marked at sched_process_exit, or, should
+        # that be missed, left the CPU dead). A slot not (or no longer) its thread's: removed, or given to another.
+        fields = records.words.view(SLOT_DTYPE).reshape(-1)
+        record_column = column_of[records.slot]
+        phase = fields["phase"]
+        gone = (phase == PHASE_EXITED) | ((phase == PHASE_OFF) & (fields["prev_state"] & self.dead_bits != 0))
+        mine = (record_column >= 0) & (fields["tid"] == tids[record_column]) & ~gone
+        steps = np.flatnonzero(ticks[1:] != ticks[:-1] + 1) + 1  # after a missed tick: every row moves
+        unique_columns = (np.bincount(at_slot) <= 1).all() and (np.diff(np.sort(tids)) > 0).all()
+        every = not self.skip_unchanged or not unique_columns or not (np.diff(ticks) > 0).all()
+        if every:  # the reference, or nothing to rely on (not a run of ticks in order, one row per thread)
+            i = np.tile(np.arange(n), m)
+            j = np.repeat(np.arange(m), n)
+        else:
+            i, j = self._candidates(records, ticks, tids, record_column, mine, phase, steps, pinned)
+        self.slot_rows += n * m
+        at = records.at(i, at_slot[j])
+        row_mine = (fields["tid"][at] == tids[j]) & ~gone[at]
+        follows = np.zeros(len(i), dtype=bool)
+        if len(i) > 1:
+            # Sorted by thread, then tick: a row follows the thread's row before here, further back, when that
+            # one was its thread's and no tick was missed between (a missed one decodes every row).
+            same = j[1:] == j[:-1]
+            follows[1:] = same & row_mine[:-1] & ~np.isin(i[1:], steps) & (not every)
+        if ticks[0] == before_tick + 1:
+            head = i == 0
+            follows[head] = np.isin(tids[j[head]], before_tids)
+        # The threads whose row of the run's last tick repeats their row before (not decoded), for the next run;
+        # the ticks that read a thread of the layout (sampler_ticks).
+        if every:
+            skipped_at_end = np.zeros(m, dtype=bool)
+            reading = np.zeros(n, dtype=bool)
+            reading[i[row_mine]] = True
+        else:
+            skipped_at_end = mine[last][at_slot]
+            skipped_at_end[j[i == n - 1]] = False
+            reading = np.cumsum(records.changes(mine)) > 0
+        keep = np.flatnonzero(row_mine)
+        i, j, at = i[keep], j[keep], at[keep]
+        self.decoded_rows += len(i)
+        return _GroupRows(
+            words=records.words[at],
+            tick=ticks[i],
+            t_ns=times[i],
+            tid=tids[j],
+            pid=pids[j],
+            follows=follows[keep],
+            ticks_read=ticks[reading],
+            times_read=times[reading],
+            end_tick=int(ticks[-1]),
+            end_tids=tids[skipped_at_end],
+        )
+
+    def _candidates(
+        self,
+        records: SlotRecords,
+        ticks: np.ndarray,
+        tids: np.ndarray,
+        record_column: np.ndarray,
+        mine: np.ndarray,
+        phase: np.ndarray,
+        steps: np.ndarray,
+        pinned: tuple[np.ndarray, np.ndarray],
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(tick index, column) of the rows of one run that may differ from the tick before's (_group), sorted by
+        column, then tick: numpy over the run, no Python per tick."""
+        n, m = len(ticks), len(tids)
+        keys = [np.repeat(np.arange(m) * n, 1 + len(steps)) + np.tile(np.r_[0, steps], m)]  # every row
+        # Where a slot changed: a delta lists its slots (the recorder compared them); a whole tick's records
+        # are compared with the slot's record before.
+        changed = records.changed()
+        listed = changed & (record_column >= 0) & (records.tick >= 1)
+        keys.append(record_column[listed] * n + records.tick[listed])
+        # On a CPU or runnable: from its record to the slot's next one.
+        live = mine & ((phase == PHASE_ON_CPU) | (phase == PHASE_RUNNABLE))
+        start, stop = records.spans(live)
+        lengths = stop - start
+        offsets = np.repeat(np.cumsum(lengths) - lengths - start, lengths)
+        keys.append(np.repeat(record_column[live] * n, lengths) + np.arange(int(lengths.sum())) - offsets)
+        # Keyframes: (tick + tid) % KEYFRAME_TICKS == 0, the columns grouped by their residue.
+        residue = tids % KEYFRAME_TICKS
+        by_residue = np.argsort(residue, kind="stable")
+        bounds = np.searchsorted(residue[by_residue], np.arange(KEYFRAME_TICKS + 1))
+        want = -ticks % KEYFRAME_TICKS
+        counts = bounds[want + 1] - bounds[want]
+        firsts = np.repeat(bounds[want] - (np.cumsum(counts) - counts), counts)
+        keys.append(by_residue[firsts + np.arange(int(counts.sum()))] * n + np.repeat(np.arange(n), counts))
+        # A stat line read: its values change.
+        stat_tick, stat_tid = pinned
+        lo, hi = np.searchsorted(stat_tick, [ticks[0], ticks[-1] + 1])
+        if hi > lo:
+            stat_tick, stat_tid = stat_tick[lo:hi], stat_tid[lo:hi]
+            row = np.minimum(np.searchsorted(ticks, stat_tick), n - 1)
+            by_tid = np.argsort(tids)
+            col = np.minimum(np.searchsorted(tids[by_tid], stat_tid), m - 1)
+            hit = (ticks[row] == stat_tick) & (tids[by_tid[col]] == stat_tid)
+            keys.append(by_tid[col[hit]] * n + row[hit])
+        # The union as a mask over every (column, tick): np.unique hashes, 30x slower here (numpy 2.4).
+        wanted = np.zeros(m * n, dtype=bool)
+        for part in keys:
+            wanted[part] = True
+        key = np.flatnonzero(wanted)
+        return key % n, key // n
+
     def _stat_reads(self) -> tuple[np.ndarray, np.ndarray]:
         """(tick, tid) of the stat reads not yet merged (this take's), by tick: a row there is never skipped."""
         if not self._unmerged:
@@ -349,73 +423,6 @@ class EbpfRows:
         tid = np.concatenate([part[0] for part in self._unmerged]).astype(np.int64)
         order = np.argsort(tick, kind="stable")
         return tick[order], tid[order]
-
-    def _unchanged(
-        self,
-        block: np.ndarray,
-        at_slot: np.ndarray,
-        ticks: np.ndarray,
-        tids: np.ndarray,
-        phase: np.ndarray,
-        mine: np.ndarray,
-        pinned: tuple[np.ndarray, np.ndarray],
-        changed: list[np.ndarray | None],
-    ) -> np.ndarray:
-        """The (ticks x threads) rows of one run of ticks that need no decoding: each is the row `changes`
-        would drop and repeats its thread's row of the tick before, value for value. A row is one when its
-        slot's 64 bytes equal the thread's at the tick before (consecutive ticks, one layout), the thread is
-        neither on a CPU nor runnable (no slice or wait in progress that the read time extends), no stat line
-        of it was read at this tick (its stat values stay those of the tick before), and the tick is not its
-        keyframe. The first tick of the run is always decoded, so a chunk's first row of a thread is too.
-        `changed`: per tick, the slots whose bytes differ from the tick before's as its EBPF_DELTA frame lists
-        them (the other slots being that frame's: the tick before in the run, delta()), or None for a whole
-        frame, compared word by word.
-
-        Equal bytes give equal run, wait, switches, faults, CPU, phase and state; the running maximum
-        (_never_back) holds the same value; the tid and the phase being equal, the row is the thread's and
-        not gone if the one before was. So the stored rows are those decoding every slot gives: `changes`
-        only needs to know which rows follow a skipped one (DESIGN.md "The eBPF sampler")."""
-        n_ticks, n = phase.shape
-        used = block.shape[1]
-        skip = np.zeros((n_ticks, n), dtype=bool)
-        if not self.skip_unchanged or n_ticks < 2 or not n:
-            return skip
-        if not (np.diff(ticks) > 0).all() or len(np.unique(tids)) != n:
-            return skip  # not a run of ticks in order, one row per thread: nothing to rely on
-        differs = np.zeros((n_ticks - 1, used), dtype=bool)
-        listed = [i for i in range(1, n_ticks) if changed[i] is not None]
-        if listed:
-            lists = [c for c in changed[1:] if c is not None]
-            differs[np.repeat(np.array(listed) - 1, [len(c) for c in lists]), np.concatenate(lists)] = True
-        whole = np.array([i for i in range(1, n_ticks) if changed[i] is None], dtype=np.int64)
-        if len(whole):
-            # Word by word (event_ns, the one most likely to differ, first): 4x faster than comparing 64-byte
-            # voids.
-            if len(whole) == n_ticks - 1:  # every frame whole: views, not copies
-                now, before = block[1:], block[:-1]
-            else:
-                now, before = block[whole], block[whole - 1]
-            equal = now[..., _EVENT_WORD] == before[..., _EVENT_WORD]
-            for word in range(_WORDS):
-                if word != _EVENT_WORD:
-                    equal &= now[..., word] == before[..., word]
-            differs[whole - 1] = ~equal
-        same = ~differs[:, at_slot]
-        same &= mine[1:]
-        same &= (phase[1:] != PHASE_ON_CPU) & (phase[1:] != PHASE_RUNNABLE)
-        same &= (ticks[1:] == ticks[:-1] + 1)[:, None]
-        same &= (ticks[1:, None] + tids[None, :]) % KEYFRAME_TICKS != 0
-        stat_tick, stat_tid = pinned
-        lo, hi = np.searchsorted(stat_tick, [ticks[1], ticks[-1] + 1])
-        if hi > lo:
-            stat_tick, stat_tid = stat_tick[lo:hi], stat_tid[lo:hi]
-            row = np.minimum(np.searchsorted(ticks, stat_tick), n_ticks - 1)
-            by_tid = np.argsort(tids)
-            col = np.minimum(np.searchsorted(tids[by_tid], stat_tid), n - 1)
-            hit = (row > 0) & (ticks[row] == stat_tick) & (tids[by_tid[col]] == stat_tid)
-            same[row[hit] - 1, by_tid[col[hit]]] = False
-        skip[1:] = same
-        return skip
 
     def _never_back(self, tid: np.ndarray, starts: np.ndarray, values: np.ndarray, last: np.ndarray) -> np.ndarray:
         """Each thread's running maximum from its last value written (rows sorted by thread, then time): a
@@ -474,6 +481,135 @@ class EbpfRows:
         return np.where(found, at, 0), found
 
 
+@dataclass(frozen=True)
+class _GroupRows:
+    """The rows of one run of ticks that may be stored (EbpfRows._group), sorted by thread, then tick."""
+
+    words: np.ndarray  # their slots' records, rows of eight u64 words
+    tick: np.ndarray
+    t_ns: np.ndarray
+    tid: np.ndarray
+    pid: np.ndarray
+    follows: np.ndarray  # the thread's row before here is further back, with this one's tick before's values
+    ticks_read: np.ndarray  # the ticks that read a thread of the layout, and their times
+    times_read: np.ndarray
+    end_tick: int  # the run's last tick, and the threads whose row there was not decoded (it repeats theirs)
+    end_tids: np.ndarray
+
+    @staticmethod
+    def empty(end_tick: int) -> _GroupRows:
+        none = np.zeros(0, dtype=np.int64)
+        return _GroupRows(
+            np.zeros((0, _WORDS), dtype="<u8"),
+            none,
+            none,
+            none,
+            none,
+            np.zeros(0, dtype=bool),
+            none,
+            none,
+            end_tick,
+            none,
+        )
+
+
+@dataclass(frozen=True)
+class SlotRecords:
+    """The slot records of a run of ticks of one slot count (slot_records): the slots before the run (at tick index
+    -1: the last taken, where the run begins with a delta), then each tick's, every slot of a whole frame and
+    the listed ones of a delta. A slot's bytes at a tick are its last record up to it: no (ticks x slots) array."""
+
+    used: int  # the slot count
+    ticks: int  # the run's ticks, indexed 0 .. ticks - 1
+    tick: np.ndarray  # per record: its tick index (-1: before the run)
+    slot: np.ndarray
+    words: np.ndarray  # (records x 8) u64
+    whole: np.ndarray  # per record: of a whole frame (every slot), not listed by a delta as changed
+    order: np.ndarray  # the records by slot, then tick
+    key: np.ndarray  # slot * (ticks + 1) + tick + 1, in that order
+
+    def at(self, tick: np.ndarray, slot: np.ndarray) -> np.ndarray:
+        """The record (its index) of each slot at each tick: the slot's last up to it."""
+        return self.order[np.searchsorted(self.key, slot * (self.ticks + 1) + tick + 1, side="right") - 1]
+
+    def _by_slot(self) -> tuple[np.ndarray, np.ndarray]:
+        """The slots and ticks in `order`, and whether each record has the slot's record before it in `order`."""
+        slot = self.slot[self.order]
+        return slot, np.r_[False, slot[1:] == slot[:-1]]
+
+    def last(self) -> np.ndarray:
+        """Each slot's last record, by slot (every slot has one)."""
+        slot, _ = self._by_slot()
+        return self.order[np.r_[slot[1:] != slot[:-1], True]]
+
+    def changed(self) -> np.ndarray:
+        """Per record: its bytes differ from its slot's record before (a delta's listed slots, the recorder
+        having compared them; a whole frame's compared, word by word), or it is the slot's first."""
+        changed = ~self.whole
+        _, has_before = self._by_slot()
+        compare = self.whole[self.order] & has_before
+        now, before = self.order[compare], self.order[np.flatnonzero(compare) - 1]
+        changed[now] = (self.words[now] != self.words[before]).any(axis=1)
+        changed[self.order[~has_before]] = True
+        return changed
+
+    def spans(self, flag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each flagged record, the ticks its slot holds it: from its tick (0 at the earliest) to the slot's
+        next record's (excluded), or the run's end."""
+        _, has_before = self._by_slot()
+        rank = np.empty(len(self.order), dtype=np.int64)
+        rank[self.order] = np.arange(len(self.order))
+        has_next = np.r_[has_before[1:], False]
+        nxt = np.minimum(rank[flag] + 1, len(self.order) - 1)
+        start = np.maximum(self.tick[flag], 0)
+        stop = np.where(has_next[rank[flag]], self.tick[self.order[nxt]], self.ticks)
+        return start, np.maximum(stop, start)
+
+    def changes(self, flag: np.ndarray) -> np.ndarray:
+        """Per tick, how many slots became flagged less how many stopped being (the first tick: how many are):
+        its cumulative sum counts the flagged slots at each tick."""
+        _, has_before = self._by_slot()
+        now = flag[self.order].astype(np.int64)
+        step = now - np.where(has_before, np.r_[0, now[:-1]], 0)
+        return np.bincount(np.maximum(self.tick[self.order], 0), weights=step, minlength=self.ticks)
+
+
+def slot_records(group: list[Any], before: np.ndarray) -> SlotRecords:
+    """The records of a run of ticks of one slot count as EbpfRows keeps them (layout id, tick, t_ns, slot count,
+    then a whole frame's bytes, or a delta's indices and words); `before`: the slots of the tick before the run,
+    its first delta's base."""
+    used = group[0][3]
+    every_slot = np.arange(used, dtype=np.int64)
+    slots: list[np.ndarray] = []
+    words: list[np.ndarray] = []
+    counts: list[int] = []
+    wholes: list[bool] = []
+    if group[0][4] is None:
+        slots.append(np.arange(len(before), dtype=np.int64))
+        words.append(before)
+    for _, _, _, _, raw, index, changed in group:
+        if raw is not None:
+            slots.append(every_slot)
+            words.append(np.frombuffer(raw, dtype="<u8").reshape(used, _WORDS))
+            counts.append(used)
+            wholes.append(True)
+        else:
+            slots.append(index)
+            words.append(changed)
+            counts.append(len(index))
+            wholes.append(False)
+    n = len(group)
+    tick = np.repeat(np.arange(n, dtype=np.int64), counts)
+    whole = np.repeat(np.array(wholes, dtype=bool), counts)
+    if group[0][4] is None:
+        tick = np.r_[np.full(len(before), -1, dtype=np.int64), tick]
+        whole = np.r_[np.ones(len(before), dtype=bool), whole]
+    slot = np.concatenate(slots).astype(np.int64)
+    key = slot * (n + 1) + tick + 1
+    order = np.argsort(key, kind="stable")
+    return SlotRecords(used, n, tick, slot, np.concatenate(words), whole, order, key[order])
+
+
 def letters_column(letters: np.ndarray) -> pa.Array:
     """The state letters (a "<U1" array) as the dictionary column `pa.array(letters.astype(object))
     .dictionary_encode()` makes, its dictionary in order of first appearance, without a Python string per row
@@ -500,7 +636,7 @@ def changes(
     """The rows to store (sorted by thread, then tick): where anything in `values` changed since the thread's
     row of the tick before, its first row of the chunk, and one every KEYFRAME_TICKS (staggered by tid).
     analyses/source.py fills the ticks between from these, exactly (DESIGN.md "The eBPF sampler").
-    `follows`: the rows whose thread's row of the tick before was skipped as unchanged (EbpfRows._unchanged),
+    `follows`: the rows whose thread's row of the tick before was not decoded, being unchanged (EbpfRows._group),
     so the thread's previous row here, further back, has that row's values: compared with as if adjacent."""
     keep = starts.copy()
     if len(tid) > 1:
