@@ -10,12 +10,20 @@ a thread of this process fills (not timed: the recorder's side).
     sudo python bench/profile_recorder.py --bitwig --seconds 8 --sampler ebpf --frames-out /tmp/ebpf.frames
     python bench/writer_replay.py /tmp/ebpf.frames --whole    # every eBPF slot frame sent whole, as before deltas
     python bench/writer_replay.py /tmp/ebpf.frames --per-tick --keep /tmp/a.ssf   # a frame per kernel tick
+    python bench/writer_replay.py /tmp/ebpf.frames --paced      # the writer process, fed at the recorder's pace
+
+--paced runs the writer as a recording does (`python -m samplers.writer_process`, the frames on its stdin, nice
+10, its frame-drain thread) and hands it each wake-up's frames (those up to an EBPF_TICKS frame: one drain of the
+kernel's tick) every --wake-ms: what it costs then includes its wake-ups, as in the recording; its CPU is the
+trailer's writer_cpu_ns (from its ready signal to the trailer).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
 import threading
@@ -77,6 +85,36 @@ def _per_tick(stream: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
     return out
 
 
+def paced(stream: list[tuple[int, bytes]], wake_ns: int, output: Path) -> dict:
+    """The writer process fed `stream` one recorder wake-up every `wake_ns`; its final report (sink.final)."""
+    wakes: list[bytes] = []
+    part: list[bytes] = []
+    for kind, payload in stream:
+        part.append(frames.encode(kind, payload))
+        if kind == frames.EBPF_TICKS:
+            wakes.append(b"".join(part))
+            part = []
+    wakes.append(b"".join(part))
+    env = dict(os.environ, PYTHONPATH=str(Path(frames.__file__).resolve().parent.parent))  # this checkout
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "samplers.writer_process", str(output)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    assert writer.stdin is not None and writer.stdout is not None
+    if writer.stdout.read(1) != b"R":
+        raise SystemExit("the writer did not start")
+    start = time.monotonic_ns()
+    for i, data in enumerate(wakes):
+        time.sleep(max(0, start + i * wake_ns - time.monotonic_ns()) / 1e9)
+        frames.write_all(writer.stdin.fileno(), data)
+    writer.stdin.close()
+    report = json.loads(writer.stdout.read() or b"{}")
+    writer.wait()
+    return report
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("frames", type=Path)
@@ -84,6 +122,8 @@ def main() -> None:
     ap.add_argument("--whole", action="store_true", help="eBPF slot frames whole (EBPF_TICK), no deltas")
     ap.add_argument("--per-tick", action="store_true", help="the kernel's ticks one frame each, not one per drain")
     ap.add_argument("--keep", type=Path, help="keep the last replay's capture here (to compare the rows)")
+    ap.add_argument("--paced", action="store_true", help="the writer process, a wake-up's frames every --wake-ms")
+    ap.add_argument("--wake-ms", type=float, default=20.0, help="the recorder's wake-ups under the kernel's tick")
     args = ap.parse_args()
     with open(args.frames, "rb") as fh:
         parsed = list(frames.read_frames(fh.fileno()))
@@ -91,6 +131,21 @@ def main() -> None:
         parsed = whole(parsed)
     elif args.per_tick:
         parsed = _per_tick(parsed)
+    if args.paced:
+        cpu = []
+        for _ in range(args.runs):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = Path(tmp) / "replay.ssf"
+                report = paced(parsed, int(args.wake_ms * 1e6), out)
+                cpu.append(report["writer_cpu_ns"])
+                if args.keep is not None:
+                    os.replace(out, args.keep)
+        rows = report["rows"].get("samples", 0)
+        print(
+            f"paced, a wake-up every {args.wake_ms:g} ms, {rows} thread-samples: writer process CPU "
+            f"{min(cpu) / 1e6:.0f} ms (runs {', '.join(f'{c / 1e6:.0f}' for c in cpu)} ms)"
+        )
+        return
     data = b"".join(frames.encode(kind, payload) for kind, payload in parsed)
     cpu = []
     rows = 0
