@@ -542,11 +542,12 @@ def test_the_recorder_started_before_jackd_records_the_engine(tmp_path: Path) ->
     assert (capture.xruns.query("source == 'server-log'")["client"] == "cue").any(), capture.xruns
 
 
-def test_jackd_given_by_pid_brings_its_named_server_without_jack_default_server(tmp_path: Path) -> None:
-    """`catch-load -p $(pidof jackd)` for a server started with `-n NAME`, from a shell where
-    JACK_DEFAULT_SERVER is not set (a user's): the source attaches to that server, found by the semaphores
-    jackd maps, and records its cycles and follows its client. Before, only the default server was tried
-    and the capture had threads and no engine data."""
+@pytest.mark.parametrize("by", ["pid", "match"])
+def test_a_running_named_server_is_recorded_without_jack_default_server(tmp_path: Path, by: str) -> None:
+    """`catch-load -p $(pidof jackd)` or `--match` of it, for a server started with `-n NAME`, from a shell
+    where JACK_DEFAULT_SERVER is not set (a user's): the source attaches to that server, found by the
+    semaphores jackd maps, records its cycles and follows its client. Before, only the default server was
+    tried: the capture had threads and no engine data (--match: it waited for a 'default' that never came)."""
     import subprocess
 
     with jackd(tmp_path) as server:
@@ -554,9 +555,11 @@ def test_jackd_given_by_pid_brings_its_named_server_without_jack_default_server(
         cue.wait_done(0)  # active in the graph
         env = child_env()
         env.pop("JACK_DEFAULT_SERVER", None)
-        out = tmp_path / "by-pid.ssf"
+        out = tmp_path / f"by-{by}.ssf"
+        # This server's command line only: the suite may run other servers meanwhile.
+        target = ["-p", str(server.process.pid)] if by == "pid" else ["--match", f"^jackd -n {server.name} "]
         rec = subprocess.Popen(
-            [*catch_load_argv(), "-q", "-o", str(out), "-p", str(server.process.pid)],
+            [*catch_load_argv(), "-q", "-o", str(out), *target],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
@@ -570,6 +573,7 @@ def test_jackd_given_by_pid_brings_its_named_server_without_jack_default_server(
     assert capture.complete, err
     assert capture.meta["sources"]["engine"]["server"] == server.name, capture.meta["sources"]["engine"]
     assert len(capture.engine_cycles) > 100
+    assert int(server.process.pid) in set(capture.threads["pid"])
     cue_pids = set(capture.engine_clients.query("name == 'cue'")["pid"].dropna().astype(int))
     assert cue_pids and cue_pids <= set(capture.threads["pid"]), "its client is followed"
 

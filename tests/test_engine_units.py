@@ -206,6 +206,16 @@ def test_a_target_given_by_pid_brings_its_own_server_whatever_its_name(tmp_path,
         assert asked is not None and asked.server == "studio" and asked.explicit
         named = choose_jack("other", False, (), pids=(42,), proc=str(proc), tmp_dir=str(shm))  # --jack other
         assert named is not None and named.server == "other"
+        # --match found it running: its server, unless libjack's default is named (or running): the regex may
+        # match another server's jackd, and the user said which graph.
+        matched = choose_jack(
+            None, False, (), later=True, by_name=True, matched=(42,), proc=str(proc), tmp_dir=str(shm)
+        )
+        assert matched is not None and matched.server == "studio" and matched.follow
+        monkeypatch.setenv("JACK_DEFAULT_SERVER", "later")
+        waits = choose_jack(None, False, (), later=True, by_name=True, matched=(42,), proc=str(proc), tmp_dir=str(shm))
+        assert waits is not None and waits.server is None and not waits.follow  # waits for "later"
+        monkeypatch.delenv("JACK_DEFAULT_SERVER")
         # Not in any graph and no default server: no JACK source, as before.
         (proc / "46").mkdir()
         (proc / "46" / "maps").write_text("")

@@ -41,7 +41,7 @@ from samplers.procfs import ProcPaths
 from samplers.recorder import Recorder, RecorderOptions, Status
 from samplers.session import RecordingSession, package_env
 from samplers.sysctl_guard import SysctlGuard
-from samplers.targets import TargetSpec, missing_process, read_process, thread_group
+from samplers.targets import Discovery, TargetSpec, missing_process, read_process, thread_group
 
 
 def _default_output() -> str:
@@ -371,7 +371,16 @@ def catch_load(
         command = (sys.executable, "-m", "forensics.lab", *lab_argv)  # --truth FILE added once all is checked
     if no_jack and (jack is not None or jack_log):
         raise ForensicsError("--no-jack contradicts --jack/--jack-log: give one")
-    jack_choice = choose_jack(jack, no_jack, command, pids, later=bool(match or command), by_name=bool(match))
+    # --match: the processes it finds now may bring their JACK server (a running `jackd -n studio` matched;
+    # samplers/engine/choose.py says when); the recording finds them again as it starts.
+    matching = (
+        tuple(info.pid for info in Discovery(TargetSpec(match=regex), ProcPaths()).scan())
+        if regex is not None and jack is None and not no_jack and not command
+        else ()
+    )
+    jack_choice = choose_jack(
+        jack, no_jack, command, pids, later=bool(match or command), by_name=bool(match), matched=matching
+    )
     spec = TargetSpec(pids=list(pids), match=regex, children=children)
     if sampler == "ebpf":  # the per-thread /proc reads the eBPF sampler replaces: only when asked for
         sched_mode, taskstats_mode = (

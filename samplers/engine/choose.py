@@ -109,20 +109,26 @@ def choose_jack(
     pids: tuple[int, ...] = (),
     later: bool = False,
     by_name: bool = False,
+    matched: tuple[int, ...] = (),
     proc: str = "/proc",
     tmp_dir: str = JACK_TMP_DIR,
 ) -> JackChoice | None:
     """`jack`: None when --jack was not given, "" for --jack without a name, else the server name.
     `pids`: the targets given now; `later`: targets will appear later (--match, a command); `by_name`:
-    they are found by name (--match), so a server may be one of them and start after the recorder. `proc` and
-    `tmp_dir`: where /proc and JACK_TMP_DIR are (tests)."""
+    they are found by name (--match), so a server may be one of them and start after the recorder; `matched`:
+    the processes --match finds now. `proc` and `tmp_dir`: where /proc and JACK_TMP_DIR are (tests)."""
     if no_jack:
         return None
     launched = command_server(command)
     # A target given by pid that is jackd or a client: the server it belongs to, whatever its name (a shell
     # where JACK_DEFAULT_SERVER is not set records `jackd -n studio` as well as the default server).
-    servers = jack_servers(tmp_dir) if pids and launched is False and not jack else []
-    found = next((server for server in (graph_server(pid, servers, proc) for pid in pids) if server), None)
+    # Processes --match finds now bring theirs only where libjack's default is neither named nor running:
+    # a JACK_DEFAULT_SERVER set, or a default server up, says which graph the user means (the regex may also
+    # match some other server's jackd).
+    fuzzy = [] if os.environ.get("JACK_DEFAULT_SERVER") or server_reachable(None, tmp_dir) else list(matched)
+    candidates = [*pids, *fuzzy]
+    servers = jack_servers(tmp_dir) if candidates and launched is False and not jack else []
+    found = next((server for server in (graph_server(pid, servers, proc) for pid in candidates) if server), None)
     targets_server = None if found in (None, jack_server_name(None)) else found
     if jack is not None:
         server = jack or (launched if isinstance(launched, str) else targets_server)
