@@ -34,6 +34,7 @@ version; changing the meaning or unit of an existing column, or the container's 
 from __future__ import annotations
 
 import bisect
+import collections
 import functools
 import io
 import json
@@ -1263,18 +1264,26 @@ def _check_counts(contents: _Contents) -> None:
 _T = TypeVar("_T")
 
 
+# File bytes of a table's chunks decoded ahead of the reader (Capture._read_arrow_chunks): about a 4 M-row
+# batch of samples (~4 B each in the file; decoded, 50-130 B a row of the columns analyses read). One
+# chunk ahead left the worker idle while a batch was worked on (README, "Speed on large captures").
+DECODE_AHEAD_BYTES = 16 * 2**20
+_Decoded = tuple[pa.Table | None, list[str], Any, Exception | None]
+
+
 def _decode_and_prepare(
     name: str, data: bytes, columns: list[str] | None, prepare: Callable[[pa.Table], Any] | None
-) -> tuple[pa.Table, list[str], Any, Exception | None]:
-    """_read_chunk, then `prepare` of its table (None: nothing), on the decoding worker; an error of
-    `prepare`'s is handed back (its chunk decoded: not a decoding error)."""
+) -> _Decoded:
+    """_read_chunk, then `prepare` of its table (None: nothing; else the table is not handed back), on the
+    decoding worker; an error of `prepare`'s is handed back (its chunk decoded: not a decoding error)."""
     table, nulls = _read_chunk(name, data, columns)
     if prepare is None:
         return table, nulls, None, None
+    # Without the table: what `prepare` kept of it is all the reader takes, and chunks wait decoded ahead.
     try:
-        return table, nulls, prepare(table), None
+        return None, nulls, prepare(table), None
     except Exception as err:  # raised again in the reader's thread
-        return table, nulls, None, err
+        return None, nulls, None, err
 
 
 def _read_chunk(name: str, data: bytes, columns: list[str] | None) -> tuple[pa.Table, list[str]]:
@@ -1432,41 +1441,57 @@ class Capture:
         only: Callable[[int], bool] | None = None,
         prepare: Callable[[pa.Table], Any] | None = None,
     ) -> Iterator[tuple[int, Any]]:
-        """The chunks decoded in file order (and prepared), the next one on a worker thread while the caller
+        """The chunks decoded in file order (and prepared), those ahead on a worker thread while the caller
         works on this one: Parquet decoding (zstd, delta-packed integers) releases the GIL, and it is 1-3 s
-        a pass over 30 M samples (issue 12: analyses speed). Errors and warnings are the caller's, chunk by
-        chunk."""
+        a pass over 30 M samples (issue 12: analyses speed). Up to DECODE_AHEAD_BYTES of the file are
+        decoded ahead (always the next chunk), so that the worker keeps decoding while the caller works on a
+        batch of many chunks (iter_samples joins 2-4 M rows): one chunk ahead left it idle then, and the
+        caller waited for each chunk of the next batch in turn. Errors and warnings are the caller's, chunk
+        by chunk."""
         if self.path is None or name not in self._chunks:
             return
         spans = ((i, *span) for i, span in enumerate(self._chunks[name]) if only is None or only(i))
         with open_capture(self.path) as fh, ThreadPoolExecutor(1, thread_name_prefix="decode") as pool:
+            ahead: collections.deque[tuple[int, int, int, Future[_Decoded]]] = collections.deque()
+            ahead_bytes = 0
 
-            def decode_next() -> tuple[int, int, Future[tuple[pa.Table, list[str], Any, Exception | None]]] | None:
-                span = next(spans, None)
-                if span is None:
-                    return None
-                number, offset, length = span
-                fh.seek(offset)
-                return number, offset, pool.submit(_decode_and_prepare, name, fh.read(length), columns, prepare)
-
-            ahead = decode_next()
-            while ahead is not None:
-                number, offset, decoding = ahead
-                ahead = decode_next()
-                try:
-                    table, nulls, prepared, failed = decoding.result()
-                except (pa.ArrowException, OSError, ValueError) as err:
-                    # Its footer read at load, but a page does not decode (a hand-made chunk): skip it.
-                    self._warn(f"the {name} chunk at byte {offset} does not decode ({err}): skipped")
-                    continue
-                if nulls:
-                    self._warn(
-                        f"the {name} chunk at byte {offset} has rows with no {', '.join(map(repr, nulls))} "
-                        "(null): those rows are left out"
+            def decode_ahead() -> None:
+                nonlocal ahead_bytes
+                while len(ahead) < 2 or ahead_bytes < DECODE_AHEAD_BYTES:
+                    span = next(spans, None)
+                    if span is None:
+                        return
+                    number, offset, length = span
+                    fh.seek(offset)
+                    data = fh.read(length)
+                    ahead.append(
+                        (number, offset, length, pool.submit(_decode_and_prepare, name, data, columns, prepare))
                     )
-                if failed is not None:
-                    raise failed
-                yield number, table if prepare is None else prepared
+                    ahead_bytes += length
+
+            try:
+                decode_ahead()
+                while ahead:
+                    number, offset, length, decoding = ahead.popleft()
+                    ahead_bytes -= length
+                    decode_ahead()
+                    try:
+                        table, nulls, prepared, failed = decoding.result()
+                    except (pa.ArrowException, OSError, ValueError) as err:
+                        # Its footer read at load, but a page does not decode (a hand-made chunk): skip it.
+                        self._warn(f"the {name} chunk at byte {offset} does not decode ({err}): skipped")
+                        continue
+                    if nulls:
+                        self._warn(
+                            f"the {name} chunk at byte {offset} has rows with no {', '.join(map(repr, nulls))} "
+                            "(null): those rows are left out"
+                        )
+                    if failed is not None:
+                        raise failed
+                    yield number, table if prepare is None else prepared
+            finally:  # a reader that stops early (the first chunk's times) waits for no chunk it did not take
+                for *_, pending in ahead:
+                    pending.cancel()
 
     def _warn(self, message: str) -> None:
         """A warning about this capture found while reading a table: said once, and kept in .warnings."""
