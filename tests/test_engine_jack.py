@@ -578,6 +578,62 @@ def test_a_running_named_server_is_recorded_without_jack_default_server(tmp_path
     assert cue_pids and cue_pids <= set(capture.threads["pid"]), "its client is followed"
 
 
+@pytest.mark.needs_root
+def test_root_records_another_users_server(tmp_path: Path) -> None:
+    """`sudo catch-load -p $(pidof jackd)` (root: the eBPF sampler's case) for a jackd a user runs, here
+    65534, with a client of that user's (jack_metro): the source opens that server as its user (libjack names
+    its socket jack_<name>_<uid>_0 and the server must reach the client's own socket) and is root again
+    after; its cycles are recorded and the client followed. Before, no engine data and nothing said."""
+    import subprocess
+    import uuid
+
+    from tests.helpers import NOBODY
+    from tests.jack_fixtures import need_jack
+
+    need_jack()
+    name = f"u{uuid.uuid4().hex[:10]}"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "JACK_DEFAULT_SERVER": name}
+    as_user = {"user": NOBODY, "group": NOBODY, "extra_groups": [], "env": env, "start_new_session": True}
+    log = open(tmp_path / "jackd.log", "wb")  # noqa: SIM115 - closed below, after the server
+    server = subprocess.Popen(
+        ["jackd", "-n", name, "--no-realtime", "-d", "dummy", "-r", "48000", "-p", "256"],
+        stdout=log, stderr=subprocess.STDOUT, **as_user,
+    )  # fmt: skip
+    client = None
+    try:
+        waited = subprocess.run(["jack_wait", "-w", "-t", "10"], capture_output=True, **as_user)
+        assert waited.returncode == 0, (tmp_path / "jackd.log").read_text()[-500:]
+        client = subprocess.Popen(["jack_metro", "-b", "120"], stdout=subprocess.DEVNULL, **as_user)
+        while subprocess.run(["jack_lsp"], capture_output=True, text=True, **as_user).stdout.count("metro:") < 1:
+            assert client.poll() is None, "jack_metro exited"
+            time.sleep(0.1)
+        ours = child_env()
+        ours.pop("JACK_DEFAULT_SERVER", None)
+        out = tmp_path / "user.ssf"
+        rec = subprocess.Popen(
+            [*catch_load_argv(), "-q", "-o", str(out), "-p", str(server.pid)],
+            env=ours, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            wait_recording(out, rec)
+            wait_capture_growing(out, rec, 30, growths=2)
+            _, err = stop_recording(rec)
+        finally:
+            stop_process(rec)
+    finally:
+        for process in (client, server):
+            if process is not None:
+                stop_process(process)
+        log.close()
+    capture = load(out)
+    assert capture.complete, err
+    engine = capture.meta["sources"]["engine"]
+    assert engine["server"] == name and "unavailable" not in engine, engine
+    assert len(capture.engine_cycles) > 50
+    assert client.pid in set(capture.threads["pid"]), "the user's client is followed"
+    assert not list(Path("/dev/shm").glob(f"jack_sem.*_{name}_forensics-*")), "the source's client closed"
+
+
 def test_a_match_recording_without_jack_says_so_only_in_the_capture(tmp_path: Path) -> None:
     """A --match recording of a program that has nothing to do with JACK: the waiting source costs no
     line on the terminal, and the capture says no server started."""

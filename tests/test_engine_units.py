@@ -176,36 +176,45 @@ def test_in_jack_graph_reads_the_semaphore_mappings(tmp_path) -> None:  # type: 
 def test_a_target_given_by_pid_brings_its_own_server_whatever_its_name(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """`catch-load -p $(pidof jackd)` for `jackd -n studio`, from a shell where JACK_DEFAULT_SERVER is not set:
     the server is the one whose semaphores the target maps, found among the sockets of the running servers
-    (a file of that name that is not a socket is no server); the longest name wins ("a_b" over "a")."""
+    of every user (a file of that name that is not a socket is no server); the longest name wins ("a_b" over
+    "a"); another user's server is opened as that user (JackChoice.user)."""
     import socket
 
-    from samplers.engine.choose import graph_server, jack_servers
+    from samplers.engine.choose import JackServer, graph_server, jack_servers
 
     monkeypatch.delenv("JACK_DEFAULT_SERVER", raising=False)
-    shm, proc, uid = tmp_path / "shm", tmp_path / "proc", os.getuid()
+    shm, proc, uid, gid = tmp_path / "shm", tmp_path / "proc", os.geteuid(), os.getegid()
     shm.mkdir()
     listening = []
-    for name in ("studio", "a", "a_b"):
+    for name, owner in (("studio", uid), ("a", uid), ("a_b", uid), ("hers", 1000)):
         sock = socket.socket(socket.AF_UNIX)
-        sock.bind(str(shm / f"jack_{name}_{uid}_0"))
+        sock.bind(str(shm / f"jack_{name}_{owner}_0"))
         listening.append(sock)
     (shm / f"jack_notasocket_{uid}_0").write_text("")
     (shm / f"jack_sem.{uid}_studio_cue").write_text("")
+    servers = [JackServer(name, uid) for name in ("a", "a_b")]
     try:
-        assert jack_servers(str(shm)) == ["a", "a_b", "studio"]
-        for pid, sem in ((42, "studio_cue"), (43, "a_b_fx"), (44, "a_fx")):
+        assert [(s.name, s.uid) for s in jack_servers(str(shm))] == sorted(
+            [("a", uid), ("a_b", uid), ("studio", uid), ("hers", 1000)], key=lambda pair: (pair[1], pair[0])
+        )
+        assert {s.gid for s in jack_servers(str(shm))} == {gid}  # the socket's group
+        maps = {42: f"{uid}_studio_cue", 43: f"{uid}_a_b_fx", 44: f"{uid}_a_fx", 47: "1000_hers_synth"}
+        for pid, sem in maps.items():
             (proc / str(pid)).mkdir(parents=True)
-            (proc / str(pid) / "maps").write_text(f"7f00-7f01 rw-s 00000000 00:1b 14   /dev/shm/jack_sem.{uid}_{sem}\n")
-        assert graph_server(42, jack_servers(str(shm)), str(proc)) == "studio"
-        assert graph_server(43, ["a", "a_b"], str(proc)) == "a_b"
-        assert graph_server(44, ["a", "a_b"], str(proc)) == "a"
-        assert graph_server(45, ["studio"], str(proc)) is None  # gone, or no /proc entry
+            (proc / str(pid) / "maps").write_text(f"7f00-7f01 rw-s 00000000 00:1b 14   /dev/shm/jack_sem.{sem}\n")
+        assert graph_server(42, jack_servers(str(shm)), str(proc)) == JackServer("studio", uid, gid)
+        assert graph_server(43, servers, str(proc)) == JackServer("a_b", uid)
+        assert graph_server(44, servers, str(proc)) == JackServer("a", uid)
+        assert graph_server(45, servers, str(proc)) is None  # gone, or no /proc entry
         choice = choose_jack(None, False, (), pids=(42,), proc=str(proc), tmp_dir=str(shm))
         assert choice is not None and choice.server == "studio" and choice.follow and not choice.launches_server
+        assert choice.user is None  # ours
+        hers = choose_jack(None, False, (), pids=(47,), proc=str(proc), tmp_dir=str(shm))
+        assert hers is not None and hers.server == "hers" and hers.user == (1000, gid)
         asked = choose_jack("", False, (), pids=(42,), proc=str(proc), tmp_dir=str(shm))  # --jack, no name
         assert asked is not None and asked.server == "studio" and asked.explicit
         named = choose_jack("other", False, (), pids=(42,), proc=str(proc), tmp_dir=str(shm))  # --jack other
-        assert named is not None and named.server == "other"
+        assert named is not None and named.server == "other" and named.user is None
         # --match found it running: its server, unless libjack's default is named (or running): the regex may
         # match another server's jackd, and the user said which graph.
         matched = choose_jack(

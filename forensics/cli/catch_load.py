@@ -473,6 +473,7 @@ def _engine_options(choice: JackChoice | None, jack_log: str | None) -> dict[str
         "follow": choice.follow,
         "wait_s": choice.wait_s,
         "log_file": jack_log,
+        "user": choice.user,
         # When catch-load starts jackd, its output passes through the source (echoed, XRun lines kept).
         "log_fd": os.pipe() if choice.launches_server and not jack_log else None,
     }

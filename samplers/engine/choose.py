@@ -33,6 +33,7 @@ class JackChoice:
     follow: bool  # follow every client as a target from the start
     launches_server: bool  # the recording launches jackd itself: its output is the server log
     wait_s: float
+    user: tuple[int, int] | None = None  # (uid, gid) of another user's server: the source opens it as that user
 
 
 def command_server(command: tuple[str, ...]) -> str | bool | None:
@@ -58,48 +59,67 @@ def jack_server_name(server: str | None) -> str:
     return server or os.environ.get("JACK_DEFAULT_SERVER") or "default"
 
 
-def server_reachable(server: str | None, tmp_dir: str = JACK_TMP_DIR) -> bool:
-    return Path(tmp_dir, f"jack_{jack_server_name(server)}_{os.getuid()}_0").exists()
+def server_reachable(server: str | None, tmp_dir: str = JACK_TMP_DIR, uid: int | None = None) -> bool:
+    """Whether `server` of user `uid` (default ours) has its socket."""
+    uid = os.geteuid() if uid is None else uid
+    return Path(tmp_dir, f"jack_{jack_server_name(server)}_{uid}_0").exists()
 
 
-def jack_servers(tmp_dir: str = JACK_TMP_DIR) -> list[str]:
-    """The names of the JACK servers running for our uid: each listens on a socket jack_<name>_<uid>_0 in
-    JACK_TMP_DIR (jack2 posix/JackSocket.cpp BuildName; `which` 0 is the server's request channel)."""
-    suffix = f"_{os.getuid()}_0"
+@dataclass(frozen=True)
+class JackServer:
+    name: str
+    uid: int  # the user it runs as: its socket and semaphore files carry it
+    gid: int = -1  # its socket's group: the server's group
+
+
+def jack_servers(tmp_dir: str = JACK_TMP_DIR) -> list[JackServer]:
+    """The JACK servers running, of every user: each listens on a socket jack_<name>_<uid>_0 in JACK_TMP_DIR
+    (jack2 posix/JackSocket.cpp BuildName; `which` 0 is the server's request channel; the uid is the user
+    libjack ran as, common/JackTools.cpp GetUID)."""
     try:
         entries = list(os.scandir(tmp_dir))
     except OSError:
         return []
-    names = []
+    servers = []
     for entry in entries:
-        name = entry.name
-        if not (name.startswith("jack_") and name.endswith(suffix) and len(name) > len("jack_") + len(suffix)):
+        name, uid = _socket_name(entry.name)
+        if name is None:
             continue
         with contextlib.suppress(OSError):  # gone since the listing: that server stopped
-            if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
-                names.append(name[len("jack_") : -len(suffix)])
-    return sorted(names)
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISSOCK(info.st_mode):
+                servers.append(JackServer(name, uid, info.st_gid))
+    return sorted(servers, key=lambda server: (server.uid, server.name))
 
 
-def graph_server(pid: int, servers: list[str], proc: str = "/proc") -> str | None:
+def _socket_name(file_name: str) -> tuple[str | None, int]:
+    """(server name, uid) of a server socket's file name jack_<name>_<uid>_0, else (None, -1)."""
+    if not (file_name.startswith("jack_") and file_name.endswith("_0")) or file_name.startswith("jack_sem."):
+        return None, -1
+    name, _, uid = file_name[len("jack_") : -len("_0")].rpartition("_")
+    return (name, int(uid)) if name and uid.isdigit() else (None, -1)
+
+
+def graph_server(pid: int, servers: list[JackServer], proc: str = "/proc") -> JackServer | None:
     """The server of `servers` whose graph the process is in (jackd itself or a client), or None: jack2 maps one
     semaphore file per client, named jack_sem.<uid>_<server>_<client>, in the server and in every client
     (posix/JackPosixSemaphore.cpp BuildName). The longest name whose marker shows wins: the semaphores of a
-    server named "a_b" also start with the marker of a server named "a"."""
+    server named "a_b" also start with the marker of a server named "a". Another user's process's mappings
+    are readable by root only (ptrace access): without root, only our own graphs are found."""
     try:
         with open(f"{proc}/{pid}/maps") as fh:
             maps = fh.read()
     except OSError:
         return None
-    for server in sorted(servers, key=len, reverse=True):
-        if f"/jack_sem.{os.getuid()}_{server}_" in maps:
+    for server in sorted(servers, key=lambda server: len(server.name), reverse=True):
+        if f"/jack_sem.{server.uid}_{server.name}_" in maps:
             return server
     return None
 
 
 def in_jack_graph(pid: int, server: str | None, proc: str = "/proc") -> bool:
-    """True when the process is a JACK server or client of `server` (None: libjack's default)."""
-    return graph_server(pid, [jack_server_name(server)], proc) is not None
+    """True when the process is a JACK server or client of our user's `server` (None: libjack's default)."""
+    return graph_server(pid, [JackServer(jack_server_name(server), os.geteuid())], proc) is not None
 
 
 def choose_jack(
@@ -127,16 +147,28 @@ def choose_jack(
     # match some other server's jackd).
     fuzzy = [] if os.environ.get("JACK_DEFAULT_SERVER") or server_reachable(None, tmp_dir) else list(matched)
     candidates = [*pids, *fuzzy]
+    # Another user's server (root recording a user's jackd, the eBPF sampler's case): the source runs as that
+    # user to libjack (JackChoice.user); without root its mappings are not readable and nothing is found.
     servers = jack_servers(tmp_dir) if candidates and launched is False and not jack else []
     found = next((server for server in (graph_server(pid, servers, proc) for pid in candidates) if server), None)
-    targets_server = None if found in (None, jack_server_name(None)) else found
+    user = None if found is None or found.uid == os.geteuid() else (found.uid, found.gid)
+    # libjack's default server needs no name, unless the source opens it as another user
+    targets_server = None if found is None or (user is None and found.name == jack_server_name(None)) else found.name
     if jack is not None:
         server = jack or (launched if isinstance(launched, str) else targets_server)
-        return JackChoice(server, True, True, launched is not False, 10.0 if launched is not False else 0.0)
+        from_targets = not jack and launched is False
+        return JackChoice(
+            server,
+            True,
+            True,
+            launched is not False,
+            10.0 if launched is not False else 0.0,
+            user if from_targets else None,
+        )
     if launched is not False:
         return JackChoice(launched if isinstance(launched, str) else None, False, True, True, 10.0)
     if found is not None:
-        return JackChoice(targets_server, False, True, False, 0.0)
+        return JackChoice(targets_server, False, True, False, 0.0, user)
     if not server_reachable(None, tmp_dir):
         # A command's own server is chosen above; one the user starts beside a --match recording is
         # waited for (quietly: the recording may have nothing to do with JACK).

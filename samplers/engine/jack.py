@@ -65,8 +65,18 @@ def _split_port(name: str) -> tuple[str, str]:
 
 
 class JackSource:
-    def __init__(self, server: str | None, rows_fd: int, recorder_fd: int, explicit: bool) -> None:
+    def __init__(
+        self,
+        server: str | None,
+        rows_fd: int,
+        recorder_fd: int,
+        explicit: bool,
+        server_user: tuple[int, int] | None = None,
+        parent_pid: int | None = None,
+    ) -> None:
         self.server = server
+        self.server_user = server_user  # (uid, gid) of another user's server, opened as that user (root)
+        self.parent_pid = parent_pid
         self.rows_fd = rows_fd
         self.recorder_fd = recorder_fd
         self.explicit = explicit
@@ -147,6 +157,31 @@ class JackSource:
                 self.stop_reason = "the capture writer is gone"
                 raise
 
+    def _uid(self) -> int:
+        """The uid libjack names the server's socket by: its user's."""
+        return self.server_user[0] if self.server_user else os.geteuid()
+
+    @contextlib.contextmanager
+    def _as_server_user(self) -> Any:
+        """Another user's server: libjack opened and activated as that user (effective uid and gid), root again
+        after. libjack names the server's socket by the effective uid here (jack2 1.9.21: jack_<server>_<uid>_0;
+        some versions take the real one: both are set), and binds this client's notification socket, which the
+        server must be able to connect to: one made as root is not writable by that user. The rest of the
+        source stays root, so it reads what it read before (/proc, this program's own files). A change of the
+        effective uid clears the parent-death signal (prctl(2)): set again after."""
+        if self.server_user is None:
+            yield
+            return
+        uid, gid = self.server_user
+        os.setresgid(gid, gid, 0)
+        os.setresuid(uid, uid, 0)
+        try:
+            yield
+        finally:
+            os.setresuid(0, 0, 0)
+            os.setresgid(0, 0, 0)
+            die_with_recorder(self.parent_pid)
+
     def _send_meta(self) -> None:
         frames.write_all(self.rows_fd, frames.encode_json(frames.META, {"sources": {"engine": self.meta}}))
 
@@ -173,15 +208,16 @@ class JackSource:
         server = jack_server_name(self.server)
         while True:
             # Waiting for a server that is not there yet: a stat of its socket, not a libjack attempt.
-            if wait_s == UNTIL_THE_END and not server_reachable(self.server):
+            if wait_s == UNTIL_THE_END and not server_reachable(self.server, uid=self._uid()):
                 if self.stop_reason is not None:
                     return f"no JACK data recorded: no JACK server {server!r} started during the recording"
                 time.sleep(SERVER_POLL_S)
                 continue
             try:
-                self.client = jack.Client(
-                    f"forensics-{os.getpid()}", no_start_server=True, servername=self.server or None
-                )
+                with self._as_server_user():
+                    self.client = jack.Client(
+                        f"forensics-{os.getpid()}", no_start_server=True, servername=self.server or None
+                    )
                 break
             except jack.JackOpenError:
                 if time.monotonic() >= deadline or self.stop_reason is not None:
@@ -202,7 +238,8 @@ class JackSource:
         # Activated (libjack delivers notifications only to active clients, JackClient::ClientNotify)
         # but without a process, thread, sync or timebase callback it is not real-time, and jack2 adds
         # only real-time clients to the graph (JackEngine::ClientActivate): never woken in the cycle.
-        c.activate()
+        with self._as_server_user():
+            c.activate()
         self.meta.update(
             {
                 "client_name": c.name,
@@ -573,8 +610,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-file", default=None)
     parser.add_argument("--wait-s", type=float, default=0.0)
     parser.add_argument("--explicit", action="store_true")
+    parser.add_argument("--as-user", default=None, metavar="UID:GID", help="open another user's server (root)")
     args = parser.parse_args(argv)
-    source = JackSource(args.server, args.rows_fd, args.recorder_fd, args.explicit)
+    user = tuple(int(part) for part in args.as_user.split(":")) if args.as_user else None
+    source = JackSource(
+        args.server,
+        args.rows_fd,
+        args.recorder_fd,
+        args.explicit,
+        (user[0], user[1]) if user else None,
+        args.parent_pid,
+    )
     if args.log_fd is not None:
         source.log_given = "followed: jackd's output (catch-load started it)"
     elif args.log_file:

@@ -214,6 +214,8 @@ class EngineSources:
             keep.append(jack["log_fd"])
         if jack.get("log_file"):
             args += ["--log-file", jack["log_file"]]
+        if jack.get("user") is not None:  # another user's server (samplers/engine/choose.py)
+            args += ["--as-user", "{}:{}".format(*jack["user"])]
         self._launch("jack", args, bool(jack.get("follow")), keep=keep)
 
     def consider(self, pids: list[int], targets_later: bool = False) -> None:
