@@ -21,6 +21,7 @@ trailer's writer_cpu_ns (from its ready signal to the trailer).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import subprocess
@@ -33,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from samplers import frames
+from samplers.session import F_SETPIPE_SZ
 from samplers.writer_process import CaptureSink
 
 
@@ -103,6 +105,7 @@ def paced(stream: list[tuple[int, bytes]], wake_ns: int, output: Path) -> dict:
         env=env,
     )
     assert writer.stdin is not None and writer.stdout is not None
+    fcntl.fcntl(writer.stdin.fileno(), F_SETPIPE_SZ, 1 << 20)  # as the session sets it
     if writer.stdout.read(1) != b"R":
         raise SystemExit("the writer did not start")
     start = time.monotonic_ns()

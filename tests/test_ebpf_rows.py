@@ -486,9 +486,11 @@ def test_a_delta_of_another_slot_count_than_its_base_is_not_stored() -> None:
 
 
 @pytest.mark.parametrize("count", [0, 1, 7, 5000])
-def test_the_state_column_is_pyarrows_dictionary_encoding_of_the_letters(count: int) -> None:
-    """Its dictionary in order of first appearance, "" (no letter) and all, as pyarrow makes it from strings."""
-    letters = np.random.default_rng(count).choice(np.array(["S", "R", "D", "", "T", "Z"], dtype="<U1"), count)
+@pytest.mark.parametrize("alphabet", ["SRDTZ", "SR\u00e9\U0001f600"])
+def test_the_state_column_is_pyarrows_dictionary_encoding_of_the_letters(count: int, alphabet: str) -> None:
+    """Its dictionary in order of first appearance, "" (no letter) and all, as pyarrow makes it from strings; a
+    letter beyond the 16-bit codes too."""
+    letters = np.random.default_rng(count).choice(np.array(["", *alphabet], dtype="<U1"), count)
     made, reference = letters_column(letters), pa.array(letters.astype(object)).dictionary_encode()
     assert made.type == reference.type and made.equals(reference)
     assert made.dictionary.to_pylist() == reference.dictionary.to_pylist()
