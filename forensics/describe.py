@@ -206,12 +206,25 @@ def engine_rows(engine: dict[str, Any], counts: dict[str, int]) -> dict[str, str
     """What the engine source recorded (meta["sources"]["engine"]), or why it could not."""
     if engine.get("unavailable"):
         return {"source": str(engine.get("kind", "?")), "recorded": f"nothing: {engine['unavailable']}"}
+    # JACK's source names its server and measures its clock against ours; PipeWire's names the daemon's socket
+    # and reads times already on CLOCK_MONOTONIC (nothing to measure), through the profiler.
+    server = engine.get("server")
+    if server is None and engine.get("socket"):
+        server = f"{engine['socket']} (daemon pid {engine.get('daemon_pid', 'unknown')})"
+    if "cycles" not in engine and engine.get("mechanism"):
+        engine = {**engine, "cycles": f"the profiler's driver and node times of every cycle ({engine['mechanism']})"}
+    clock = engine.get("jack_clock", engine.get("clock", "unknown"))
+    if "clock_offset_drift_ns" in engine:
+        drift = f", drift {engine['clock_offset_drift_ns']} ns"
+    elif str(clock).startswith("CLOCK_MONOTONIC ") or clock == "CLOCK_MONOTONIC":
+        drift = ": the capture's own clock"
+    else:
+        drift = ", drift unknown"
     rows = {
         "source": f"{engine.get('kind', '?')} {engine.get('version', '')}".strip(),
-        "server": str(engine.get("server", "unknown")),
+        "server": str(server if server is not None else "unknown"),
         "clock offset": f"{engine.get('clock_offset_ns', 'unknown')} ns to CLOCK_MONOTONIC "
-        f"(engine clock {engine.get('jack_clock', engine.get('clock', 'unknown'))}, "
-        f"drift {engine.get('clock_offset_drift_ns', 'unknown')} ns)",
+        f"(engine clock {clock}{drift})",
         "per-cycle timing": str(engine.get("cycles", "unknown")),
         "xruns reported": str(counts.get("xruns", 0)),
         "cycles observed": str(counts.get("engine_cycles", 0)),

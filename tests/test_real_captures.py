@@ -72,6 +72,7 @@ CASES = [
     ("jack-driver-suspect.proc-only.stalls.txt", ["stalls", DRIVER, "--proc-only"]),
     ("pipewire-late-client.stalls.txt", ["stalls", PIPEWIRE]),
     ("pipewire-late-client.xruns.txt", ["xruns", PIPEWIRE]),
+    ("pipewire-late-client.info.txt", ["info", PIPEWIRE]),
     ("jack-client-spins.stalls.txt", ["stalls", SPINS]),
     ("jack-client-spins.xruns.txt", ["xruns", SPINS]),
     ("jack-recorder-first.stalls.txt", ["stalls", FIRST]),
