@@ -56,6 +56,13 @@ def _lab_help_asked(argv: list[str]) -> bool:
     return _lab_help(argv)
 
 
+def test_forensics_catch_load_points_at_the_recorder(run_module) -> None:
+    """`forensics catch-load ...`: the recorder is a command of its own; said in one line, exit 2."""
+    shown = run_module("forensics", "catch-load", "-p", "1")
+    assert shown.returncode == 2 and "`catch-load --help`" in shown.stderr, shown.stderr
+    assert len(shown.stderr.strip().splitlines()) == 1
+
+
 def test_stalls_help_has_examples(run_module) -> None:
     shown = run_module("forensics", "stalls", "--help")
     assert shown.returncode == 0

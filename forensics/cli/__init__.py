@@ -48,6 +48,8 @@ class LazyGroup(click.Group):
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)
         if target is None:
+            if cmd_name == "catch-load":  # the recorder is a program of its own (pyproject.toml scripts)
+                raise click.UsageError("catch-load is its own command: `catch-load --help` (forensics reads captures)")
             return None
         module_name, _, attr = target.partition(":")
         return getattr(import_module(module_name), attr)
