@@ -90,11 +90,23 @@ def thread_order(tid: np.ndarray, key: np.ndarray) -> np.ndarray:
     """np.lexsort((key, tid)): rows in (tid, key) order, ties kept in place. Rows come chunk by chunk in time
     order, each chunk by thread, so a stable sort by tid alone (a radix sort of the integers) mostly gives
     it, in a third of lexsort's time: taken when each thread's keys (its ticks or times) then rise."""
-    order = np.argsort(tid, kind="stable")
+    order = np.argsort(_narrow(tid), kind="stable")
     sorted_tid, sorted_key = tid[order], key[order]
     if np.any((sorted_tid[1:] == sorted_tid[:-1]) & (sorted_key[1:] < sorted_key[:-1])):
         return np.lexsort((key, tid))
     return order
+
+
+def _narrow(tid: np.ndarray) -> np.ndarray:
+    """The tids as uint16 offsets from the smallest where they span fewer than 2^16 (the same order, ties
+    too): numpy's stable sort of 16-bit integers is a radix sort of two passes, half the time of int32's
+    (2 M rows: 30 against 62 ms, the conversion included; twice a batch in `summarize`, issue 12)."""
+    if not len(tid) or tid.dtype.kind not in "iu":
+        return tid
+    low, high = int(tid.min()), int(tid.max())
+    if high - low >= 2**16:
+        return tid
+    return (tid - low).astype(np.uint16)
 
 
 class Near:

@@ -114,7 +114,7 @@ def _bins(per_bin: pd.DataFrame) -> int:
 # The sample columns of summarize's pass over raw windows, and its batches (iter_raw_windows' own size: the
 # batches, and so the order of the policy changes, are the same whether the pass is its own or rides on the
 # thread profiles' pass).
-STREAM_COLUMNS = ("pid", "run_ns", "wait_ns", "slices", "state", "minflt", "majflt", "cpu", "policy", "rtprio")
+STREAM_COLUMNS = ("run_ns", "wait_ns", "slices", "state", "minflt", "majflt", "cpu", "policy", "rtprio")
 STREAM_BATCH_ROWS = 2_000_000
 FINE_BINS = 4096  # bins of a batch summed before the bin width is known: at most this many, of 10^k ns
 

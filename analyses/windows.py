@@ -100,15 +100,10 @@ def window_deltas(
     times) or NA (blkio without delay accounting: its 0 would be a silent zero, DESIGN.md).
     """
     tid = samples["tid"].to_numpy()
-    n = len(tid)
     first = _thread_starts(samples)
-    prev = np.r_[0, np.arange(n - 1)] if n else np.zeros(0, dtype=np.int64)
-    run = samples["run_ns"].to_numpy()
-    wait = samples["wait_ns"].to_numpy()
-    slices = samples["slices"].to_numpy()
-    d_run = run - run[prev]
-    d_wait = wait - wait[prev]
-    d_slices = slices - slices[prev]
+    d_run = _step(samples["run_ns"].to_numpy())
+    d_wait = _step(samples["wait_ns"].to_numpy())
+    d_slices = _step(samples["slices"].to_numpy())
     reset = (d_run < 0) | (d_wait < 0) | (d_slices < 0)
     valid = ~first & ~reset
     idx = np.flatnonzero(valid)
@@ -130,12 +125,10 @@ def window_deltas(
     tick_ns = 1_000_000_000 // max(int(clk_tck), 1)
     for name in ("minflt", "majflt"):
         if name in samples:
-            values = samples[name].to_numpy()
-            out[name] = np.maximum(values[idx] - values[pidx], 0).astype(np.int32)
+            out[name] = np.maximum(_step(samples[name].to_numpy())[idx], 0).astype(np.int32)
     for name in ("utime", "stime"):
         if name in samples:
-            values = samples[name].to_numpy()
-            out[f"{name}_ns"] = np.maximum(values[idx] - values[pidx], 0) * tick_ns
+            out[f"{name}_ns"] = np.maximum(_step(samples[name].to_numpy())[idx], 0) * tick_ns
     if "blkio_ticks" in samples:
         if delayacct:
             values = samples["blkio_ticks"].to_numpy()
@@ -155,6 +148,15 @@ def window_deltas(
             if name != "nice":  # where the thread was at the window's start: migrations, policy changes
                 out[f"{name}_start"] = values[pidx]
     return pd.DataFrame(out, copy=False)
+
+
+def _step(values: np.ndarray) -> np.ndarray:
+    """Each row's value less the row before's (0 at the first): what values - values[prev] gave, by slices
+    and not a gather (window_deltas keeps the rows after the first of each thread)."""
+    out = np.empty_like(values)
+    out[:1] = 0
+    np.subtract(values[1:], values[:-1], out=out[1:])
+    return out
 
 
 def reconcile(windows: pd.DataFrame) -> pd.DataFrame:

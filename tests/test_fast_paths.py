@@ -210,6 +210,10 @@ def test_window_order_by_tid_alone_is_lexsorts(path: Path) -> None:
     for frame in (batches[0], carried, shuffled, batches[0].iloc[::-1]):
         tid, tick = frame["tid"].to_numpy(), frame["tick"].to_numpy()
         np.testing.assert_array_equal(source.thread_order(tid, tick), np.lexsort((tick, tid)))
+        # Tids spanning more than 2^16 are sorted as they are, not as 16-bit offsets (source._narrow).
+        wide = np.where(tid == tid.min(), tid.astype(np.int64) + 2**20, tid.astype(np.int64) - 5)
+        assert source._narrow(wide) is wide and source._narrow(tid).dtype == np.uint16
+        np.testing.assert_array_equal(source.thread_order(wide, tick), np.lexsort((tick, wide)))
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
