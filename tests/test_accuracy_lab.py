@@ -8,7 +8,9 @@ accounting, schedstats, taskstats or eBPF), 10 episodes of each cause, 300 ms ap
 - 6 ms episodes of run, runqueue, io and fault. (A lock wait shorter than about a period plus two
   sampling intervals is invisible to /proc sampling: a thread asleep in S on a futex looks like one
   asleep between callbacks. tests/test_stalls.py pins that limit; eBPF lifts it.)
-- a 15 s run without episodes.
+- a 15 s run without episodes;
+- the 12 ms episodes again, read by the eBPF sampler (`--sampler ebpf`, root) instead of /proc: its rows feed
+  the same analysis.
 
 These are checks of what holds on any machine, busy or not; the figures (recall and precision on live
 recordings, 0.9-1.0 on a quiet machine) are `python bench/lab_accuracy.py`'s, quoted in the README.
@@ -73,6 +75,15 @@ def twelve(tmp_path_factory: pytest.TempPathFactory) -> forensics.Capture:
 
 
 @pytest.fixture(scope="module")
+def twelve_ebpf(tmp_path_factory: pytest.TempPathFactory) -> forensics.Capture:
+    """The same episodes read by the eBPF sampler (`--sampler ebpf`: the kernel's counters at a 2 ms tick the
+    kernel takes, stat lines every 250 ms) instead of /proc, judged by the same /proc-path analysis."""
+    return record_lab_capture(
+        tmp_path_factory.mktemp("acc12e") / "acc12e.ssf", "--sampler", "ebpf", "--lab", *_episodes(ALL_CAUSES, 12)
+    )
+
+
+@pytest.fixture(scope="module")
 def six(tmp_path_factory: pytest.TempPathFactory) -> forensics.Capture:
     return _record(tmp_path_factory, "acc6", *_episodes(SHORT_CAUSES, 6))
 
@@ -102,6 +113,14 @@ def _assert_majority(cap: forensics.Capture, causes: tuple[str, ...]) -> None:
 @pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
 def test_twelve_ms_episodes_get_their_own_verdict(twelve: forensics.Capture) -> None:
     _assert_majority(twelve, ALL_CAUSES)
+
+
+@pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
+@pytest.mark.needs_root
+@pytest.mark.needs_bcc
+def test_twelve_ms_episodes_read_by_the_ebpf_sampler_get_their_own_verdict(twelve_ebpf: forensics.Capture) -> None:
+    assert twelve_ebpf.meta["recording"]["sampler"] == "ebpf"
+    _assert_majority(twelve_ebpf, ALL_CAUSES)
 
 
 @pytest.mark.may_skip  # only when the machine let the lab make too few scorable episodes (tests/recording.py)
