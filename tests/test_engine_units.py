@@ -186,7 +186,8 @@ def test_a_target_given_by_pid_brings_its_own_server_whatever_its_name(tmp_path,
     shm, proc, uid, gid = tmp_path / "shm", tmp_path / "proc", os.geteuid(), os.getegid()
     shm.mkdir()
     listening = []
-    for name, owner in (("studio", uid), ("a", uid), ("a_b", uid), ("hers", 1000)):
+    hers = uid + 1  # another user's
+    for name, owner in (("studio", uid), ("a", uid), ("a_b", uid), ("hers", hers)):
         sock = socket.socket(socket.AF_UNIX)
         sock.bind(str(shm / f"jack_{name}_{owner}_0"))
         listening.append(sock)
@@ -195,10 +196,10 @@ def test_a_target_given_by_pid_brings_its_own_server_whatever_its_name(tmp_path,
     servers = [JackServer(name, uid) for name in ("a", "a_b")]
     try:
         assert [(s.name, s.uid) for s in jack_servers(str(shm))] == sorted(
-            [("a", uid), ("a_b", uid), ("studio", uid), ("hers", 1000)], key=lambda pair: (pair[1], pair[0])
+            [("a", uid), ("a_b", uid), ("studio", uid), ("hers", hers)], key=lambda pair: (pair[1], pair[0])
         )
         assert {s.gid for s in jack_servers(str(shm))} == {gid}  # the socket's group
-        maps = {42: f"{uid}_studio_cue", 43: f"{uid}_a_b_fx", 44: f"{uid}_a_fx", 47: "1000_hers_synth"}
+        maps = {42: f"{uid}_studio_cue", 43: f"{uid}_a_b_fx", 44: f"{uid}_a_fx", 47: f"{hers}_hers_synth"}
         for pid, sem in maps.items():
             (proc / str(pid)).mkdir(parents=True)
             (proc / str(pid) / "maps").write_text(f"7f00-7f01 rw-s 00000000 00:1b 14   /dev/shm/jack_sem.{sem}\n")
@@ -209,8 +210,8 @@ def test_a_target_given_by_pid_brings_its_own_server_whatever_its_name(tmp_path,
         choice = choose_jack(None, False, (), pids=(42,), proc=str(proc), tmp_dir=str(shm))
         assert choice is not None and choice.server == "studio" and choice.follow and not choice.launches_server
         assert choice.user is None  # ours
-        hers = choose_jack(None, False, (), pids=(47,), proc=str(proc), tmp_dir=str(shm))
-        assert hers is not None and hers.server == "hers" and hers.user == (1000, gid)
+        theirs = choose_jack(None, False, (), pids=(47,), proc=str(proc), tmp_dir=str(shm))
+        assert theirs is not None and theirs.server == "hers" and theirs.user == (hers, gid)
         asked = choose_jack("", False, (), pids=(42,), proc=str(proc), tmp_dir=str(shm))  # --jack, no name
         assert asked is not None and asked.server == "studio" and asked.explicit
         named = choose_jack("other", False, (), pids=(42,), proc=str(proc), tmp_dir=str(shm))  # --jack other
@@ -225,6 +226,12 @@ def test_a_target_given_by_pid_brings_its_own_server_whatever_its_name(tmp_path,
         waits = choose_jack(None, False, (), later=True, by_name=True, matched=(42,), proc=str(proc), tmp_dir=str(shm))
         assert waits is not None and waits.server is None and not waits.follow  # waits for "later"
         monkeypatch.delenv("JACK_DEFAULT_SERVER")
+        # What a line saying a server is not there adds: the ones that run (another user's with its uid).
+        from samplers.engine.choose import others_running
+
+        said = others_running("studio", uid, str(shm))
+        assert said == f"; running: 'a', 'a_b', 'hers' (uid {hers})", said
+        assert others_running("x", uid, str(tmp_path / "none")) == ""
         # Not in any graph and no default server: no JACK source, as before.
         (proc / "46").mkdir()
         (proc / "46" / "maps").write_text("")

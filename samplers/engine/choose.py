@@ -100,6 +100,16 @@ def _socket_name(file_name: str) -> tuple[str | None, int]:
     return (name, int(uid)) if name and uid.isdigit() else (None, -1)
 
 
+def others_running(asked: str, uid: int, tmp_dir: str = JACK_TMP_DIR) -> str:
+    """The servers running other than `asked` of `uid`, for a line that says it is not there: "" when none,
+    else "; running: 'studio', 'live' (uid 1000)"."""
+    others = [s for s in jack_servers(tmp_dir) if (s.name, s.uid) != (asked, uid)]
+    if not others:
+        return ""
+    named = [repr(s.name) + (f" (uid {s.uid})" if s.uid != uid else "") for s in others]
+    return "; running: " + ", ".join(named)
+
+
 def graph_server(pid: int, servers: list[JackServer], proc: str = "/proc") -> JackServer | None:
     """The server of `servers` whose graph the process is in (jackd itself or a client), or None: jack2 maps one
     semaphore file per client, named jack_sem.<uid>_<server>_<client>, in the server and in every client

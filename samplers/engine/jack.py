@@ -43,7 +43,13 @@ import time
 from typing import Any
 
 from samplers import frames
-from samplers.engine.choose import SERVER_POLL_S, UNTIL_THE_END, jack_server_name, server_reachable
+from samplers.engine.choose import (
+    SERVER_POLL_S,
+    UNTIL_THE_END,
+    jack_server_name,
+    others_running,
+    server_reachable,
+)
 from samplers.engine.source import die_with_recorder, tell_recorder
 
 ENGINE = "jack"
@@ -210,7 +216,8 @@ class JackSource:
             # Waiting for a server that is not there yet: a stat of its socket, not a libjack attempt.
             if wait_s == UNTIL_THE_END and not server_reachable(self.server, uid=self._uid()):
                 if self.stop_reason is not None:
-                    return f"no JACK data recorded: no JACK server {server!r} started during the recording"
+                    running = others_running(server, self._uid())
+                    return f"no JACK data recorded: no JACK server {server!r} started during the recording{running}"
                 time.sleep(SERVER_POLL_S)
                 continue
             try:
@@ -221,7 +228,8 @@ class JackSource:
                 break
             except jack.JackOpenError:
                 if time.monotonic() >= deadline or self.stop_reason is not None:
-                    return f"no JACK data recorded: no JACK server {server!r} is running"
+                    running = others_running(server, self._uid())
+                    return f"no JACK data recorded: no JACK server {server!r} is running{running}"
                 time.sleep(SERVER_POLL_S)
         self.meta["version"] = _libjack_version(jack)
         self._open_clock()
