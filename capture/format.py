@@ -1470,7 +1470,7 @@ class Capture:
 
             def decode_ahead() -> None:
                 nonlocal ahead_bytes
-                while len(ahead) < 2 or ahead_bytes < DECODE_AHEAD_BYTES:
+                while not ahead or ahead_bytes < DECODE_AHEAD_BYTES:  # the next chunk at least
                     span = next(spans, None)
                     if span is None:
                         return

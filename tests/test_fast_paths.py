@@ -134,6 +134,31 @@ def test_chunks_decoded_ahead_are_those_decoded_one_by_one(path: Path) -> None:
     assert calls == [1]
 
 
+def test_chunks_are_decoded_ahead_up_to_a_bound_of_file_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker is handed every chunk within DECODE_AHEAD_BYTES of the file before the reader takes the
+    first (it decodes on while a batch is worked on), and at least the next one whatever the bound."""
+    from capture import format as capture_format
+
+    submitted: list[int] = []
+
+    class Counted(capture_format.ThreadPoolExecutor):
+        def submit(self, *args: Any, **kwargs: Any) -> Any:
+            submitted.append(1)
+            return super().submit(*args, **kwargs)
+
+    monkeypatch.setattr(capture_format, "ThreadPoolExecutor", Counted)
+    cap = _load(CAPTURES[1])
+    spans = cap._chunks["samples"]
+    assert len(spans) > 2 and sum(length for _, length in spans) < capture_format.DECODE_AHEAD_BYTES
+    for bound, handed in ((capture_format.DECODE_AHEAD_BYTES, len(spans)), (1, 2)):  # (1: the first and the next)
+        monkeypatch.setattr(capture_format, "DECODE_AHEAD_BYTES", bound)
+        submitted.clear()
+        chunks = cap.arrow_chunks("samples", ["tick", "t_ns", "tid"])
+        assert chunks is not None and next(chunks)[0] == 0
+        assert len(submitted) == handed, bound
+        chunks.close()
+
+
 def _count_decoded(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """A list that gets one item per chunk the capture format decodes from now on."""
     from capture import format as capture_format
