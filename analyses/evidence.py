@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.data_sources import undecided_for_lack
+from analyses.rules import runqueue_suspect_held
 from analyses.source import Near, iter_samples
 from analyses.threads import policy_label, thread_names
 from analyses.windows import window_deltas
@@ -174,8 +175,10 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
     if only is not None:
         wanted &= only
     suspects = np.array([""] * len(episodes), dtype=object)
+    # The numbers the incidents decide with (analyses.incidents._blamed_tid); the sentence is for people.
+    suspect_tids = pd.array([pd.NA] * len(episodes), dtype="Int32")
     if not wanted.any():
-        return episodes.assign(suspect=suspects)
+        return episodes.assign(suspect=suspects, suspect_tid=suspect_tids)
     spans = episodes.loc[wanted, ["start_ns", "end_ns"]].to_numpy()
     lo = int(spans[:, 0].min()) - 2 * interval
     hi = int(spans[:, 1].max()) + interval
@@ -185,7 +188,7 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
     for batch in iter_samples(cap, columns, t_range=(lo, hi), near=near):
         frames.append(batch)
     if not frames:
-        return episodes.assign(suspect=suspects)
+        return episodes.assign(suspect=suspects, suspect_tid=suspect_tids)
     samples = pd.concat(frames, ignore_index=True)
     order = np.lexsort((samples["tick"].to_numpy(), samples["tid"].to_numpy()))
     others = window_deltas(samples.take(order).reset_index(drop=True))
@@ -202,19 +205,30 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
     ):
         if found is None:
             continue
-        top, on, pid, policy, rtprio, cpu = found
+        top, on, pid, policy, rtprio, cpu, all_on = found
         comm = names.get(top, "?")
-        where = f" on CPU {cpu}" if row.verdict == "runqueue" else ""
         family = ", same process" if pid == int(row.pid) else f", pid {pid}"
-        suspects[i] = f"meanwhile {comm} ({top}{family}, {policy_label(policy, rtprio)}) ran {_ms(on)}{where}"
-    return episodes.assign(suspect=suspects)
+        who = f"{comm} ({top}{family}, {policy_label(policy, rtprio)})"
+        waited = int(row.runqueue_ns) if row.runqueue_ns is not None and not pd.isna(row.runqueue_ns) else 0
+        if row.verdict == "runqueue" and not runqueue_suspect_held(on, waited):
+            suspects[i] = (
+                f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} of the {_ms(waited)} it waited (the most, "
+                f"{who}: {_ms(on)}); the rest went to something the capture does not hold (another process, "
+                "interrupts, the hypervisor)"
+            )
+            continue
+        where = f" on CPU {cpu}" if row.verdict == "runqueue" else ""
+        suspects[i] = f"meanwhile {who} ran {_ms(on)}{where}"
+        suspect_tids[i] = top
+    return episodes.assign(suspect=suspects, suspect_tid=suspect_tids)
 
 
 # An episode asked about by add_suspects: its thread, start_ns, end_ns, and its CPUs for a runqueue verdict
 # (None: any CPU).
 Asked = tuple[int, int, int, "list[int] | None"]
-# Who ran most meanwhile: tid, its run time in ns, and its pid, policy, rtprio and CPU at its last window.
-Busiest = tuple[int, int, int, int, int, int]
+# Who ran most meanwhile: tid, its run time in ns, and its pid, policy, rtprio and CPU at its last window; then
+# the run time of every other recorded thread there, summed.
+Busiest = tuple[int, int, int, int, int, int, int]
 _BUSIEST_COLUMNS = ("tid", "start_ns", "end_ns", "run_delta_ns", "pid", "policy", "rtprio", "cpu")
 
 
@@ -248,7 +262,7 @@ def _busiest_others(others: pd.DataFrame, asked: list[Asked]) -> list[Busiest | 
             continue
         last = rows[np.r_[firsts[1:], len(rows)][top] - 1]
         pid, policy, rtprio, cpu = (int(column[name][last]) for name in ("pid", "policy", "rtprio", "cpu"))
-        out.append((int(tid[last]), int(on[top]), pid, policy, rtprio, cpu))
+        out.append((int(tid[last]), int(on[top]), pid, policy, rtprio, cpu, int(on[on > 0].sum())))
     return out
 
 
@@ -275,7 +289,7 @@ def _busiest_others_pandas(others: pd.DataFrame, asked: list[Asked]) -> list[Bus
         top = ran["on"].idxmax()
         best = ran.loc[top]
         pid, policy, rtprio, cpu = (int(best[name]) for name in ("pid", "policy", "rtprio", "cpu"))
-        out.append((int(top), int(best["on"]), pid, policy, rtprio, cpu))
+        out.append((int(top), int(best["on"]), pid, policy, rtprio, cpu, int(ran["on"][ran["on"] > 0].sum())))
     return out
 
 

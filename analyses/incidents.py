@@ -36,7 +36,6 @@ Pure functions: capture and episodes in, DataFrames out.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -588,19 +587,13 @@ def _outside_the_graph(
     return kept.reset_index(drop=True), members[hide]
 
 
-SUSPECT_TID = re.compile(r"^meanwhile .* \((\d+), (?:same process|pid \d+), ")
-
-
 def _blamed_tid(row: Any) -> int | None:
     """The task an episode names as its cause: who ran instead of a runnable thread, who woke a lock
-    wait (eBPF), or the /proc suspect (the busiest recorded thread meanwhile)."""
-    for column in ("ran_instead_tid", "waker_tid"):
+    wait (eBPF), or the /proc suspect (the busiest recorded thread meanwhile, analyses.evidence)."""
+    for column in ("ran_instead_tid", "waker_tid", "suspect_tid"):
         value = row.get(column) if isinstance(row, pd.Series) else getattr(row, column, None)
         if value is not None and not pd.isna(value) and int(value) > 0:
             return int(value)
-    suspect = row.get("suspect") if isinstance(row, pd.Series) else getattr(row, "suspect", None)
-    if isinstance(suspect, str) and (found := SUSPECT_TID.match(suspect)):
-        return int(found.group(1))
     return None
 
 
@@ -809,9 +802,8 @@ def _root_verdict(
     if verdict == "lock" and known_waker and int(waker) not in chain:
         return "lock", evidence  # a holder outside the chain: a lock (its inversion is in the evidence)
     blamed = _blamed_tid(row)
-    suspect = row.get("suspect")
     # What ran meanwhile, when named, counts only from outside the chain (a link ran its own cycle).
-    outside_ran = blamed not in chain if blamed is not None else isinstance(suspect, str) and bool(suspect)
+    outside_ran = blamed is not None and blamed not in chain
     # The driver sleeps on its clock: a thread outside the chain that /proc saw run meanwhile (jackd's own
     # non-real-time thread, in a real /proc run) is no lock holder of it; only a waker the switch record
     # names (above) would be.

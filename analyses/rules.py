@@ -48,6 +48,19 @@ MIN_STALL_INTERVALS = 2.0  # below two sampling intervals an estimate is at the 
 SETTLE_WAKEUPS = 3  # a periodic thread is in its rhythm after this many regular wake-ups
 SETTLE_MARGIN_INTERVALS = 2.0  # a regular wake-up comes within a period plus this many intervals
 
+# /proc suspects (analyses.evidence.add_suspects). A thread kept runnable waited for a CPU: the recorded thread
+# that ran most on its CPUs meanwhile is named as the one that held them only when it ran at least this share
+# of that wait. Below it, most of the CPU went to something the capture does not hold (another process, an
+# interrupt, the hypervisor), and naming a thread that ran a sliver of it would blame the wrong one (a real
+# jackd starved by a FIFO 90 hog outside the capture: fluidsynth named for 0.1 ms of a 13.6 ms wait).
+RUNQUEUE_SUSPECT_MIN_SHARE = 0.5
+
+
+def runqueue_suspect_held(suspect_run_ns: int, runqueue_ns: int) -> bool:
+    """Whether the busiest recorded thread on a runnable thread's CPUs ran enough of its wait to be named."""
+    return suspect_run_ns >= RUNQUEUE_SUSPECT_MIN_SHARE * runqueue_ns
+
+
 # eBPF (exact) path.
 MINOR_NS = 100_000  # a segment shorter than this at the edge of a busy span is ordinary (wake-up latency)
 FAULT_GAP_NS = 1_000_000  # a pause this long ends a fault storm (at 20 faults/ms the mean gap is 50 us)

@@ -296,6 +296,7 @@ def find_stalls(
         episodes = evidence.add_suspects(cap, episodes, interval, only=proc)
     else:
         episodes["suspect"] = ""
+        episodes["suspect_tid"] = pd.array([pd.NA] * len(episodes), dtype="Int32")
     lines, used = episodes["evidence"].astype(object).tolist(), episodes["sources"].astype(object).tolist()
     where = np.flatnonzero(proc)
     in_hole = episodes["in_hole"].fillna(False).to_numpy(dtype=bool) if "in_hole" in episodes else proc & False
@@ -434,8 +435,8 @@ STALL_COLUMNS = [
     "components", "run_ns", "runqueue_ns", "io_ns", "fault_ns", "lock_ns", "reclaim_ns", "unknown_ns",
     "idle_ns", "minflt", "majflt", "d_reads", "s_reads", "reads", "cpus", "core_types", "policy",
     "period_ns", "windows", "blkio_ns", "iowait_ns", "ts_blkio_ns", "invol_switches", "basis", "waker_tid", "waker",
-    "priority_inversion", "ran_instead_tid", "ran_instead", "block_requests", "suspect", "evidence", "sources",
-    "undecided", "why",
+    "priority_inversion", "ran_instead_tid", "ran_instead", "block_requests", "suspect", "suspect_tid", "evidence",
+    "sources", "undecided", "why",
 ]  # fmt: skip
 
 

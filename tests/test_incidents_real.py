@@ -30,7 +30,6 @@ import pytest
 
 import forensics
 from analyses.engine import node_lateness
-from analyses.incidents import SUSPECT_TID
 from analyses.rules import wake_limit_ns
 from analyses.source import capture_interval_ns
 from tests import real_captures
@@ -100,7 +99,7 @@ def test_starved_jack_graph_is_one_incident_per_starvation(starved, name):
         # /proc names no waker: a link's missed wake-up is read as a possible lock when a thread outside the
         # graph's links ran meanwhile (its suspect). On a loaded machine one always does: a limit of /proc
         # (README, "What /proc cannot see on a graph"), printed, not failed. A suspect that is a link, or none, fails.
-        blamed = locks["suspect"].astype(str).str.extract(SUSPECT_TID, expand=False).astype(float)
+        blamed = locks["suspect_tid"].astype("Float64")
         outside = blamed.notna() & ~blamed.isin(score.chain)
         print(f"{int(outside.sum())} episodes read as lock from /proc, their suspect outside the graph's links")
         locks = locks[~outside.to_numpy()]
@@ -199,8 +198,8 @@ def test_every_incident_is_a_cycle_the_engine_saw_late(starved, name):
     assert theirs["root_tid"].isin(graph).all(), theirs[["root_comm", "root_tid", "evidence"]]
     locked = inside[inside["root_verdict"] == "lock"]
     if "ebpf" not in name:  # the /proc limit of the test above: a suspect outside the links ran meanwhile
-        roots = score.members[score.members["role"] == "root"].set_index("incident")["suspect"].astype(str)
-        blamed = roots.reindex(locked["incident"]).str.extract(SUSPECT_TID, expand=False).astype(float)
+        roots = score.members[score.members["role"] == "root"].set_index("incident")["suspect_tid"]
+        blamed = roots.reindex(locked["incident"]).astype("Float64")
         outside = (blamed.notna() & ~blamed.isin(score.chain)).to_numpy()
         print(f"{int(outside.sum())} roots read as lock from /proc, their suspect outside the graph's links")
         locked = locked[~outside]

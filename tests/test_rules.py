@@ -85,6 +85,12 @@ def test_the_verdict_is_the_largest_component() -> None:
     assert share.tolist() == [0.833, 0.0, 0.5]
 
 
+def test_a_runqueue_suspect_is_named_when_it_ran_half_the_wait() -> None:
+    assert rules.runqueue_suspect_held(5 * MS, 10 * MS)
+    assert not rules.runqueue_suspect_held(5 * MS - 1, 10 * MS)  # most of the CPU went to a thread unrecorded
+    assert rules.runqueue_suspect_held(0, 0)
+
+
 def test_exact_path_thresholds() -> None:
     # The exact rules' margins, from measurements quoted beside them in analyses.rules.
     assert rules.MINOR_NS == 100 * US

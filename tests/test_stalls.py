@@ -122,6 +122,25 @@ def test_fault_rate_threshold_decides_fault_vs_run():
     assert find_stalls(cap, rules=StallRules(fault_rate_per_ms=1000))["verdict"].tolist() == ["run"]
 
 
+def test_a_runqueue_wait_whose_cpu_went_outside_the_capture_names_no_recorded_thread():
+    """The callback waits 12 ms for CPU 1 while a recorded thread runs 1 ms of it there (a FIFO hog outside
+    the capture holds the rest): that thread is no suspect (rules.RUNQUEUE_SUSPECT_MIN_SHARE); the evidence
+    gives what recorded threads ran and says the rest went outside the capture; no suspect_tid, so no
+    incident blames it."""
+    sliver = Timeline(tid=2003, comm="sliver", pid=2000, cpu=1)
+    cap0 = synth.audio_capture([Episode("runqueue", 160, 12)], seconds=3)
+    runq = cap0.truth.iloc[0]
+    sliver.add(T0, runq.start_ns + 4 * MS, synth.SLEEP)
+    sliver.add(runq.start_ns + 4 * MS, runq.start_ns + 5 * MS, synth.USER)
+    sliver.add(runq.start_ns + 5 * MS, runq.start_ns + 2000 * MS, synth.SLEEP)
+    cap = synth.audio_capture([Episode("runqueue", 160, 12)], seconds=3, extra=[sliver])
+    stalls = find_stalls(cap)
+    row = stalls[(stalls["tid"] == 1001) & (stalls["verdict"] == "runqueue")].iloc[0]
+    assert pd.isna(row["suspect_tid"]), row["suspect"]
+    assert "recorded threads ran 1.0 ms on CPU 1" in row["suspect"] and "sliver (2003" in row["suspect"]
+    assert "does not hold" in row["evidence"]
+
+
 def test_suspects_name_the_lock_holder_and_the_cpu_hog():
     holder = Timeline(tid=2001, comm="holder", pid=2000, cpu=0)
     hog = Timeline(tid=2002, comm="hog", pid=2000, policy=1, rtprio=80, cpu=1)
@@ -137,6 +156,7 @@ def test_suspects_name_the_lock_holder_and_the_cpu_hog():
     stalls = stalls[stalls["tid"] == 1001].set_index("verdict")
     assert "holder (2001" in stalls.loc["lock", "suspect"]
     assert "hog (2002" in stalls.loc["runqueue", "suspect"] and "on CPU 1" in stalls.loc["runqueue", "suspect"]
+    assert stalls.loc["lock", "suspect_tid"] == 2001 and stalls.loc["runqueue", "suspect_tid"] == 2002
     assert "holder" in stalls.loc["lock", "evidence"]
 
 

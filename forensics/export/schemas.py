@@ -118,6 +118,7 @@ VERDICTS = pa.schema(
         ("ran_instead", _STR),
         ("block_requests", _I64),
         ("suspect", _STR),
+        ("suspect_tid", _I32),  # the thread `suspect` names (/proc), null when it names none
         ("evidence", _STR),
         ("sources", _STR),  # '; '-joined
         ("undecided", _STR),  # '; '-joined
