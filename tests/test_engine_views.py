@@ -112,3 +112,26 @@ def test_report_engine_rows() -> None:
     assert rows["cycles observed"] == "40 (39 with an end)" and rows["cycle end max"] == "7.000 ms"
     assert rows["deadline misses"] == "1 (1 cycles unknown)" and rows["clients blamed"] == "cue (1)"
     assert engine_overview(Capture.from_frames(meta={})) is None
+
+
+def test_xruns_without_an_incident_show_no_root() -> None:
+    """An xrun no incident explains, beside one an incident does: its root is empty, never the text "nan" (a
+    column of roots mixing names and none holds NaN where none)."""
+    from analyses.incidents import INCIDENT_COLUMNS
+    from forensics.views.incidents import xruns_report
+
+    cap = engine_capture()
+    later = cap.table("xruns").iloc[:1].assign(t_ns=lambda x: x["t_ns"] + 300_000_000)  # one more, 300 ms on
+    cap = Capture.from_frames(
+        meta=cap.meta,
+        trailer=None,
+        **{name: cap.table(name) for name in cap.table_names if name != "xruns"},
+        xruns=pd.concat([cap.table("xruns"), later], ignore_index=True),
+    )
+    # One incident around the late cycle and its xrun only.
+    late = int(cap.table("xruns")["t_ns"].min())
+    one = {c: [None] for c in INCIDENT_COLUMNS}
+    one |= {"incident": [1], "start_ns": [late - 8_000_000], "end_ns": [late], "root_comm": ["x"]}
+    frame = xruns_report(cap, "synthetic", pd.DataFrame(one), origin_ns=0).sections[0].frame
+    assert frame["incident"].notna().tolist() == [True, True, False], frame
+    assert frame["root_text"].tolist()[:2] == ["x", "x"] and pd.isna(frame["root_text"].iloc[2]), frame["root_text"]
