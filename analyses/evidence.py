@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.data_sources import undecided_for_lack
-from analyses.rules import runqueue_suspect_held
+from analyses.rules import can_hold_cpu_against, runqueue_suspect_held
 from analyses.source import Near, iter_samples
 from analyses.threads import policy_label, thread_names
 from analyses.windows import window_deltas
@@ -193,6 +193,15 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
     order = np.lexsort((samples["tick"].to_numpy(), samples["tid"].to_numpy()))
     others = window_deltas(samples.take(order).reset_index(drop=True))
     names = thread_names(cap).set_index("tid")["comm"]
+    # Each thread's policy and priority at its last window here: who could have held a CPU against whom.
+    last = others.drop_duplicates("tid", keep="last")
+    policies = pd.to_numeric(last["policy"], errors="coerce").fillna(-1).astype(int).tolist()
+    rtprios = pd.to_numeric(last["rtprio"], errors="coerce").fillna(0).astype(int).tolist()
+    classes = {  # a thread whose policy no read gave (-1) is compared with nobody
+        int(tid): (policy, rtprio)
+        for tid, policy, rtprio in zip(last["tid"].tolist(), policies, rtprios, strict=True)
+        if policy >= 0
+    }
     rows = episodes.iloc[np.flatnonzero(wanted)]
     asked = []
     for row in rows.itertuples(index=False):
@@ -210,12 +219,25 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
         family = ", same process" if pid == int(row.pid) else f", pid {pid}"
         who = f"{comm} ({top}{family}, {policy_label(policy, rtprio)})"
         waited = int(row.runqueue_ns) if row.runqueue_ns is not None and not pd.isna(row.runqueue_ns) else 0
-        if row.verdict == "runqueue" and not runqueue_suspect_held(on, waited):
-            suspects[i] = (
-                f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} of the {_ms(waited)} it waited (the most, "
-                f"{who}: {_ms(on)}); the rest went to something the capture does not hold (another process, "
-                "interrupts, the hypervisor)"
-            )
+        victim = classes.get(int(row.tid))
+        could = victim is None or can_hold_cpu_against(policy, rtprio, *victim)
+        if row.verdict == "runqueue" and not (could and runqueue_suspect_held(on, waited)):
+            # Wording, not a verdict: the busiest is worth a name where it ran a tenth of the wait or more.
+            outside = "went to something the capture does not hold (another process, interrupts, the hypervisor)"
+            if on * 10 < waited:
+                suspects[i] = f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} of the {_ms(waited)} it waited"
+                suspects[i] += f"; the rest {outside}"
+            elif not could:
+                assert victim is not None
+                suspects[i] = (
+                    f"{who} ran {_ms(on)} on CPU {cpu} meanwhile but cannot keep a {policy_label(*victim)} thread "
+                    f"waiting; the CPU {outside}"
+                )
+            else:
+                suspects[i] = (
+                    f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} of the {_ms(waited)} it waited (the "
+                    f"most, {who}: {_ms(on)}); the rest {outside}"
+                )
             continue
         where = f" on CPU {cpu}" if row.verdict == "runqueue" else ""
         suspects[i] = f"meanwhile {who} ran {_ms(on)}{where}"

@@ -61,6 +61,25 @@ def runqueue_suspect_held(suspect_run_ns: int, runqueue_ns: int) -> bool:
     return suspect_run_ns >= RUNQUEUE_SUSPECT_MIN_SHARE * runqueue_ns
 
 
+def scheduling_rank(policy: int, rtprio: int) -> int:
+    """Which thread the scheduler runs first: DEADLINE, then FIFO/RR by priority, then every other class
+    (kernel/sched/core.c __pick_next_task walks the classes in that order; a woken real-time thread of a
+    higher priority preempts a lower one at once, rt.c wakeup_preempt_rt)."""
+    if policy == 6:  # SCHED_DEADLINE
+        return 1000
+    if policy in (1, 2):  # SCHED_FIFO, SCHED_RR
+        return 100 + rtprio
+    return 0  # SCHED_OTHER, BATCH, IDLE: the fair class, below every real-time one
+
+
+def can_hold_cpu_against(holder_policy: int, holder_rtprio: int, victim_policy: int, victim_rtprio: int) -> bool:
+    """Whether a thread of the holder's class and priority can keep a runnable victim off a CPU it may run on:
+    only one the scheduler ranks as high or higher (equal FIFO priorities do not preempt each other). A
+    SCHED_OTHER thread named as the hog of a FIFO thread's wait is a wrong suspect: the time went to
+    something the capture does not hold (interrupts, the hypervisor; or RT throttling, sched_rt_runtime_us)."""
+    return scheduling_rank(holder_policy, holder_rtprio) >= scheduling_rank(victim_policy, victim_rtprio)
+
+
 # eBPF (exact) path.
 MINOR_NS = 100_000  # a segment shorter than this at the edge of a busy span is ordinary (wake-up latency)
 FAULT_GAP_NS = 1_000_000  # a pause this long ends a fault storm (at 20 faults/ms the mean gap is 50 us)

@@ -91,6 +91,15 @@ def test_a_runqueue_suspect_is_named_when_it_ran_half_the_wait() -> None:
     assert rules.runqueue_suspect_held(0, 0)
 
 
+def test_only_a_thread_ranked_as_high_can_hold_a_cpu_against_a_runnable_one() -> None:
+    other, fifo, rr, deadline, batch = 0, 1, 2, 6, 3
+    assert rules.can_hold_cpu_against(fifo, 80, fifo, 80)  # equal FIFO priorities do not preempt each other
+    assert rules.can_hold_cpu_against(rr, 81, fifo, 80) and not rules.can_hold_cpu_against(fifo, 79, fifo, 80)
+    assert not rules.can_hold_cpu_against(other, 0, fifo, 1)  # the fair class runs after every real-time one
+    assert rules.can_hold_cpu_against(batch, 0, other, 0) and rules.can_hold_cpu_against(fifo, 1, other, 0)
+    assert rules.can_hold_cpu_against(deadline, 0, fifo, 99) and not rules.can_hold_cpu_against(fifo, 99, deadline, 0)
+
+
 def test_exact_path_thresholds() -> None:
     # The exact rules' margins, from measurements quoted beside them in analyses.rules.
     assert rules.MINOR_NS == 100 * US

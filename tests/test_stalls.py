@@ -123,22 +123,39 @@ def test_fault_rate_threshold_decides_fault_vs_run():
 
 
 def test_a_runqueue_wait_whose_cpu_went_outside_the_capture_names_no_recorded_thread():
-    """The callback waits 12 ms for CPU 1 while a recorded thread runs 1 ms of it there (a FIFO hog outside
-    the capture holds the rest): that thread is no suspect (rules.RUNQUEUE_SUSPECT_MIN_SHARE); the evidence
-    gives what recorded threads ran and says the rest went outside the capture; no suspect_tid, so no
-    incident blames it."""
-    sliver = Timeline(tid=2003, comm="sliver", pid=2000, cpu=1)
+    """The callback waits 12 ms for CPU 1 while a recorded FIFO 80 thread (one that could hold it) runs 2 ms
+    of it there, a hog outside the capture the rest: no suspect (rules.RUNQUEUE_SUSPECT_MIN_SHARE); the
+    evidence gives what recorded threads ran and says the rest went outside the capture; no suspect_tid, so
+    no incident blames it."""
+    sliver = Timeline(tid=2003, comm="sliver", pid=2000, policy=1, rtprio=80, cpu=1)
     cap0 = synth.audio_capture([Episode("runqueue", 160, 12)], seconds=3)
     runq = cap0.truth.iloc[0]
     sliver.add(T0, runq.start_ns + 4 * MS, synth.SLEEP)
-    sliver.add(runq.start_ns + 4 * MS, runq.start_ns + 5 * MS, synth.USER)
-    sliver.add(runq.start_ns + 5 * MS, runq.start_ns + 2000 * MS, synth.SLEEP)
+    sliver.add(runq.start_ns + 4 * MS, runq.start_ns + 6 * MS, synth.USER)
+    sliver.add(runq.start_ns + 6 * MS, runq.start_ns + 2000 * MS, synth.SLEEP)
     cap = synth.audio_capture([Episode("runqueue", 160, 12)], seconds=3, extra=[sliver])
     stalls = find_stalls(cap)
     row = stalls[(stalls["tid"] == 1001) & (stalls["verdict"] == "runqueue")].iloc[0]
     assert pd.isna(row["suspect_tid"]), row["suspect"]
-    assert "recorded threads ran 1.0 ms on CPU 1" in row["suspect"] and "sliver (2003" in row["suspect"]
+    assert "recorded threads ran 2.0 ms on CPU 1" in row["suspect"] and "sliver (2003" in row["suspect"], row["suspect"]
     assert "does not hold" in row["evidence"]
+
+
+def test_a_fair_thread_is_never_the_hog_of_a_real_time_threads_wait():
+    """The callback (SCHED_FIFO) waits 12 ms for CPU 1 while a SCHED_OTHER thread runs there all along: the
+    scheduler runs every real-time thread before it (rules.can_hold_cpu_against), so the wait was not its
+    doing (interrupts, the hypervisor, RT throttling): said, and no suspect_tid."""
+    fair = Timeline(tid=2004, comm="fair", pid=2000, policy=0, cpu=1)
+    cap0 = synth.audio_capture([Episode("runqueue", 160, 12)], seconds=3)
+    runq = cap0.truth.iloc[0]
+    fair.add(T0, runq.start_ns, synth.SLEEP)
+    fair.add(runq.start_ns, runq.end_ns, synth.USER)
+    fair.add(runq.end_ns, runq.end_ns + 1000 * MS, synth.SLEEP)
+    cap = synth.audio_capture([Episode("runqueue", 160, 12)], seconds=3, extra=[fair])
+    stalls = find_stalls(cap)
+    row = stalls[(stalls["tid"] == 1001) & (stalls["verdict"] == "runqueue")].iloc[0]
+    assert pd.isna(row["suspect_tid"]), row["suspect"]
+    assert "fair (2004" in row["suspect"] and "cannot keep a FIFO" in row["suspect"], row["suspect"]
 
 
 def test_suspects_name_the_lock_holder_and_the_cpu_hog():
