@@ -36,6 +36,7 @@ Pure functions: capture and episodes in, DataFrames out.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -1369,16 +1370,18 @@ def xrun_rows(cap: Capture, incidents: pd.DataFrame) -> pd.DataFrame:
             incident[i] = -1 if k is None else int(numbers[k])
     out["incident"] = pd.array([None if v < 0 else int(v) for v in incident], dtype="Int64")
     roots = incidents.set_index("incident") if len(incidents) else None
-    out["root_comm"] = [
-        roots.at[int(i), "root_comm"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
-    ]
-    out["root_client"] = [
-        _client_name(roots.at[int(i), "root_client"]) if roots is not None and not pd.isna(i) else None
-        for i in out["incident"]
-    ]
-    out["root_verdict"] = [
-        roots.at[int(i), "root_verdict"] if roots is not None and not pd.isna(i) else None for i in out["incident"]
-    ]
+
+    def of_root(name: str, value: Callable[[Any], Any] = lambda v: v) -> pd.Series:
+        # dtype object: None stays None where no incident (pandas 3 makes a list of names and None a string
+        # column with NaN, which a view prints as "nan").
+        values = [
+            value(roots.at[int(i), name]) if roots is not None and not pd.isna(i) else None for i in out["incident"]
+        ]
+        return pd.Series(values, index=out.index, dtype=object)
+
+    out["root_comm"] = of_root("root_comm")
+    out["root_client"] = of_root("root_client", _client_name)
+    out["root_verdict"] = of_root("root_verdict")
     return out[XRUN_COLUMNS]
 
 

@@ -211,8 +211,9 @@ def engine_rows(engine: dict[str, Any], counts: dict[str, int]) -> dict[str, str
     server = engine.get("server")
     if server is None and engine.get("socket"):
         server = f"{engine['socket']} (daemon pid {engine.get('daemon_pid', 'unknown')})"
-    if "cycles" not in engine and engine.get("mechanism"):
-        engine = {**engine, "cycles": f"the profiler's driver and node times of every cycle ({engine['mechanism']})"}
+    cycles = engine.get("cycles")
+    if cycles is None and engine.get("mechanism"):
+        cycles = f"the profiler's driver and node times of every cycle ({engine['mechanism']})"
     clock = engine.get("jack_clock", engine.get("clock", "unknown"))
     if "clock_offset_drift_ns" in engine:
         drift = f", drift {engine['clock_offset_drift_ns']} ns"
@@ -225,7 +226,7 @@ def engine_rows(engine: dict[str, Any], counts: dict[str, int]) -> dict[str, str
         "server": str(server if server is not None else "unknown"),
         "clock offset": f"{engine.get('clock_offset_ns', 'unknown')} ns to CLOCK_MONOTONIC "
         f"(engine clock {clock}{drift})",
-        "per-cycle timing": str(engine.get("cycles", "unknown")),
+        "per-cycle timing": str(cycles if cycles is not None else "unknown"),
         "xruns reported": str(counts.get("xruns", 0)),
         "cycles observed": str(counts.get("engine_cycles", 0)),
     }

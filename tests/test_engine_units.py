@@ -159,18 +159,21 @@ def test_the_rows_the_source_writes_read_back_with_the_late_cycle_derived(tmp_pa
     assert pd.isna(ends.loc[t1, "end_ns"]) and ends.loc[t1, "missed"] == True  # noqa: E712 - nullable
 
 
-def test_in_jack_graph_reads_the_semaphore_mappings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_graph_server_reads_the_semaphore_mappings(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import os
 
-    from samplers.engine.choose import in_jack_graph
+    from samplers.engine.choose import JackServer, graph_server
+
+    def in_graph(pid: int, server: str) -> bool:
+        return graph_server(pid, [JackServer(server, os.geteuid())], proc=str(tmp_path)) is not None
 
     (tmp_path / "42").mkdir()
     (tmp_path / "42" / "maps").write_text(
         f"7f00-7f01 rw-s 00000000 00:1b 14   /dev/shm/jack_sem.{os.getuid()}_studio_cue\n"
     )
-    assert in_jack_graph(42, "studio", proc=str(tmp_path))
-    assert not in_jack_graph(42, "other", proc=str(tmp_path))
-    assert not in_jack_graph(43, "studio", proc=str(tmp_path))
+    assert in_graph(42, "studio")
+    assert not in_graph(42, "other")
+    assert not in_graph(43, "studio")
 
 
 def test_a_target_given_by_pid_brings_its_own_server_whatever_its_name(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -220,8 +220,8 @@ def xruns_report(
         keep &= frame["incident"].isin(involved).to_numpy(dtype=bool)
     frame = frame[keep].reset_index(drop=True)
     frame["incident_text"] = [("" if pd.isna(i) else str(int(i))) for i in frame["incident"]]
-    frame["root_text"] = [  # no incident: None, or NaN where no xrun shown has one (the column is float then)
-        None if comm is None or pd.isna(comm) else f"{_client_prefix(client, comm)}{comm}"
+    frame["root_text"] = [  # no incident: None (analyses.incidents.xrun_rows)
+        None if comm is None else f"{_client_prefix(client, comm)}{comm}"
         for comm, client in zip(frame["root_comm"], frame["root_client"], strict=True)
     ]
     # One row per xrun: how many reports of the engine it merges (jack2 notifies once per client it

@@ -127,11 +127,6 @@ def graph_server(pid: int, servers: list[JackServer], proc: str = "/proc") -> Ja
     return None
 
 
-def in_jack_graph(pid: int, server: str | None, proc: str = "/proc") -> bool:
-    """True when the process is a JACK server or client of our user's `server` (None: libjack's default)."""
-    return graph_server(pid, [JackServer(jack_server_name(server), os.geteuid())], proc) is not None
-
-
 def choose_jack(
     jack: str | None,
     no_jack: bool,
@@ -165,16 +160,9 @@ def choose_jack(
     # libjack's default server needs no name, unless the source opens it as another user
     targets_server = None if found is None or (user is None and found.name == jack_server_name(None)) else found.name
     if jack is not None:
+        # `user` is set only from the targets' server, i.e. for --jack without a name and no launched server.
         server = jack or (launched if isinstance(launched, str) else targets_server)
-        from_targets = not jack and launched is False
-        return JackChoice(
-            server,
-            True,
-            True,
-            launched is not False,
-            10.0 if launched is not False else 0.0,
-            user if from_targets else None,
-        )
+        return JackChoice(server, True, True, launched is not False, 10.0 if launched is not False else 0.0, user)
     if launched is not False:
         return JackChoice(launched if isinstance(launched, str) else None, False, True, True, 10.0)
     if found is not None:

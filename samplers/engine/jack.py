@@ -620,15 +620,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--explicit", action="store_true")
     parser.add_argument("--as-user", default=None, metavar="UID:GID", help="open another user's server (root)")
     args = parser.parse_args(argv)
-    user = tuple(int(part) for part in args.as_user.split(":")) if args.as_user else None
-    source = JackSource(
-        args.server,
-        args.rows_fd,
-        args.recorder_fd,
-        args.explicit,
-        (user[0], user[1]) if user else None,
-        args.parent_pid,
-    )
+    user = None
+    if args.as_user:
+        uid, gid = args.as_user.split(":")
+        user = (int(uid), int(gid))
+    source = JackSource(args.server, args.rows_fd, args.recorder_fd, args.explicit, user, args.parent_pid)
     if args.log_fd is not None:
         source.log_given = "followed: jackd's output (catch-load started it)"
     elif args.log_file:
