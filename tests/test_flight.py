@@ -17,6 +17,7 @@ from capture.segments import SegmentedWriter, list_segments
 from forensics.flight.plan import BURST_GAP_NS, MINUTE_NS, Counters, Planner
 from forensics.flight.triggers import Trigger, parse_trigger
 from forensics.flight.watch import FLIGHT_FILE, HELD_DIR, Watcher
+from forensics.views.flight import flight_sections
 from tests import synth
 from tests.synth import Episode
 
@@ -175,6 +176,27 @@ def test_watcher_saves_a_window_per_xrun_and_marker_with_its_verdict(
     assert result.table("flight_minutes")["markers"].sum() == 1
     assert len(result.table("flight_windows")) == 4
     assert len(result.xruns) == 6  # every report, for `forensics xruns flight.ssf`
+
+
+@pytest.mark.slow
+def test_an_xrun_before_the_recording_start_makes_no_window(tmp_path: Path) -> None:
+    """The JACK source attaches before the recording starts (its client's activation can cause an xrun): an
+    xrun earlier than the recording's start makes no window (no thread was recorded yet), counted apart."""
+    cap, extra = _episodes_capture()
+    started = synth.T0 + 700 * MS
+    meta = {**cap.meta, "recording": {**(cap.meta.get("recording") or {}), "started_ns": started}}
+    early = pd.DataFrame({"t_ns": [synth.T0 + 200 * MS], "engine": "jack", "source": "callback", "delay_us": 1000.0})
+    extra = {**extra, "xruns": pd.concat([early, extra["xruns"]], ignore_index=True)}
+    ring = _ring(tmp_path, Capture.from_frames(meta, {}, threads=cap.table("threads"), samples=cap.samples), extra)
+    watcher = _watcher(tmp_path, ring, [], triggers=["xrun"])
+    flight = watcher.finish(cpu_ns=0)
+    assert flight is not None
+    assert [w["t_ns"] >= started for w in watcher.windows] == [True] * 3  # the three episodes' xruns only
+    result = load(flight)
+    assert result.meta["flight"]["triggers_before_start"] == 1
+    assert result.table("flight_minutes")["xruns"].sum() == 3
+    notes = {s.name: s.note for s in flight_sections(result)}
+    assert notes["flight_windows"] == "1 trigger before the recording's start made no window."
 
 
 @pytest.mark.slow

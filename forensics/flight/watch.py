@@ -105,6 +105,7 @@ class Watcher:
         self.saved_bytes = 0
         self.saved = 0
         self.lost_segments = 0
+        self.before_start = 0  # triggers earlier than the recording's start (no window)
         self.writer_pid: int | None = None
         self.watched: pd.DataFrame | None = None
         self.watched_at = 0
@@ -197,6 +198,11 @@ class Watcher:
         self.counters.cover(opened, closed)
         found = self._triggers(cap, opened)
         for trigger in sorted(found, key=lambda t: t.t_ns):
+            if trigger.t_ns < self.origin_ns:
+                # Before the recording's start: the JACK source attaches first (its client's activation can
+                # itself cause an xrun) and no thread was recorded yet, so no window, counted apart.
+                self.before_start += 1
+                continue
             self.counters.count(trigger)
             if trigger.kind in self.kinds:
                 self.planner.add(trigger)
@@ -343,6 +349,7 @@ class Watcher:
                 "max_windows": self.max_windows,
                 "max_disk_bytes": self.max_disk_bytes,
                 "segments_lost": self.lost_segments,
+                "triggers_before_start": self.before_start,
                 "burst_gap_ns": BURST_GAP_NS,
                 "watcher_cpu_ns": cpu_ns,
             },

@@ -50,7 +50,11 @@ def flight_sections(cap: Capture) -> list[Section]:
         title = f"Bursts of xruns and missed deadlines{apart}, and the gaps between them"
         sections.append(Section("flight_bursts", title, cap.table("flight_bursts"), BURSTS_TABLE))
     if "flight_windows" in names:
-        sections.append(Section("flight_windows", "Windows", cap.table("flight_windows"), WINDOWS_TABLE))
+        early = (cap.meta.get("flight") or {}).get("triggers_before_start")
+        note = ""
+        if isinstance(early, int) and early:
+            note = f"{early} trigger{'s' if early > 1 else ''} before the recording's start made no window."
+        sections.append(Section("flight_windows", "Windows", cap.table("flight_windows"), WINDOWS_TABLE, note=note))
     window = cap.meta.get("window")
     if isinstance(window, dict) and isinstance(window.get("trigger"), dict):
         trigger = window["trigger"]
