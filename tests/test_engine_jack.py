@@ -636,6 +636,63 @@ def test_root_records_another_users_server(tmp_path: Path) -> None:
     assert not list(Path("/dev/shm").glob(f"jack_sem.*_{name}_forensics-*")), "the source's client closed"
 
 
+@pytest.mark.needs_root
+def test_root_waiting_with_match_records_a_users_server_started_later(tmp_path: Path) -> None:
+    """`sudo catch-load --match ...` first (the eBPF sampler's case), then a user (65534) starts `jackd -n
+    NAME` and a client, from a shell where JACK_DEFAULT_SERVER is not set: libjack's default is root's own
+    "default", never started. The waiting source takes the server whose graph a matching process joined
+    (JackChoice.match), opens it as that user, and records its cycles. Before, it waited for root's default
+    to the end: no engine data."""
+    import subprocess
+    import uuid
+
+    from tests.helpers import NOBODY
+    from tests.jack_fixtures import need_jack
+
+    need_jack()
+    name = f"m{uuid.uuid4().hex[:10]}"
+    ours = child_env()
+    ours.pop("JACK_DEFAULT_SERVER", None)
+    out = tmp_path / "later.ssf"
+    rec = subprocess.Popen(
+        [*catch_load_argv(), "-q", "-o", str(out), "-d", "120s", "--match", f"^jackd -n {name} "],
+        env=ours, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "JACK_DEFAULT_SERVER": name}
+    as_user = {"user": NOBODY, "group": NOBODY, "extra_groups": [], "env": env, "start_new_session": True}
+    server = client = None
+    log = open(tmp_path / "jackd.log", "wb")  # noqa: SIM115 - closed below, after the server
+    try:
+        deadline = time.monotonic() + 60  # the capture's first bytes: catch-load chose its sources
+        while not (out.exists() and out.stat().st_size > 0) and rec.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert out.exists() and rec.poll() is None, rec.stderr.read() if rec.poll() is not None else "no capture"
+        server = subprocess.Popen(
+            ["jackd", "-n", name, "--no-realtime", "-d", "dummy", "-r", "48000", "-p", "256"],
+            stdout=log, stderr=subprocess.STDOUT, **as_user,
+        )  # fmt: skip
+        waited = subprocess.run(["jack_wait", "-w", "-t", "10"], capture_output=True, **as_user)
+        assert waited.returncode == 0, (tmp_path / "jackd.log").read_text()[-500:]
+        client = subprocess.Popen(["jack_metro", "-b", "120"], stdout=subprocess.DEVNULL, **as_user)
+        wait_engine_started(out, 30)
+        wait_capture_growing(out, rec, 30, growths=2)
+        _, err = stop_recording(rec)
+    finally:
+        stop_process(rec)
+        for process in (client, server):
+            if process is not None:
+                stop_process(process)
+        log.close()
+    capture = load(out)
+    assert capture.complete, err
+    engine = capture.meta["sources"]["engine"]
+    assert engine["server"] == name and "unavailable" not in engine, engine
+    assert f"pid {server.pid} (jackd)" in engine["found_by"], engine
+    assert len(capture.engine_cycles) > 50
+    assert server.pid in set(capture.threads["pid"]), "jackd, started after the recorder, is a target"
+    assert not list(Path("/dev/shm").glob(f"jack_sem.*_{name}_forensics-*")), "the source's client closed"
+
+
 def test_a_match_recording_without_jack_says_so_only_in_the_capture(tmp_path: Path) -> None:
     """A --match recording of a program that has nothing to do with JACK: the waiting source costs no
     line on the terminal, and the capture says no server started."""

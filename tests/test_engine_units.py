@@ -92,7 +92,7 @@ def test_choose_jack() -> None:
     assert explicit is not None and explicit.explicit and explicit.server is None
 
 
-def test_a_match_recording_waits_for_a_server_that_is_not_there_yet(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_match_recording_waits_for_a_server_that_is_not_there_yet(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """`catch-load --match jackd` started before jackd: the source runs and waits for the server through
     the recording; a command's recording (the lab, a script) with no server does not run it."""
     from samplers.engine.choose import UNTIL_THE_END
@@ -103,6 +103,11 @@ def test_a_match_recording_waits_for_a_server_that_is_not_there_yet(monkeypatch)
     assert not (waiting.explicit or waiting.follow or waiting.launches_server)  # quiet, follows once joined
     assert choose_jack(None, False, ("python3", "-m", "forensics.lab"), later=True) is None
     assert choose_jack(None, True, (), later=True, by_name=True) is None  # --no-jack
+    # A server named by JACK_DEFAULT_SERVER is the one meant; unnamed, any server a match joins (JackChoice.match)
+    assert choose_jack(None, False, (), later=True, by_name=True, match="^jackd").match is None  # type: ignore[union-attr]
+    monkeypatch.delenv("JACK_DEFAULT_SERVER")
+    unnamed = choose_jack(None, False, (), later=True, by_name=True, match="^jackd", tmp_dir=str(tmp_path))
+    assert unnamed is not None and unnamed.wait_s == UNTIL_THE_END and unnamed.match == "^jackd"
 
 
 def test_server_log_lines() -> None:

@@ -379,7 +379,14 @@ def catch_load(
         else ()
     )
     jack_choice = choose_jack(
-        jack, no_jack, command, pids, later=bool(match or command), by_name=bool(match), matched=matching
+        jack,
+        no_jack,
+        command,
+        pids,
+        later=bool(match or command),
+        by_name=bool(match),
+        matched=matching,
+        match=regex.pattern if regex is not None else None,
     )
     spec = TargetSpec(pids=list(pids), match=regex, children=children)
     if sampler == "ebpf":  # the per-thread /proc reads the eBPF sampler replaces: only when asked for
@@ -474,6 +481,7 @@ def _engine_options(choice: JackChoice | None, jack_log: str | None) -> dict[str
         "wait_s": choice.wait_s,
         "log_file": jack_log,
         "user": choice.user,
+        "match": choice.match,
         # When catch-load starts jackd, its output passes through the source (echoed, XRun lines kept).
         "log_fd": os.pipe() if choice.launches_server and not jack_log else None,
     }

@@ -7,7 +7,9 @@ then the clients are followed once a target turns out to be one.
 `--jack [SERVER]` asks for it (a missing server or libjack is then said in one line); `--no-jack` turns
 it off. With --match and no server yet (the "wait for jackd" use: the recorder starts first), the source
 runs from the start and waits for a server through the whole recording (UNTIL_THE_END), looking for its
-socket every SERVER_POLL_S and attaching once it takes clients.
+socket every SERVER_POLL_S and attaching once it takes clients. Where JACK_DEFAULT_SERVER does not name the
+server, it also takes a server of any name or user whose graph a --match process joins (JackChoice.match:
+root recording a user's jackd started after it, the eBPF sampler's case).
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ class JackChoice:
     launches_server: bool  # the recording launches jackd itself: its output is the server log
     wait_s: float
     user: tuple[int, int] | None = None  # (uid, gid) of another user's server: the source opens it as that user
+    # --match's pattern: while waiting, the server (any name, any user) whose graph a matching process joins
+    match: str | None = None
 
 
 def command_server(command: tuple[str, ...]) -> str | bool | None:
@@ -135,13 +139,15 @@ def choose_jack(
     later: bool = False,
     by_name: bool = False,
     matched: tuple[int, ...] = (),
+    match: str | None = None,
     proc: str = "/proc",
     tmp_dir: str = JACK_TMP_DIR,
 ) -> JackChoice | None:
     """`jack`: None when --jack was not given, "" for --jack without a name, else the server name.
     `pids`: the targets given now; `later`: targets will appear later (--match, a command); `by_name`:
     they are found by name (--match), so a server may be one of them and start after the recorder; `matched`:
-    the processes --match finds now. `proc` and `tmp_dir`: where /proc and JACK_TMP_DIR are (tests)."""
+    the processes --match finds now, `match` its pattern. `proc` and `tmp_dir`: where /proc and JACK_TMP_DIR
+    are (tests)."""
     if no_jack:
         return None
     launched = command_server(command)
@@ -170,7 +176,10 @@ def choose_jack(
     if not server_reachable(None, tmp_dir):
         # A command's own server is chosen above; one the user starts beside a --match recording is
         # waited for (quietly: the recording may have nothing to do with JACK).
-        return JackChoice(None, False, False, False, UNTIL_THE_END) if by_name else None
+        # libjack's default is root's own server when root records: a user's jackd, started later, is found
+        # by the graph a matching process joins, unless JACK_DEFAULT_SERVER names the server meant.
+        named = bool(os.environ.get("JACK_DEFAULT_SERVER"))
+        return JackChoice(None, False, False, False, UNTIL_THE_END, match=None if named else match) if by_name else None
     if later:  # a target may join the graph: run it, follow the clients once one is a target
         return JackChoice(None, False, False, False, 0.0)
     return None

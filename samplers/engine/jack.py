@@ -46,7 +46,9 @@ from samplers import frames
 from samplers.engine.choose import (
     SERVER_POLL_S,
     UNTIL_THE_END,
+    graph_server,
     jack_server_name,
+    jack_servers,
     others_running,
     server_reachable,
 )
@@ -60,6 +62,9 @@ GRAPH_SETTLE_NS = 100_000_000  # one snapshot for a burst of graph-order callbac
 # A registering client's segment is complete a little after the notification: look its pid up again.
 PID_RETRY_NS = 100_000_000
 PID_TRIES = 10
+# While waiting with --match: how often the matching processes are looked at for the graph they joined (a
+# scan of /proc, done only while some JACK server runs).
+MATCH_SCAN_S = 1.0
 SERVER_GONE = "the JACK server went away"  # how an end by the server's shutdown callback begins
 XRUN_LINE = re.compile(r"JackEngine::XRun: client = (.+?) was not finished(?:, state = (\w+))?")
 DRIVER_XRUN_LINE = re.compile(r"(\w+)::\w+ XRun = (\d+(?:\.\d+)?) usec")
@@ -79,9 +84,12 @@ class JackSource:
         explicit: bool,
         server_user: tuple[int, int] | None = None,
         parent_pid: int | None = None,
+        match: str | None = None,
     ) -> None:
         self.server = server
         self.server_user = server_user  # (uid, gid) of another user's server, opened as that user (root)
+        self.match = re.compile(match) if match else None  # --match: the server its processes join (choose.py)
+        self._match_scan_at = 0.0
         self.parent_pid = parent_pid
         self.rows_fd = rows_fd
         self.recorder_fd = recorder_fd
@@ -114,6 +122,33 @@ class JackSource:
         # The server's name, not "default" for every unnamed one: libjack opens $JACK_DEFAULT_SERVER.
         self.meta: dict[str, Any] = {"kind": ENGINE, "server": jack_server_name(self.server)}
         self.last: tuple[float, tuple[int, int]] = (0.0, (0, 1))  # period us, (buffer size, rate) as last read
+
+    def _adopt_matched_server(self) -> bool:
+        """Waiting with --match: take the server whose graph a matching process joined, whatever its name or
+        user (found by the semaphore files it maps, choose.graph_server; another user's are readable as root
+        only). At most every MATCH_SCAN_S, and only while some server runs."""
+        now = time.monotonic()
+        if self.match is None or now < self._match_scan_at:
+            return False
+        self._match_scan_at = now + MATCH_SCAN_S
+        servers = jack_servers()
+        if not servers:
+            return False
+        from samplers.procfs import ProcPaths
+        from samplers.targets import Discovery, TargetSpec
+
+        for info in Discovery(TargetSpec(match=self.match), ProcPaths()).scan():
+            found = graph_server(info.pid, servers)
+            if found is None:
+                continue
+            self.match = None  # found: from now on that server, as for a server given by name
+            mine = found.uid == os.geteuid()
+            self.server = None if mine and found.name == jack_server_name(None) else found.name
+            self.server_user = None if mine else (found.uid, found.gid)
+            self.meta["server"] = found.name
+            self.meta["found_by"] = f"pid {info.pid} ({info.comm}) matched --match and is in its graph"
+            return True
+        return False
 
     def server_went_away(self) -> bool:
         return (self.stop_reason or "").startswith(SERVER_GONE)
@@ -215,6 +250,9 @@ class JackSource:
         while True:
             # Waiting for a server that is not there yet: a stat of its socket, not a libjack attempt.
             if wait_s == UNTIL_THE_END and not server_reachable(self.server, uid=self._uid()):
+                if self._adopt_matched_server():
+                    server = jack_server_name(self.server)
+                    continue
                 if self.stop_reason is not None:
                     running = others_running(server, self._uid())
                     return f"no JACK data recorded: no JACK server {server!r} started during the recording{running}"
@@ -619,12 +657,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wait-s", type=float, default=0.0)
     parser.add_argument("--explicit", action="store_true")
     parser.add_argument("--as-user", default=None, metavar="UID:GID", help="open another user's server (root)")
+    parser.add_argument("--match", default=None, metavar="REGEX", help="waiting: the server a match joins")
     args = parser.parse_args(argv)
     user = None
     if args.as_user:
         uid, gid = args.as_user.split(":")
         user = (int(uid), int(gid))
-    source = JackSource(args.server, args.rows_fd, args.recorder_fd, args.explicit, user, args.parent_pid)
+    source = JackSource(args.server, args.rows_fd, args.recorder_fd, args.explicit, user, args.parent_pid, args.match)
     if args.log_fd is not None:
         source.log_given = "followed: jackd's output (catch-load started it)"
     elif args.log_file:

@@ -216,6 +216,8 @@ class EngineSources:
             args += ["--log-file", jack["log_file"]]
         if jack.get("user") is not None:  # another user's server (samplers/engine/choose.py)
             args += ["--as-user", "{}:{}".format(*jack["user"])]
+        if jack.get("match"):  # waiting: the server a --match process joins, any name or user
+            args += ["--match", jack["match"]]
         self._launch("jack", args, bool(jack.get("follow")), keep=keep)
 
     def consider(self, pids: list[int], targets_later: bool = False) -> None:
