@@ -633,6 +633,7 @@ def main(argv: list[str] | None = None) -> int:
     sink = CaptureSink(paths[0], ebpf=pump, ring=ring)
     for fd in engine_fds:
         sink.follow_engine(fd)
+    _import_ahead()
     # Tell the recorder we are ready: until the imports above are done (and the probes attached),
     # frames would only fill the pipe and block its first ticks.
     os.write(sys.stdout.fileno(), b"R")
@@ -664,6 +665,18 @@ def _why(err: BaseException, output: str) -> str:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         text += " (the file system is full: free space, or record to another disk with -o)"
     return text
+
+
+def _import_ahead() -> None:
+    """Import before the ready signal what the first frames and the first chunk would import: the eBPF sampler's
+    rows builder (at its META frame), Arrow's group-by (capture/format.py thread_seen) and the pandas bridge
+    `pa.array` loads for a list of str (letters_column). Imported there, they cost 48-79 ms of CPU and a stall
+    of the first chunk inside the recording (bench/ebpf_sampler_bench.py counts the writer from its ready
+    signal); here, the start-up the recorder waits for anyway, once."""
+    import pyarrow.acero
+    import pyarrow.pandas_compat  # noqa: F401
+
+    import samplers.ebpf.sampler_rows  # noqa: F401
 
 
 def _start_ebpf() -> Any:

@@ -5,7 +5,9 @@ decoding every slot of every frame sent whole."""
 
 from __future__ import annotations
 
+import json
 import random
+import sys
 from typing import Any
 
 import numpy as np
@@ -562,3 +564,46 @@ def test_the_rows_decoded_are_those_that_may_change_whole_frames_compared() -> N
     extra = sum((tick + tids[k]) % KEYFRAME_TICKS != 0 for tick, k in ((30, 5), (41, 7)))
     assert got_rows.decoded_rows == 40 + (n - 1) + keyframes + extra
     assert every.decoded_rows == 40 * n
+
+
+def test_the_writer_imports_what_its_first_ebpf_frames_and_chunk_need_before_it_is_ready(tmp_path: Any) -> None:
+    """The eBPF rows builder, Arrow's group-by and the pandas bridge are imported before the ready signal
+    (samplers/writer_process.py _import_ahead), not at the first frames: the writer's CPU is counted from that
+    signal (trailer writer_cpu_ns), and an import there stalls the first chunk. `-X importtime` prints each
+    import as it happens: none after the ready byte."""
+    import subprocess
+    import threading
+
+    from tests.helpers import REPO, child_env
+
+    body = [
+        frames.encode(frames.META, json.dumps({"ebpf_sampler": {"prev_state_rules": DEFAULT_RULES.to_json()}}).encode())
+    ]
+    for kind, payload in _stream(0)[:200]:
+        if kind == "layout":
+            body.append(frames.encode(frames.LAYOUT, json.dumps({**payload, "sched": []}).encode()))
+        elif kind in ("stat", "tick"):
+            body.append(frames.encode(frames.STAT_SLOW if kind == "stat" else frames.EBPF_TICK, payload))
+    body.append(frames.encode(frames.TRAILER, b"{}"))
+    writer = subprocess.Popen(
+        [sys.executable, "-X", "importtime", "-m", "samplers.writer_process", str(tmp_path / "x.ssf")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=child_env(),
+        cwd=REPO,
+    )
+    assert writer.stdin is not None and writer.stdout is not None and writer.stderr is not None
+    lines: list[bytes] = []
+    reader = threading.Thread(target=lambda: lines.extend(writer.stderr), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    assert writer.stdout.read(1) == b"R"
+    ready_at = len(lines)  # stderr is unbuffered: every import before the signal is in
+    writer.stdin.write(b"".join(body))
+    writer.stdin.close()
+    report = json.loads(writer.stdout.read())
+    assert writer.wait(timeout=60) == 0
+    reader.join(timeout=10)
+    assert report["rows"]["samples"] > 0
+    late = [line.rsplit(b"|", 1)[-1].strip().decode() for line in lines[ready_at:] if b"import time:" in line]
+    assert not [name for name in late if name.startswith(("samplers", "capture", "pyarrow"))], late
