@@ -193,11 +193,15 @@ def _links_of_engine(
     links = pd.DataFrame(rows)
     links = links.assign(_off=~links["client"].isin(connected)).sort_values("_off", kind="stable")
     links = links.drop_duplicates("tid").drop(columns="_off").sort_index()
-    # A client's upstream: the clients connected into it (engine_graph), as their process threads.
+    # A client's upstream: the clients connected into it (engine_graph), as their process threads. The
+    # driver has none: it starts each cycle on its clock, and what the clients feed into its playback ports
+    # it writes out after the graph ran (jack2 JackAudioDriver::ProcessAsync: Read, ResumeRefNum of the
+    # clients, Write of the last cycle's output), so no client holds its wake-up (as _graph_order ranks it 0).
+    # Its upstream counted: a driver that woke late, seen alone, was blamed on a client feeding the playback.
     tids_of = links.groupby("client")["tid"].apply(tuple).to_dict()
     driver_tids = tuple(links.loc[links["driver"], "tid"].tolist())
     links["upstream"] = [
-        tuple(t for src in feeds.get(c, ()) for t in tids_of.get(src, ())) or (() if d else driver_tids)
+        () if d else tuple(t for src in feeds.get(c, ()) for t in tids_of.get(src, ())) or driver_tids
         for c, d in zip(links["client"], links["driver"], strict=True)
     ]
     return links.reset_index(drop=True)

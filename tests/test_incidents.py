@@ -353,6 +353,29 @@ def test_lock_outside_the_chain_stays_lock():
     assert members.set_index("tid").loc[602, "incident_verdict"] == "upstream"
 
 
+def test_clients_feeding_the_drivers_playback_are_not_its_upstream():
+    """A real JACK graph: the clients' outputs connected to the driver's playback ports (system:playback_1).
+    The driver still starts each cycle on its clock, so a driver that woke late, the only thread seen
+    stalled (the clients slept through the skipped cycles), is the root, not the client feeding its
+    playback (seen on jackd with two jalv chains and fluidsynth: the root was a jalv, 'no episode')."""
+    links = _graph(driver_episodes=[Episode("lock", STARVED_CYCLE, 9.0)])
+    names = ["driverd", "client0", "client1", "client2"]
+    tables = _engine_tables(names, [500, 600, 601, 602], late_node=0, end_late_ns=300 * US, xrun=False)
+    playback = pd.DataFrame(
+        {"t_ns": T0, "engine": "jack", "event": "snapshot", "src_client": ["client2"], "src_port": "out",
+         "dst_client": ["driverd"], "dst_port": "playback_1"}
+    )  # fmt: skip
+    tables["engine_graph"] = pd.concat([tables["engine_graph"], playback], ignore_index=True)
+    cap = _capture(links, **tables)
+    chain = chain_links(cap, select_threads(thread_profiles(cap))).set_index("tid")
+    assert chain.loc[500, "upstream"] == () and chain.loc[600, "upstream"] == (500,)
+    _, incidents, members = _analyse(cap)
+    assert len(incidents) == 1
+    row = incidents.iloc[0]
+    assert (row.root_tid, row.root_verdict) == (500, "late wake-up"), row.evidence
+    assert members.loc[members["tid"] == 500, "role"].tolist() == ["root"]
+
+
 def test_late_wakeup_of_the_driver_without_an_episode_of_its_own():
     """The driver's timer fired 9 ms late (a sleep ended by an interrupt: no episode of its own); every
     client waited: the root is the driver, `late wake-up`, measured from its switch-ins."""
