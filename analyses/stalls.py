@@ -23,7 +23,10 @@ Rules (predicates and thresholds in `analyses.rules`; why each value: below, DES
      interval and 5 % of the period (analyses.rules: a 100 ms thread has its own slack). A
      periodic thread is switched in at least once a period, so such a run means it was kept from
      waking: its off-CPU time is `lock` when the reads found it in S (a futex, pipe or condition wait:
-     another thread held it up), `io` for D, `unknown` for any other letter.
+     another thread held it up), `io` for D, `unknown` for any other letter. A window with switch-ins
+     but too few for its length (the sampler read nothing meanwhile: ticks missed while the machine
+     held) is one too when its off-CPU time over (switch-ins + 1), the least its longest stretch off CPU
+     lasted, is beyond that limit: that lower bound is what it counts, and its evidence says "at least".
    - *io under pressure*: a window in which the thread was switched in at least twice (it blocked and
      was woken more than once: a periodic thread is switched in about once a period), off CPU and not
      runnable for at least `busy_fraction` of it, no read finding it in D or S, while the machine's IO
@@ -163,12 +166,27 @@ def classify_windows(
     missed = (
         quiet & ended & ~np.isnan(period) & (asleep > np.nan_to_num(limit, nan=np.inf)) & (asleep <= rules.max_gap_ns)
     )
+    # A window of several periods with too few switch-ins (the sampler read nothing meanwhile: the whole
+    # machine held, its ticks missed): its off-CPU time falls in at most switches + 1 stretches, each ended
+    # by a switch-in, so one of them lasted at least off / (switches + 1). Beyond the wake limit that is a
+    # missed wake-up for certain, of at least that length (a lower bound: never fires on a thread that woke
+    # every period, whose stretches are each under a period whatever the window's length).
+    switches = windows["switches"].to_numpy()
+    longest_off = off / (switches + 1.0)
+    sparse = (
+        switched
+        & ended
+        & ~np.isnan(period)
+        & (longest_off > np.nan_to_num(limit, nan=np.inf))
+        & (longest_off <= rules.max_gap_ns)
+    )
     # Before a periodic thread settles into its rhythm (its start-up: allocations, priority changes,
     # waiting for the engine to start) its activity is not a stalled callback.
     settled = _in_rhythm(windows, period, interval_ns)
     hot &= settled
     d_state &= settled
     missed &= settled
+    sparse &= settled
     # Delay accounting read through taskstats: block-IO delay accounted in this window (the kernel adds
     # each wait when it ends, so short waits land in the window they were lived in). Half the window
     # spent waiting for block IO is an io window even when no read caught the D letter.
@@ -183,7 +201,9 @@ def classify_windows(
         blocked = (windows["switches"].to_numpy() >= 2) & (off >= rules.busy_fraction * wall) & (off > 0)
         covered = np.nan_to_num(io_pressure, nan=-1.0) >= off
         pressure_io = blocked & covered & ~letter_s & ~d_state & ~hot & settled
-    anomalous = hot | d_state | missed | pressure_io
+    anomalous = hot | d_state | missed | sparse | pressure_io
+    missed_off = np.where(missed, off, np.where(sparse, longest_off, 0))
+    missed |= sparse
     out = pd.DataFrame(
         {
             "hot": hot,
@@ -192,14 +212,15 @@ def classify_windows(
             "pressure_io": pressure_io,
             "io_pressure_ns": io_pressure if io_pressure is not None else np.full(len(tid), np.nan),
             "missed_wakeup": missed,
+            "sparse_wakeup": sparse,  # of them, those whose length is a lower bound (too few switch-ins)
             "anomalous": anomalous,
             "faults": faults,
             "c_run": np.where(fault_win, 0, on),
             "c_fault_cpu": np.where(fault_win, on, 0),
             "c_runqueue": rq,
             "c_d": np.where(d_state | pressure_io, off, 0),
-            "c_lock": np.where(missed & ~d_state & (state == STATE_S), off, 0),
-            "c_unknown": np.where(missed & ~d_state & (state != STATE_S), off, 0),
+            "c_lock": np.where(missed & ~d_state & (state == STATE_S), missed_off, 0),
+            "c_unknown": np.where(missed & ~d_state & (state != STATE_S), missed_off, 0),
             "settled": settled,
         },
         index=windows.index,
@@ -464,6 +485,7 @@ def _aggregate(w: pd.DataFrame) -> pd.DataFrame:
         "faults": ("faults", "sum"),
         "d_reads": ("d_state", "sum"),
         "pressure_windows": ("pressure_io", "sum"),
+        "sparse_windows": ("sparse_wakeup", "sum"),
         "pressure_ns": ("io_pressure_ns", "max"),
         "s_reads": ("state", lambda s: int((s.to_numpy() == STATE_S).sum())),
         "policy_code": ("policy", "last"),

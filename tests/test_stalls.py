@@ -460,3 +460,41 @@ def test_a_false_alarm_over_hypervisor_steal_is_the_machines() -> None:
         ]
     )
     assert steal_around(per_cpu, alarms).tolist() == [False, True]
+
+
+def _ticks_dropped(cap, start_ns: int, end_ns: int):  # type: ignore[no-untyped-def]
+    """`cap` as if the sampler had read nothing in [start_ns, end_ns) (a whole-machine hold: its ticks missed)."""
+    from capture.format import Capture
+
+    tables = {name: cap.table(name) for name in cap.table_names}
+    for name in ("samples", "sampler_ticks"):
+        if name in tables:
+            frame = tables[name]
+            tables[name] = frame[(frame["t_ns"] < start_ns) | (frame["t_ns"] >= end_ns)].reset_index(drop=True)
+    return Capture.from_frames(cap.meta, cap.trailer, **tables)
+
+
+def test_a_missed_wake_up_inside_a_sampler_gap_is_found_as_a_lower_bound():
+    """The sampler read nothing over most of a 12 ms lock wait of lab-audio (at 5.333 ms: two wake-ups
+    missed), the machine held and its ticks missed: the one long window holds the wake-up that ended the
+    wait, so it is no run of windows without a switch-in. Too few switch-ins for its off-CPU time: one
+    stretch lasted at least off / (switch-ins + 1), beyond a period plus the margin, so a missed wake-up of
+    at least that (a real VM's hold, seen on jackd under the eBPF sampler: 10.8 ms, one switch-in)."""
+    cap = synth.audio_capture([Episode("lock", 100, 12)], seconds=1.5)
+    truth = cap.truth.iloc[0]
+    gap = _ticks_dropped(cap, int(truth.start_ns) + MS, int(truth.end_ns) + MS)
+    stalls = find_stalls(gap)
+    assert len(stalls) == 1 and stalls.iloc[0].verdict == "lock", stalls
+    episode = stalls.iloc[0]
+    assert _overlaps(episode, truth) and 6 * MS <= episode.lock_ns <= 12 * MS
+    assert "no wake-up for at least" in episode.evidence
+    # Whole, the same wait is found from its quiet windows, its length not a bound.
+    whole = find_stalls(cap).iloc[0]
+    assert "no wake-up for at least" not in whole.evidence
+
+
+def test_a_sampler_gap_over_a_thread_that_woke_every_period_is_no_stall():
+    """An 18 ms gap over a clean run: three or four switch-ins in it, no stretch beyond a period plus margin."""
+    cap = synth.audio_capture([], seconds=1.5)
+    gap = _ticks_dropped(cap, T0 + 700 * MS, T0 + 718 * MS)
+    assert find_stalls(gap).empty
