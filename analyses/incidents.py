@@ -195,9 +195,9 @@ def _links_of_engine(
     links = links.drop_duplicates("tid").drop(columns="_off").sort_index()
     # A client's upstream: the clients connected into it (engine_graph), as their process threads. The
     # driver has none: it starts each cycle on its clock, and what the clients feed into its playback ports
-    # it writes out after the graph ran (jack2 JackAudioDriver::ProcessAsync: Read, ResumeRefNum of the
-    # clients, Write of the last cycle's output), so no client holds its wake-up (as _graph_order ranks it 0).
-    # Its upstream counted: a driver that woke late, seen alone, was blamed on a client feeding the playback.
+    # it writes out in the next cycle (jack2 JackAudioDriver::ProcessAsync: Read of this cycle's input, Write
+    # of the previous cycle's output, then the graph), so no client holds its wake-up (as _graph_order ranks
+    # it 0). Counted, a driver that woke late, seen alone, was blamed on a client feeding the playback.
     tids_of = links.groupby("client")["tid"].apply(tuple).to_dict()
     driver_tids = tuple(links.loc[links["driver"], "tid"].tolist())
     links["upstream"] = [
