@@ -57,6 +57,7 @@ TICK_REC = np.dtype([("index", "<u4"), ("used", "<u4"), ("words", "<u8", (8,))])
 TICK_INDEX = 0xFFFFFFFF
 TICK_PART = 512  # slots a part of the kernel's tick walks (sampler.bpf.c); 33 tail calls at most
 TICK_RING_PAGES = 512  # 2 MiB: ~26 000 records, 0.5 s of the Bitwig-shaped target's ticks (48 slots each)
+_U64 = struct.Struct("<Q")
 
 
 @dataclass
@@ -134,6 +135,7 @@ class EbpfSampler:
         self._bcc: Any = None
         self._mm: mmap.mmap | None = None
         self._slot_of: mmap.mmap | None = None  # sampler.bpf.c `slot_of`, mapped: u16 slot + 1 at tid * 2
+        self._born: mmap.mmap | None = None  # sampler.bpf.c `born`, mapped (WITH_NEWTASK): one u64
         self.tids = 0  # slot_of's size: the kernel's pid_max at start()
         self._free: list[int] = []
         self.used = 0  # slots [0, used) have been handed out at least once
@@ -218,6 +220,12 @@ class EbpfSampler:
         except OSError as err:
             self.stop()
             raise EbpfUnavailable(f"cannot map the eBPF sampler's tid index ({err.strerror})") from err
+        if self.newtask:
+            try:
+                self._born = mmap.mmap(self._bpf[b"born"].map_fd, mmap.PAGESIZE, mmap.MAP_SHARED, mmap.PROT_READ)
+            except OSError as err:
+                self.stop()
+                raise EbpfUnavailable(f"cannot map the eBPF sampler's task count ({err.strerror})") from err
         if self.tick_ns is not None and not self.tick_why:
             self._start_tick()
 
@@ -332,15 +340,21 @@ class EbpfSampler:
     def tasks_born(self) -> int | None:
         """How many tasks the followed processes have created so far; None when that is not counted (no
         task_newtask, or more processes than TARGETS): then only a listing finds new threads."""
-        if not self.newtask or self._targets_full or self._bpf is None:
+        if self._born is None or self._targets_full:
             return None
-        table = self._bpf[b"born"]
-        return int(table[table.Key(0)].value)
+        return int(_U64.unpack_from(self._born, 0)[0])  # one aligned u64: the probe's atomic add is whole
 
     def read(self) -> bytes:
         """The used slots, as they are now (the tick's one copy)."""
         assert self._mm is not None
         return self._mm[: self.used * SLOT_SIZE]
+
+    @property
+    def live(self) -> mmap.mmap:
+        """The slots' mapping itself: a slice of it copies those bytes as they are then (StatChoice takes a few
+        slots a wake-up; a copy of all 534 of the Bitwig-shaped target took 20 us after the recorder's sleep)."""
+        assert self._mm is not None
+        return self._mm
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -373,11 +387,11 @@ class EbpfSampler:
         if self._ring is not None:
             self._ring.close()
             self._ring = None
-        for mapping in (self._mm, self._slot_of):
+        for mapping in (self._mm, self._slot_of, self._born):
             if mapping is not None:
                 with contextlib.suppress(BufferError):
                     mapping.close()
-        self._mm = self._slot_of = None
+        self._mm = self._slot_of = self._born = None
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
@@ -426,33 +440,47 @@ class StatChoice:
     probes yet, or without a slot is always read. What can change from outside while it sleeps (policy,
     priority, nice, its name) is seen within refresh_ns. DESIGN.md "The eBPF sampler".
 
-    Plain Python over the few threads of a turn: numpy's calls cost more here, cold after each sleep (85 us
-    a wake-up warm, 240 after a 20 ms sleep, for the 43 threads of a turn on the Bitwig shape)."""
+    Plain Python over the few threads of a turn, in one loop (pick): numpy's calls cost more here, cold after
+    each sleep (85 us a wake-up warm, 240 after a 20 ms sleep, for the 43 threads of a turn on the Bitwig
+    shape)."""
 
     def __init__(self, refresh_ns: int = STAT_REFRESH_NS) -> None:
         self.refresh_ns = refresh_ns
         self.last: dict[int, tuple[bytes, int]] = {}  # slot -> its bytes just before its last stat read, its time
         self.skipped = 0  # turns that needed no read (in the trailer)
 
-    def due(self, slot: int, live: bytes, now_ns: int) -> bool:
-        """Whether the thread in `slot` (-1: none) needs its stat line read now; `live`: the used slots as they
-        are now. The caller reads every one it says is due (noted as read at now_ns)."""
-        if slot < 0:
-            return True
-        mine = live[slot * SLOT_SIZE : (slot + 1) * SLOT_SIZE]
-        last = self.last.get(slot)
-        if (
-            last is not None
-            and mine[_PHASE_BYTE] == PHASE_OFF
-            and mine == last[0]
-            and now_ns - last[1] < self.refresh_ns
-        ):
-            self.skipped += 1
-            return False
-        self.last[slot] = (mine, now_ns)
-        return True
+    def due(self, slot: int, live: bytes | mmap.mmap, now_ns: int) -> bool:
+        """Whether the thread in `slot` (-1: none) needs its stat line read now (pick() of one)."""
+        return bool(self.pick([0], [slot], live, now_ns))
 
-    def read(self, slot: int, live: bytes, now_ns: int) -> None:
+    def pick(self, turn: list[int], slots: list[int], live: bytes | mmap.mmap, now_ns: int) -> list[int]:
+        """Of the layout indices `turn`, those whose thread (in slot slots[i]; -1: none) needs its stat line read
+        now; `live`: the slots as they are now (bytes or their mapping). The caller reads every one picked
+        (noted as read at now_ns)."""
+        picked = []
+        last_of = self.last
+        refresh_ns = self.refresh_ns
+        skipped = 0
+        for i in turn:
+            slot = slots[i]
+            if slot >= 0:
+                at = slot * SLOT_SIZE
+                mine = live[at : at + SLOT_SIZE]
+                last = last_of.get(slot)
+                if (
+                    last is not None
+                    and mine[_PHASE_BYTE] == PHASE_OFF
+                    and mine == last[0]
+                    and now_ns - last[1] < refresh_ns
+                ):
+                    skipped += 1
+                    continue
+                last_of[slot] = (mine, now_ns)
+            picked.append(i)
+        self.skipped += skipped
+        return picked
+
+    def read(self, slot: int, live: bytes | mmap.mmap, now_ns: int) -> None:
         """The thread in `slot` (-1: none) is read now whatever due() would say (a new thread)."""
         if slot >= 0:
             self.last[slot] = (live[slot * SLOT_SIZE : (slot + 1) * SLOT_SIZE], now_ns)
@@ -808,7 +836,7 @@ class EbpfTicker:
         picked: list[int] = []
         t_stat = mono()
         if n:
-            live = self.sampler.read()  # the slots just before the reads (StatChoice compares them next turn)
+            live = self.sampler.live  # each slot as it is just before the reads (StatChoice compares them next turn)
             slot_of = self.tid_slots
             choice = self.stat_choice
             if self._urgent:
@@ -817,8 +845,7 @@ class EbpfTicker:
                     choice.read(slot_of[i], live, t_stat)
             count = -(-n // self.stat_every_ticks)
             start = self._next
-            due = choice.due
-            picked += [i for i in ((start + k) % n for k in range(min(count, n))) if due(slot_of[i], live, t_stat)]
+            picked += choice.pick([(start + k) % n for k in range(min(count, n))], slot_of, live, t_stat)
             self._next = (start + count) % n
         self._urgent.clear()
         indices: list[int] = []
