@@ -112,8 +112,17 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         char *task = (char *)bpf_get_current_task();
         u64 run = 0, delay = 0, pcount = 0;
         bpf_probe_read_kernel(&run, sizeof(run), task + OFF_SUM_EXEC);
+#if OFF_RUN_DELAY == OFF_PCOUNT + 8
+        // struct sched_info begins pcount, run_delay (include/linux/sched/types.h): one read for both, one
+        // helper call fewer per switch-out.
+        u64 info[2] = {0, 0};
+        bpf_probe_read_kernel(info, sizeof(info), task + OFF_PCOUNT);
+        pcount = info[0];
+        delay = info[1];
+#else
         bpf_probe_read_kernel(&delay, sizeof(delay), task + OFF_RUN_DELAY);
         bpf_probe_read_kernel(&pcount, sizeof(pcount), task + OFF_PCOUNT);
+#endif
         p->since_ns = now;
         BARRIER();
         p->run_ns = run;
