@@ -139,7 +139,8 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
         "schedstats": _schedstats_text(sources),
         "delay accounting": _yes_no(sources.get("delayacct")),
         "taskstats": _yes_no(sources.get("taskstats")),
-        "eBPF": _ebpf_text(sources.get("ebpf"), (trailer or {}).get("ebpf")),
+        # the scheduler's switch and wake-up events of --ebpf (not the eBPF sampler of the row above)
+        "eBPF events": _ebpf_text(sources.get("ebpf"), (trailer or {}).get("ebpf")),
         "pressure (PSI)": _yes_no(sources.get("psi")),
     }
     timing: dict[str, str] = {
