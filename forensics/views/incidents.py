@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.incidents import IncidentRules, find_incidents, xrun_rows
+from analyses.rules import after_the_recording
 from analyses.span import in_span, overlaps_span
 from capture.format import Capture
 from forensics.describe import asked_threads, damage_notes
@@ -248,5 +249,13 @@ def xruns_report(
         )
     )
     report.notes += damage_notes(cap, origin_ns, t_range)  # an xrun there has no incident: nothing was read
+    ended_ns = (cap.trailer or {}).get("ended_ns")
+    late = after_the_recording(frame["t_ns"].to_numpy(np.int64), int(ended_ns) if ended_ns is not None else None)
+    if late.any():  # the engine sources stop after the sampler: what they saw then has no thread read
+        n = int(late.sum())
+        report.notes.append(
+            f"{n} of these came after the recording's end (the engine's sources stop after the threads' sampler):"
+            " no thread was read then, so their root is unknown."
+        )
     report.notes.append(xrun_thresholds())
     return report
