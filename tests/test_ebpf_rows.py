@@ -572,7 +572,6 @@ def test_the_writer_imports_what_its_first_ebpf_frames_and_chunk_need_before_it_
     signal (trailer writer_cpu_ns), and an import there stalls the first chunk. `-X importtime` prints each
     import as it happens: none after the ready byte."""
     import subprocess
-    import threading
 
     from tests.helpers import REPO, child_env
 
@@ -585,25 +584,24 @@ def test_the_writer_imports_what_its_first_ebpf_frames_and_chunk_need_before_it_
         elif kind in ("stat", "tick"):
             body.append(frames.encode(frames.STAT_SLOW if kind == "stat" else frames.EBPF_TICK, payload))
     body.append(frames.encode(frames.TRAILER, b"{}"))
+    # One pipe for both streams, so the ready byte sits among the import lines in the order they were written
+    # (a thread reading stderr apart could lag behind the byte under load and blame imports made before it).
     writer = subprocess.Popen(
         [sys.executable, "-X", "importtime", "-m", "samplers.writer_process", str(tmp_path / "x.ssf")],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
         env=child_env(),
         cwd=REPO,
     )
-    assert writer.stdin is not None and writer.stdout is not None and writer.stderr is not None
-    lines: list[bytes] = []
-    reader = threading.Thread(target=lambda: lines.extend(writer.stderr), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    assert writer.stdout.read(1) == b"R"
-    ready_at = len(lines)  # stderr is unbuffered: every import before the signal is in
-    writer.stdin.write(b"".join(body))
-    writer.stdin.close()
-    report = json.loads(writer.stdout.read())
-    assert writer.wait(timeout=60) == 0
-    reader.join(timeout=10)
+    out, _ = writer.communicate(b"".join(body), timeout=120)
+    assert writer.returncode == 0, out[-2000:]
+    lines = out.split(b"\n")
+    ready = next(i for i, line in enumerate(lines) if line.startswith(b"R"))  # import lines begin "import time:"
+    assert all(line.startswith(b"import time:") for line in lines[:ready] if line), lines[:ready]
+    after = [lines[ready][1:], *lines[ready + 1 :]]
+    text = next(line[line.index(b'{"') :] for line in after if b'{"' in line).decode()
+    report = json.JSONDecoder().raw_decode(text)[0]  # the report, written without a newline
     assert report["rows"]["samples"] > 0
-    late = [line.rsplit(b"|", 1)[-1].strip().decode() for line in lines[ready_at:] if b"import time:" in line]
+    late = [line.rsplit(b"|", 1)[-1].strip().decode() for line in after if b"import time:" in line]
     assert not [name for name in late if name.startswith(("samplers", "capture", "pyarrow"))], late
