@@ -83,6 +83,13 @@ def test_profile_batches_by_numpy_are_the_pandas_ones(path: Path) -> None:
         unknown = batch.copy()
         unknown["starttime"] = pd.array(np.where(tid == tid[0], None, 5), dtype="Int64")
         _both(unknown, origin)
+        # A thread whose policy, priority and nice change (the last row's count) and whose pid is another
+        # for its later rows (taken from a row, never reduced):
+        changed = batch.copy()
+        later = (tid == tid[0]) & (changed["t_ns"].to_numpy() > np.median(changed["t_ns"].to_numpy()))
+        for name, value in (("policy", 1), ("rtprio", 50), ("nice", -5), ("pid", 77)):
+            changed[name] = np.where(later, value, changed[name].to_numpy()).astype(changed[name].dtype)
+        _both(changed, origin)
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
