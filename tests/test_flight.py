@@ -64,6 +64,26 @@ def test_back_to_back_triggers_make_one_window_and_a_storm_several() -> None:
     assert [(w.start_ns, w.end_ns) for w in late.ready(None)] == [(11 * SECOND, 11_500 * MS)]
 
 
+def test_a_stall_the_longest_window_would_cut_is_whole_in_the_next() -> None:
+    """Triggers 1.5 s apart keep one window growing to its longest (6 s from 9 s: to 15 s); a 20 ms stall
+    beginning 2 ms before that end would be cut there (a lab run on a loaded machine: its lock episode in no
+    window whole). The window ends where the stall's own second before begins, and the next holds it whole."""
+    planner = Planner(before_ns=SECOND, after_ns=SECOND)
+    for t in (10 * SECOND, 11_500 * MS, 13 * SECOND):
+        planner.add(Trigger(t, "xrun", "xrun"))
+    stall = Trigger(14_998 * MS, "stall", "lock stall", end_ns=15_018 * MS)
+    planner.add(stall)
+    first, second = planner.ready(None)
+    assert (first.start_ns, first.end_ns, len(first.triggers)) == (9 * SECOND, 13_998 * MS, 3)
+    assert (second.start_ns, second.end_ns, second.triggers) == (13_998 * MS, 16_018 * MS, [stall])
+    # A stall that begins while one the window holds still runs joins it, past the longest.
+    overlapping = Planner(before_ns=SECOND, after_ns=SECOND)
+    overlapping.add(Trigger(10 * SECOND, "stall", "a", end_ns=14_999 * MS))
+    overlapping.add(Trigger(14_990 * MS, "stall", "b", end_ns=15_020 * MS))
+    [both] = overlapping.ready(None)
+    assert (both.start_ns, both.end_ns, len(both.triggers)) == (9 * SECOND, 16_020 * MS, 2)
+
+
 def test_counters_per_minute_and_bursts_with_their_gaps() -> None:
     counters = Counters(origin_ns=0, rule=False)
     counters.cover(0, 3 * MINUTE_NS)

@@ -1,10 +1,11 @@
 """Triggers into windows, and the long run's counters (README, "Flight recorder").
 
-A window is [first trigger - before, last trigger + after]. A trigger that falls inside the window
-being gathered, or whose own window would overlap it, joins it (back-to-back triggers make one window),
-up to MAX_WINDOW_SPANS times before + after: a storm of xruns gives a series of windows, not one window
-that grows for hours. The series is contiguous: a window starts no earlier than the one before it
-ended, so no time is saved twice and each trigger is in one window.
+A window is [first trigger - before, last trigger's end + after] (a stall trigger ends with its episode,
+the others where they are). A trigger that falls inside the window being gathered, or whose own window
+would overlap it, joins it (back-to-back triggers make one window), up to MAX_WINDOW_SPANS times before +
+after: a storm of xruns gives a series of windows, not one window that grows for hours. The series is
+contiguous: a window starts no earlier than the one before it ended, so no time is saved twice and each
+trigger is in one window, a stall episode whole (the window before ends early for it where it can).
 
 The counters: per minute of the recording, xruns, missed deadlines, rule matches and markers; bursts of
 xruns and missed deadlines, events less than BURST_GAP_NS apart being one burst, and the gaps between
@@ -35,6 +36,11 @@ class Window:
         return self.triggers[0]
 
 
+def _end_of(trigger: Trigger) -> int:
+    """When what the trigger marks ended: a stall episode's end, else its own time."""
+    return trigger.end_ns if trigger.end_ns is not None else trigger.t_ns
+
+
 class Planner:
     """Gathers triggers (in time order) into windows; `ready(covered_ns)` gives those the ring covers."""
 
@@ -47,23 +53,32 @@ class Planner:
 
     def add(self, trigger: Trigger) -> None:
         t = trigger.t_ns
+        t_end = _end_of(trigger)
         window = self.open
         if window is not None and t - self.before_ns <= window.end_ns:
             longest = MAX_WINDOW_SPANS * (self.before_ns + self.after_ns)
-            end = min(max(window.end_ns, t + self.after_ns), window.start_ns + longest)
-            if t <= end:  # inside the window, its end pushed up to the longest a window may be
-                window.end_ns = end
+            end = min(max(window.end_ns, t_end + self.after_ns), window.start_ns + longest)
+            held = max(_end_of(x) for x in window.triggers)  # the episodes the window holds end by then
+            # Inside the window, its end pushed up to the longest a window may be; a stall the longest
+            # window would cut (it began inside, ends beyond) joins only where the window cannot end before
+            # it began (an episode it holds still runs then): else it is the next window's, whole.
+            if t_end <= end or held > t:
+                window.end_ns = max(end, t_end + self.after_ns) if t_end > end else end
                 window.triggers.append(trigger)
                 return
+            # The window ends where this trigger's own time before begins (or where its episodes end): the
+            # series stays contiguous and the stall in one window (was: cut at the longest, 20 ms lock of
+            # the lab split across two on a loaded machine).
+            window.end_ns = max(held, min(window.end_ns, t - self.before_ns))
         start = t - self.before_ns
         if window is not None:
             self.done.append(window)
             start = max(start, window.end_ns)
         elif self.last_end_ns is not None:
             start = max(start, self.last_end_ns)
-        if start >= t + self.after_ns:  # all of its window is in one already saved
+        if start >= t_end + self.after_ns:  # all of its window is in one already saved
             return
-        self.open = Window(start, t + self.after_ns, [trigger])
+        self.open = Window(start, t_end + self.after_ns, [trigger])
         self.last_end_ns = None
 
     def ready(self, covered_ns: int | None) -> list[Window]:
