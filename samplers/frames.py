@@ -15,6 +15,7 @@ import os
 import queue
 import struct
 import threading
+import time
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -295,7 +296,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _chunks(fd: int, bufsize: int, drain_in_thread: bool) -> Iterator[bytes]:
+def _chunks(fd: int, bufsize: int, drain_in_thread: bool, gather_s: float) -> Iterator[bytes]:
     if not drain_in_thread:
         while chunk := os.read(fd, bufsize):
             yield chunk
@@ -310,14 +311,27 @@ def _chunks(fd: int, bufsize: int, drain_in_thread: bool) -> Iterator[bytes]:
         chunks.put(b"")
 
     threading.Thread(target=drain, name="frame-drain", daemon=True).start()
-    while chunk := chunks.get():
-        yield chunk
+    woke = time.monotonic() - gather_s
+    while True:
+        # The consumer wakes at most every gather_s and takes what came meanwhile in one go (read_frames).
+        time.sleep(max(0.0, woke + gather_s - time.monotonic()))
+        parts = [chunks.get()]
+        woke = time.monotonic()
+        while parts[-1] and not chunks.empty():
+            parts.append(chunks.get())
+        if data := b"".join(parts):
+            yield data
+        if not parts[-1]:  # the end of the pipe
+            return
 
 
-def read_frames(fd: int, bufsize: int = 1 << 20, drain_in_thread: bool = False) -> Iterator[tuple[int, bytes]]:
-    """Frames from a pipe until EOF. A frame cut short by the recorder's death is dropped."""
+def read_frames(
+    fd: int, bufsize: int = 1 << 20, drain_in_thread: bool = False, gather_s: float = 0.0
+) -> Iterator[tuple[int, bytes]]:
+    """Frames from a pipe until EOF. A frame cut short by the recorder's death is dropped. `gather_s` (with
+    `drain_in_thread`): take the frames that arrived at most this often, in one go."""
     buf = bytearray()
-    for chunk in _chunks(fd, bufsize, drain_in_thread):
+    for chunk in _chunks(fd, bufsize, drain_in_thread, gather_s):
         buf += chunk
         offset = 0
         while len(buf) - offset >= FRAME.size:

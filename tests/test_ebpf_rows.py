@@ -605,3 +605,34 @@ def test_the_writer_imports_what_its_first_ebpf_frames_and_chunk_need_before_it_
     assert report["rows"]["samples"] > 0
     late = [line.rsplit(b"|", 1)[-1].strip().decode() for line in after if b"import time:" in line]
     assert not [name for name in late if name.startswith(("samplers", "capture", "pyarrow"))], late
+
+
+def test_frames_that_arrive_within_the_gather_interval_are_taken_in_one_go() -> None:
+    """read_frames(gather_s=...) (the writer's GATHER_S): the frame-drain thread empties the pipe as frames come,
+    the consumer takes what arrived at most every gather_s, in one go; every frame comes out, in order."""
+    import os
+    import threading
+    import time
+
+    read_end, write_end = os.pipe()
+    sent = [frames.encode(frames.EVENT, json.dumps({"n": n}).encode()) for n in range(4)]
+
+    def feed() -> None:
+        for data in sent:
+            frames.write_all(write_end, data)
+            time.sleep(0.05)
+        os.close(write_end)
+
+    threading.Thread(target=feed, daemon=True).start()
+    taken = list(frames._chunks(read_end, 1 << 20, True, 1.0))  # the first at once, the others gathered
+    os.close(read_end)
+    assert b"".join(taken) == b"".join(sent) and len(taken) <= 2  # taken one by one: four
+    read_end, write_end = os.pipe()
+    threading.Thread(target=feed, daemon=True).start()
+    assert [json.loads(p)["n"] for _, p in frames.read_frames(read_end, drain_in_thread=True, gather_s=0.5)] == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    os.close(read_end)
