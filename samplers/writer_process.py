@@ -44,7 +44,7 @@ from samplers.system import PRESSURE_FILES, system_rows
 from samplers.unseen import UnseenThreads
 
 # At most this much of the recording sits only in the writer's memory. The writer outlives a killed
-# recorder and flushes on EOF; this bounds the loss when both are killed at once to about 1 s.
+# recorder and flushes on EOF; this bounds the loss when both are killed at once to about 1 s (and GATHER_S).
 FLUSH_EVERY_NS = 1_000_000_000
 FLUSH_ROWS = 200_000
 # The frames are taken in at most every GATHER_S (the frame-drain thread still empties the pipe as they come):
