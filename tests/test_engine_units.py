@@ -483,3 +483,26 @@ def test_the_capture_names_the_server_libjack_opens(monkeypatch, asked, env, nam
         monkeypatch.setenv("JACK_DEFAULT_SERVER", env)
     source = JackSource(asked, rows_fd=-1, recorder_fd=-1, explicit=asked is not None)
     assert source.meta["server"] == named == jack_server_name(asked)
+
+
+def test_a_server_that_exited_before_the_end_went_away_even_unannounced() -> None:
+    """Asked to end, the source says the server went away where its shutdown callback is queued, or where
+    jackd had exited though libjack had not said so yet (a loaded machine: the test that kills jackd then
+    stops the recording read 'recording ended'); a running jackd is no death."""
+    import subprocess
+
+    from samplers.engine.jack import JackSource
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    for pid, went in ((gone.pid, True), (os.getpid(), False)):
+        source = JackSource(None, -1, -1, explicit=False)
+        source.jackd_pid = pid
+        source.stop_reason = "recording ended"
+        source._server_gone_by_the_end()
+        assert source.server_went_away() == went, source.stop_reason
+    queued = JackSource(None, -1, -1, explicit=False)
+    queued.events.put(("shutdown", 0, ("killed",)))
+    queued.stop_reason = "recording ended"
+    queued._server_gone_by_the_end()
+    assert queued.stop_reason == "the JACK server went away (killed)"
