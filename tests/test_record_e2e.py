@@ -156,17 +156,22 @@ def test_sigkill_of_the_recorder_loses_at_most_the_last_second(tmp_path: Path) -
         stdout=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while (not out.exists() or out.stat().st_size < 20000) and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert out.exists() and out.stat().st_size >= 20000, "the capture did not grow"
     time.sleep(2.0)
     killed_at = time.monotonic_ns()
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     with pytest.warns(forensics.CaptureWarning, match="no trailer"):
         writer_pid = forensics.load(out).meta["recording"]["writer_pid"]
-    while Path(f"/proc/{writer_pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)  # the writer flushes what it had, then exits on EOF
+    # The writer flushes what it had, then exits on EOF: its own wait (it shared the one above, which on a
+    # loaded machine had run out by then, and the file was read while the writer still wrote it).
+    writer_deadline = time.monotonic() + 60
+    while Path(f"/proc/{writer_pid}").exists() and time.monotonic() < writer_deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{writer_pid}").exists(), "the writer did not exit after the recorder's SIGKILL"
     with pytest.warns(forensics.CaptureWarning, match="no trailer"):
         cap = forensics.load(out)
     assert not cap.complete
