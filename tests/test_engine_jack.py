@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -580,33 +584,78 @@ def test_a_running_named_server_is_recorded_without_jack_default_server(tmp_path
     assert cue_pids and cue_pids <= set(capture.threads["pid"]), "its client is followed"
 
 
+class _UsersJack:
+    """A jackd of uid 65534 (NOBODY) named `name`, its clients started as that user too (_users_jack)."""
+
+    def __init__(self, tmp_path: Path, name: str) -> None:
+        from tests.helpers import NOBODY
+
+        self.name = name
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "JACK_DEFAULT_SERVER": name}
+        self.as_user: dict[str, Any] = {
+            "user": NOBODY, "group": NOBODY, "extra_groups": [], "env": env, "start_new_session": True
+        }  # fmt: skip
+        self.log_path = tmp_path / "jackd.log"
+        self.server: subprocess.Popen[bytes] | None = None
+        self.clients: list[subprocess.Popen[bytes]] = []
+
+    def start(self) -> subprocess.Popen[bytes]:
+        """jackd (dummy driver, 256 frames), waited for until it takes clients."""
+        with open(self.log_path, "wb") as log:  # jackd keeps its own descriptor
+            self.server = subprocess.Popen(
+                ["jackd", "-n", self.name, "--no-realtime", "-d", "dummy", "-r", "48000", "-p", "256"],
+                stdout=log, stderr=subprocess.STDOUT, **self.as_user,
+            )  # fmt: skip
+        waited = subprocess.run(["jack_wait", "-w", "-t", "10"], capture_output=True, **self.as_user)
+        assert waited.returncode == 0, self.log_path.read_text()[-500:]
+        return self.server
+
+    def metro(self) -> subprocess.Popen[bytes]:
+        """A client of the user's: jack_metro."""
+        client = subprocess.Popen(["jack_metro", "-b", "120"], stdout=subprocess.DEVNULL, **self.as_user)
+        self.clients.append(client)
+        return client
+
+
+@contextlib.contextmanager
+def _users_jack(tmp_path: Path) -> Iterator[_UsersJack]:
+    """Another user's JACK graph (root records it: the eBPF sampler's case), stopped after."""
+    import uuid
+
+    from tests.jack_fixtures import need_jack
+
+    need_jack()
+    jack = _UsersJack(tmp_path, f"u{uuid.uuid4().hex[:10]}")
+    try:
+        yield jack
+    finally:
+        for process in (*jack.clients, jack.server):
+            if process is not None:
+                stop_process(process)
+
+
+def _assert_users_engine_recorded(out: Path, err: str, name: str) -> Any:
+    """The capture of a user's server: whole, its cycles recorded, the source's client closed after."""
+    capture = load(out)
+    assert capture.complete, err
+    engine = capture.meta["sources"]["engine"]
+    assert engine["server"] == name and "unavailable" not in engine, engine
+    assert len(capture.engine_cycles) > 50
+    assert not list(Path("/dev/shm").glob(f"jack_sem.*_{name}_forensics-*")), "the source's client closed"
+    return capture
+
+
 @pytest.mark.needs_root
 def test_root_records_another_users_server(tmp_path: Path) -> None:
     """`sudo catch-load -p $(pidof jackd)` (root: the eBPF sampler's case) for a jackd a user runs, here
     65534, with a client of that user's (jack_metro): the source opens that server as its user (libjack names
     its socket jack_<name>_<uid>_0 and the server must reach the client's own socket) and is root again
     after; its cycles are recorded and the client followed. Before, no engine data and nothing said."""
-    import subprocess
-    import uuid
-
-    from tests.helpers import NOBODY
-    from tests.jack_fixtures import need_jack
-
-    need_jack()
-    name = f"u{uuid.uuid4().hex[:10]}"
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "JACK_DEFAULT_SERVER": name}
-    as_user = {"user": NOBODY, "group": NOBODY, "extra_groups": [], "env": env, "start_new_session": True}
-    log = open(tmp_path / "jackd.log", "wb")  # noqa: SIM115 - closed below, after the server
-    server = subprocess.Popen(
-        ["jackd", "-n", name, "--no-realtime", "-d", "dummy", "-r", "48000", "-p", "256"],
-        stdout=log, stderr=subprocess.STDOUT, **as_user,
-    )  # fmt: skip
-    client = None
-    try:
-        waited = subprocess.run(["jack_wait", "-w", "-t", "10"], capture_output=True, **as_user)
-        assert waited.returncode == 0, (tmp_path / "jackd.log").read_text()[-500:]
-        client = subprocess.Popen(["jack_metro", "-b", "120"], stdout=subprocess.DEVNULL, **as_user)
-        while subprocess.run(["jack_lsp"], capture_output=True, text=True, **as_user).stdout.count("metro:") < 1:
+    with _users_jack(tmp_path) as jack:
+        server = jack.start()
+        client = jack.metro()
+        lsp = ["jack_lsp"]
+        while subprocess.run(lsp, capture_output=True, text=True, **jack.as_user).stdout.count("metro:") < 1:
             assert client.poll() is None, "jack_metro exited"
             time.sleep(0.1)
         ours = child_env()
@@ -622,18 +671,8 @@ def test_root_records_another_users_server(tmp_path: Path) -> None:
             _, err = stop_recording(rec)
         finally:
             stop_process(rec)
-    finally:
-        for process in (client, server):
-            if process is not None:
-                stop_process(process)
-        log.close()
-    capture = load(out)
-    assert capture.complete, err
-    engine = capture.meta["sources"]["engine"]
-    assert engine["server"] == name and "unavailable" not in engine, engine
-    assert len(capture.engine_cycles) > 50
+    capture = _assert_users_engine_recorded(out, err, jack.name)
     assert client.pid in set(capture.threads["pid"]), "the user's client is followed"
-    assert not list(Path("/dev/shm").glob(f"jack_sem.*_{name}_forensics-*")), "the source's client closed"
 
 
 @pytest.mark.needs_root
@@ -643,54 +682,29 @@ def test_root_waiting_with_match_records_a_users_server_started_later(tmp_path: 
     "default", never started. The waiting source takes the server whose graph a matching process joined
     (JackChoice.match), opens it as that user, and records its cycles. Before, it waited for root's default
     to the end: no engine data."""
-    import subprocess
-    import uuid
-
-    from tests.helpers import NOBODY
-    from tests.jack_fixtures import need_jack
-
-    need_jack()
-    name = f"m{uuid.uuid4().hex[:10]}"
-    ours = child_env()
-    ours.pop("JACK_DEFAULT_SERVER", None)
-    out = tmp_path / "later.ssf"
-    rec = subprocess.Popen(
-        [*catch_load_argv(), "-q", "-o", str(out), "-d", "120s", "--match", f"^jackd -n {name} "],
-        env=ours, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "JACK_DEFAULT_SERVER": name}
-    as_user = {"user": NOBODY, "group": NOBODY, "extra_groups": [], "env": env, "start_new_session": True}
-    server = client = None
-    log = open(tmp_path / "jackd.log", "wb")  # noqa: SIM115 - closed below, after the server
-    try:
-        deadline = time.monotonic() + 60  # the capture's first bytes: catch-load chose its sources
-        while not (out.exists() and out.stat().st_size > 0) and rec.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert out.exists() and rec.poll() is None, rec.stderr.read() if rec.poll() is not None else "no capture"
-        server = subprocess.Popen(
-            ["jackd", "-n", name, "--no-realtime", "-d", "dummy", "-r", "48000", "-p", "256"],
-            stdout=log, stderr=subprocess.STDOUT, **as_user,
+    with _users_jack(tmp_path) as jack:
+        ours = child_env()
+        ours.pop("JACK_DEFAULT_SERVER", None)
+        out = tmp_path / "later.ssf"
+        rec = subprocess.Popen(
+            [*catch_load_argv(), "-q", "-o", str(out), "-d", "120s", "--match", f"^jackd -n {jack.name} "],
+            env=ours, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
-        waited = subprocess.run(["jack_wait", "-w", "-t", "10"], capture_output=True, **as_user)
-        assert waited.returncode == 0, (tmp_path / "jackd.log").read_text()[-500:]
-        client = subprocess.Popen(["jack_metro", "-b", "120"], stdout=subprocess.DEVNULL, **as_user)
-        wait_engine_started(out, 30)
-        wait_capture_growing(out, rec, 30, growths=2)
-        _, err = stop_recording(rec)
-    finally:
-        stop_process(rec)
-        for process in (client, server):
-            if process is not None:
-                stop_process(process)
-        log.close()
-    capture = load(out)
-    assert capture.complete, err
-    engine = capture.meta["sources"]["engine"]
-    assert engine["server"] == name and "unavailable" not in engine, engine
-    assert f"pid {server.pid} (jackd)" in engine["found_by"], engine
-    assert len(capture.engine_cycles) > 50
+        try:
+            deadline = time.monotonic() + 60  # the capture's first bytes: catch-load chose its sources
+            while not (out.exists() and out.stat().st_size > 0) and rec.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert out.exists() and rec.poll() is None, rec.stderr.read() if rec.poll() is not None else "no capture"
+            server = jack.start()
+            jack.metro()
+            wait_engine_started(out, 30)
+            wait_capture_growing(out, rec, 30, growths=2)
+            _, err = stop_recording(rec)
+        finally:
+            stop_process(rec)
+    capture = _assert_users_engine_recorded(out, err, jack.name)
+    assert f"pid {server.pid} (jackd)" in capture.meta["sources"]["engine"]["found_by"]
     assert server.pid in set(capture.threads["pid"]), "jackd, started after the recorder, is a target"
-    assert not list(Path("/dev/shm").glob(f"jack_sem.*_{name}_forensics-*")), "the source's client closed"
 
 
 def test_a_match_recording_without_jack_says_so_only_in_the_capture(tmp_path: Path) -> None:
