@@ -138,7 +138,7 @@ def proc_evidence(episodes: pd.DataFrame, sources: dict[str, bool]) -> list[str]
             letters = f"state S at {int(row.s_reads)} of {row.reads} reads"
             period = "" if pd.isna(row.period_ns) else f" (period {_ms(row.period_ns)})"
             # Where a window had too few switch-ins for its length (analyses.stalls: sparse), only a lower bound
-            least = "at least " if getattr(row, "sparse_windows", 0) else ""
+            least = "at least " if row.sparse_windows else ""
             parts.append(f"no wake-up for {least}{_ms(row.lock_ns + row.unknown_ns)}{period}, {letters}")
         if sources["delayacct"] and not pd.isna(row.blkio_ns):
             parts.append(f"blkio delay {_ms(row.blkio_ns)} (delay accounting)")

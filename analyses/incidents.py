@@ -668,7 +668,7 @@ def _judge(
     # are the same either way (a row's values are taken column by column).
     narrow = group[[c for c in _JUDGED_COLUMNS if c in group]]
     for i, row in (narrow if in_chain else narrow.iloc[0:0]).iterrows():
-        if not in_chain or row["verdict"] not in WAIT_VERDICTS or _machine_held(row):
+        if row["verdict"] not in WAIT_VERDICTS or _machine_held(row):
             continue
         waker = row.get("waker_tid")
         waker = None if waker is None or pd.isna(waker) else int(waker)

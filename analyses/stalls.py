@@ -151,7 +151,8 @@ def classify_windows(
     state_start = windows["state_start"].to_numpy() if "state_start" in windows else state
     d_state = R.read_in_d(state, state_start, STATE_D) & (off > 0)
     # Runs of windows without a switch-in, per thread (a window with a switch-in starts a new run).
-    switched = windows["switches"].to_numpy() > 0
+    switches = windows["switches"].to_numpy()
+    switched = switches > 0
     first = _group_starts(tid)
     key = np.cumsum(switched | first)
     quiet = ~switched
@@ -171,7 +172,6 @@ def classify_windows(
     # by a switch-in, so one of them lasted at least off / (switches + 1). Beyond the wake limit that is a
     # missed wake-up for certain, of at least that length (a lower bound: never fires on a thread that woke
     # every period, whose stretches are each under a period whatever the window's length).
-    switches = windows["switches"].to_numpy()
     longest_off = off / (switches + 1.0)
     sparse = (
         switched
@@ -198,12 +198,12 @@ def classify_windows(
     pressure_io = np.zeros(len(tid), dtype=bool)
     if io_pressure is not None:
         letter_s = (state == STATE_S) | (state_start == STATE_S)
-        blocked = (windows["switches"].to_numpy() >= 2) & (off >= rules.busy_fraction * wall) & (off > 0)
+        blocked = (switches >= 2) & (off >= rules.busy_fraction * wall) & (off > 0)
         covered = np.nan_to_num(io_pressure, nan=-1.0) >= off
         pressure_io = blocked & covered & ~letter_s & ~d_state & ~hot & settled
-    anomalous = hot | d_state | missed | sparse | pressure_io
     missed_off = np.where(missed, off, np.where(sparse, longest_off, 0))
     missed |= sparse
+    anomalous = hot | d_state | missed | pressure_io
     out = pd.DataFrame(
         {
             "hot": hot,

@@ -572,9 +572,7 @@ def _to_arrow(name: str, data: pa.Table | pd.DataFrame | Mapping[str, Any]) -> p
         extra = [c for c in table.column_names if c not in wanted]
         table = table.select(names + extra)
         known = pa.schema([schema.field(n) for n in names] + [table.schema.field(c) for c in extra])
-        if not table.schema.equals(
-            known, check_metadata=True
-        ):  # a cast of columns already of their type still walks each
+        if not table.schema.equals(known, check_metadata=True):  # a cast to the same types still walks each
             table = table.cast(known)
     return table
 

@@ -98,15 +98,15 @@ def test_a_match_recording_waits_for_a_server_that_is_not_there_yet(monkeypatch,
     from samplers.engine.choose import UNTIL_THE_END
 
     monkeypatch.setenv("JACK_DEFAULT_SERVER", f"absent-{os.getpid()}")
-    waiting = choose_jack(None, False, (), later=True, by_name=True)
+    waiting = choose_jack(None, False, (), later=True, match="^jackd")
     assert waiting is not None and waiting.wait_s == UNTIL_THE_END
     assert not (waiting.explicit or waiting.follow or waiting.launches_server)  # quiet, follows once joined
     assert choose_jack(None, False, ("python3", "-m", "forensics.lab"), later=True) is None
-    assert choose_jack(None, True, (), later=True, by_name=True) is None  # --no-jack
+    assert choose_jack(None, True, (), later=True, match="^jackd") is None  # --no-jack
     # A server named by JACK_DEFAULT_SERVER is the one meant; unnamed, any server a match joins (JackChoice.match)
-    assert choose_jack(None, False, (), later=True, by_name=True, match="^jackd").match is None  # type: ignore[union-attr]
+    assert choose_jack(None, False, (), later=True, match="^jackd").match is None  # type: ignore[union-attr]
     monkeypatch.delenv("JACK_DEFAULT_SERVER")
-    unnamed = choose_jack(None, False, (), later=True, by_name=True, match="^jackd", tmp_dir=str(tmp_path))
+    unnamed = choose_jack(None, False, (), later=True, match="^jackd", tmp_dir=str(tmp_path))
     assert unnamed is not None and unnamed.wait_s == UNTIL_THE_END and unnamed.match == "^jackd"
 
 
@@ -227,11 +227,13 @@ def test_a_target_given_by_pid_brings_its_own_server_whatever_its_name(tmp_path,
         # --match found it running: its server, unless libjack's default is named (or running): the regex may
         # match another server's jackd, and the user said which graph.
         matched = choose_jack(
-            None, False, (), later=True, by_name=True, matched=(42,), proc=str(proc), tmp_dir=str(shm)
+            None, False, (), later=True, match="^jackd", matched=(42,), proc=str(proc), tmp_dir=str(shm)
         )
         assert matched is not None and matched.server == "studio" and matched.follow
         monkeypatch.setenv("JACK_DEFAULT_SERVER", "later")
-        waits = choose_jack(None, False, (), later=True, by_name=True, matched=(42,), proc=str(proc), tmp_dir=str(shm))
+        waits = choose_jack(
+            None, False, (), later=True, match="^jackd", matched=(42,), proc=str(proc), tmp_dir=str(shm)
+        )
         assert waits is not None and waits.server is None and not waits.follow  # waits for "later"
         monkeypatch.delenv("JACK_DEFAULT_SERVER")
         # What a line saying a server is not there adds: the ones that run (another user's with its uid).

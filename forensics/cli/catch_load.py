@@ -384,7 +384,6 @@ def catch_load(
         command,
         pids,
         later=bool(match or command),
-        by_name=bool(match),
         matched=matching,
         match=regex.pattern if regex is not None else None,
     )

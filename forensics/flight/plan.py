@@ -63,7 +63,7 @@ class Planner:
             # window would cut (it began inside, ends beyond) joins only where the window cannot end before
             # it began (an episode it holds still runs then): else it is the next window's, whole.
             if t_end <= end or held > t:
-                window.end_ns = max(end, t_end + self.after_ns) if t_end > end else end
+                window.end_ns = end if t_end <= end else t_end + self.after_ns
                 window.triggers.append(trigger)
                 return
             # The window ends where this trigger's own time before begins (or where its episodes end): the

@@ -137,16 +137,15 @@ def choose_jack(
     command: tuple[str, ...],
     pids: tuple[int, ...] = (),
     later: bool = False,
-    by_name: bool = False,
     matched: tuple[int, ...] = (),
     match: str | None = None,
     proc: str = "/proc",
     tmp_dir: str = JACK_TMP_DIR,
 ) -> JackChoice | None:
     """`jack`: None when --jack was not given, "" for --jack without a name, else the server name.
-    `pids`: the targets given now; `later`: targets will appear later (--match, a command); `by_name`:
-    they are found by name (--match), so a server may be one of them and start after the recorder; `matched`:
-    the processes --match finds now, `match` its pattern. `proc` and `tmp_dir`: where /proc and JACK_TMP_DIR
+    `pids`: the targets given now; `later`: targets will appear later (--match, a command); `matched`: the
+    processes --match finds now; `match`: its pattern (targets found by name, so a server may be one of them
+    and start after the recorder). `proc` and `tmp_dir`: where /proc and JACK_TMP_DIR
     are (tests)."""
     if no_jack:
         return None
@@ -179,7 +178,9 @@ def choose_jack(
         # libjack's default is root's own server when root records: a user's jackd, started later, is found
         # by the graph a matching process joins, unless JACK_DEFAULT_SERVER names the server meant.
         named = bool(os.environ.get("JACK_DEFAULT_SERVER"))
-        return JackChoice(None, False, False, False, UNTIL_THE_END, match=None if named else match) if by_name else None
+        if match is None:
+            return None
+        return JackChoice(None, False, False, False, UNTIL_THE_END, match=None if named else match)
     if later:  # a target may join the graph: run it, follow the clients once one is a target
         return JackChoice(None, False, False, False, 0.0)
     return None

@@ -53,6 +53,8 @@ from samplers.engine.choose import (
     server_reachable,
 )
 from samplers.engine.source import die_with_recorder, tell_recorder
+from samplers.procfs import ProcPaths
+from samplers.targets import Discovery, TargetSpec, read_process
 
 ENGINE = "jack"
 STATUS_NS = 50_000_000  # cpu_load() and buffer size at 20 Hz
@@ -68,15 +70,6 @@ MATCH_SCAN_S = 1.0
 SERVER_GONE = "the JACK server went away"  # how an end by the server's shutdown callback begins
 XRUN_LINE = re.compile(r"JackEngine::XRun: client = (.+?) was not finished(?:, state = (\w+))?")
 DRIVER_XRUN_LINE = re.compile(r"(\w+)::\w+ XRun = (\d+(?:\.\d+)?) usec")
-
-
-def _running(pid: int) -> bool:
-    """Whether the process runs (not gone, not a zombie: stat field 3)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rpartition(b")")[2].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False
 
 
 def _split_port(name: str) -> tuple[str, str]:
@@ -143,9 +136,6 @@ class JackSource:
         servers = jack_servers()
         if not servers:
             return False
-        from samplers.procfs import ProcPaths
-        from samplers.targets import Discovery, TargetSpec
-
         for info in Discovery(TargetSpec(match=self.match), ProcPaths()).scan():
             found = graph_server(info.pid, servers)
             if found is None:
@@ -563,7 +553,7 @@ class JackSource:
                 if kind == "shutdown":
                     self.stop_reason = self._gone_reason(args)
                     return
-        if self.jackd_pid is not None and not _running(self.jackd_pid):
+        if self.jackd_pid is not None and read_process(ProcPaths(), self.jackd_pid) is None:  # gone or a zombie
             self.stop_reason = f"{SERVER_GONE} (jackd, pid {self.jackd_pid}, had exited by the recording's end)"
 
     def _client_refnums(self) -> list[int]:
