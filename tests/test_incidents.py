@@ -750,6 +750,68 @@ def test_a_loaded_machines_data_loop_and_client_without_a_period_are_links_by_th
     assert members.attrs["hidden"]["episodes"] == 1 and 499 not in set(members["tid"])
 
 
+# Extra wake-ups of a time-shared client per 200 ms block, in turn (its other threads' requests, a wait for a
+# CPU split in two): its switch-ins per block wander, as a jackd --no-realtime graph's clients' did beside
+# three CPU hogs (revA 31 %, fluidsynth 9 % steady blocks), while its mean rate stays the cycle's.
+TIMESHARED_EXTRA = (0, 9, 26, 4, 17, 33, 2, 12)
+TIMESHARED_WAIT_MS = 5.0  # the client's wait for a CPU in the late cycle: it ends past the period
+
+
+def test_a_timeshared_client_without_a_period_is_watched_and_its_wait_for_a_cpu_is_the_root():
+    """An engine without real-time priority (jackd --no-realtime; no rtprio for its user): on a busy machine its
+    clients' switch-ins per block wander and /proc finds them no period, so they were watched by nobody, their
+    waits for a CPU were no episodes, and the late cycles they made were rooted at an `unknown` driver (79 of
+    189 xruns of such a graph). Their mean rate is the cycle's: they take the engine's period, are watched,
+    and the cycle one of them ended late, runnable without a CPU, is rooted at it."""
+    loop = Timeline(tid=500, comm="pipewire", pid=499, policy=0, rtprio=0, cpu=0)
+    client = Timeline(tid=600, comm="python", pid=600, policy=0, rtprio=0, cpu=1)
+    per_block = round(200 * MS / PERIOD)
+    wait = int(TIMESHARED_WAIT_MS * MS)
+    for k in range(int(DURATION // PERIOD)):
+        start = T0 + k * PERIOD
+        t = loop.add(loop.ends[-1] if loop.ends else T0, max(start, loop.ends[-1] if loop.ends else T0), synth.SLEEP)
+        t = loop.add(t, t + 15 * US, synth.RUNNABLE)
+        signal = loop.add(t, t + 60 * US, synth.USER)
+        c = client.add(client.ends[-1] if client.ends else T0, signal, synth.SLEEP)
+        c = client.add(c, c + (wait if k == STARVED_CYCLE else 10 * US), synth.RUNNABLE)
+        finish = client.add(c, c + FINISH - 100 * US, synth.USER)
+        block, place = divmod(k, per_block)
+        if place < TIMESHARED_EXTRA[block % len(TIMESHARED_EXTRA)]:  # a second wake-up in this cycle
+            c = client.add(finish, finish + 300 * US, synth.SLEEP)
+            finish = client.add(c, c + 50 * US, synth.USER)
+        loop.add(signal, finish + 5 * US, synth.SLEEP)
+        loop.add(finish + 5 * US, finish + 35 * US, synth.USER)
+    loop.add(loop.ends[-1], T0 + DURATION + PERIOD, synth.SLEEP)
+    client.add(client.ends[-1], T0 + DURATION + PERIOD, synth.SLEEP)
+    # A thread beside the driver's in its process, woken by requests once or twice a cycle as irregularly
+    # (at the cycle's mean rate too): the process runs its cycle in the driver's thread, so it is no link.
+    requests = Timeline(tid=498, comm="pipewire", pid=499, policy=0, rtprio=0, cpu=1)
+    for k in range(int(DURATION // PERIOD)):
+        block, place = divmod(k, per_block)
+        for at in (1 * MS, 3 * MS)[: 2 if place < TIMESHARED_EXTRA[block % len(TIMESHARED_EXTRA)] else 1]:
+            t = requests.add(requests.ends[-1] if requests.ends else T0, T0 + k * PERIOD + at, synth.SLEEP)
+            requests.add(t, t + 20 * US, synth.USER)
+    requests.add(requests.ends[-1], T0 + DURATION + PERIOD, synth.SLEEP)
+    tables = _pipewire_tables()
+    k = np.arange(int(DURATION // PERIOD))
+    start = T0 + k * PERIOD
+    tables["engine_cycles"] = tables["engine_cycles"].iloc[0:0].reindex(range(len(k))).assign(
+        t_ns=start, engine="pipewire", driver="Dummy-Driver", cycle=k, quantum_frames=256, rate_hz=48000,
+        period_ns=PERIOD, delay_ns=0, end_ns=start + FINISH + np.where(k == STARVED_CYCLE, wait, 0), xruns_total=0,
+    )  # fmt: skip
+    cap = _capture([loop, client, requests], **tables)
+    profiles = thread_profiles(cap).set_index("tid")
+    assert (profiles.loc[[600, 498], "steady_fraction"] < 0.5).all(), "they must have no period of their own"
+    assert rules.runs_engine_cycle_by_rate(profiles.loc[[600, 498], "wakeups_per_s"].to_numpy(), PERIOD).all()
+    watched = set(select_threads(thread_profiles(cap))["tid"].tolist())
+    assert 600 in watched, "the client is watched"
+    assert 498 not in watched, "the driver's process runs its cycle in the driver's thread"
+    _, incidents, _ = _analyse(cap)
+    assert len(incidents) == 1, incidents[["root_comm", "root_verdict", "evidence"]]
+    row = incidents.iloc[0]
+    assert (row.root_tid, row.root_verdict) == (600, "runqueue"), row.evidence
+
+
 # ---------------------------------------------------------------------------------------------------
 # JACK and PipeWire in one capture: each engine's chain, period and cycles (issue 22, real graphs)
 
