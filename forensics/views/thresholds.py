@@ -20,7 +20,8 @@ def stall_thresholds(rules: R.StallRules, interval_ns: int) -> str:
         f"{least}; a window is hot from {rules.busy_fraction:.0%} busy (--busy-fraction); a fault storm "
         f"from {rules.fault_rate_per_ms:g} faults per ms on CPU (--fault-rate); a wake-up is missed after "
         f"the period + max({fmt_ns(rules.wake_margin_intervals * interval_ns)}, "
-        f"{R.PERIOD_TOLERANCE_FRACTION:.0%} of the period) without a switch-in."
+        f"{R.PERIOD_TOLERANCE_FRACTION:.0%} of the period) without a switch-in, or, in a window the sampler "
+        "left long, when its time off CPU over its switch-ins + 1 exceeds that (a lower bound)."
     )
 
 
