@@ -165,7 +165,9 @@ def _links_of_engine(
         # JACK's driver ("system") is a client of no process of its own: it runs in the server's thread.
         pid_of[driver_name] = server
     order = _graph_order(cap, list(pid_of), driver_name, engine)
-    by_rate = unsteady[runs_engine_cycle_by_rate(unsteady["wakeups_per_s"].to_numpy(), period)]
+    by_rate = unsteady[
+        runs_engine_cycle_by_rate(unsteady["wakeups_per_s"].to_numpy(), period, unsteady["wall_ns"].to_numpy())
+    ]
     rows = []
     for name, pid in pid_of.items():
         mine = periodic[(periodic["pid"] == pid) & _same_period(periodic["period_ns"].to_numpy(), period, rules)]

@@ -507,6 +507,8 @@ def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
     # (A profile without a rate or a policy, as a test's few columns: no thread is an engine's by its rate.)
     rate = pd.to_numeric(profiles.get("wakeups_per_s", pd.Series(np.nan, index=profiles.index)), errors="coerce")
     rate = rate.to_numpy(dtype=np.float64)
+    life_ns = pd.to_numeric(profiles.get("wall_ns", pd.Series(np.nan, index=profiles.index)), errors="coerce")
+    life_ns = life_ns.to_numpy(dtype=np.float64)
     timeshared = ~profiles["rt"].to_numpy(dtype=bool) if "rt" in profiles else np.zeros(len(profiles), dtype=bool)
     pid = profiles["pid"]
     agrees = np.zeros(len(profiles), dtype=bool)
@@ -535,7 +537,7 @@ def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
         # driver's, and beside it jackd --no-realtime has a thread woken by its clients' requests and
         # notifications (158-236 switch-ins a second through xruns at 5.333 and 2.667 ms periods).
         fits = of_engine & timeshared & ~periodic & np.isnan(fixed)
-        fits &= rules.runs_engine_cycle_by_rate(rate, float(period))
+        fits &= rules.runs_engine_cycle_by_rate(rate, float(period), life_ns)
         at_cycle = pid[of_engine & ~np.isnan(fixed)].unique()
         fits &= ~pid.isin(at_cycle).to_numpy()
         most = pd.DataFrame({"tid": profiles["tid"], "pid": pid, "rate": rate})[fits]

@@ -802,7 +802,8 @@ def test_a_timeshared_client_without_a_period_is_watched_and_its_wait_for_a_cpu_
     cap = _capture([loop, client, requests], **tables)
     profiles = thread_profiles(cap).set_index("tid")
     assert (profiles.loc[[600, 498], "steady_fraction"] < 0.5).all(), "they must have no period of their own"
-    assert rules.runs_engine_cycle_by_rate(profiles.loc[[600, 498], "wakeups_per_s"].to_numpy(), PERIOD).all()
+    both = profiles.loc[[600, 498]]
+    assert rules.runs_engine_cycle_by_rate(both["wakeups_per_s"].to_numpy(), PERIOD, both["wall_ns"].to_numpy()).all()
     watched = set(select_threads(thread_profiles(cap))["tid"].tolist())
     assert 600 in watched, "the client is watched"
     assert 498 not in watched, "the driver's process runs its cycle in the driver's thread"

@@ -185,7 +185,10 @@ def test_a_thread_without_a_period_runs_the_engine_cycle_by_its_mean_switch_in_r
     # beyond four a cycle, at it, the data loop and the client on the loaded recording, at the slow bar,
     # under it, the daemon's main loop there, never switched in, unknown
     expected = [False, True, True, True, True, False, False, False, False]
-    assert rules.runs_engine_cycle_by_rate(rate, period).tolist() == expected
+    second = np.full(len(rate), 1e9)
+    assert rules.runs_engine_cycle_by_rate(rate, period, second).tolist() == expected
+    # jack_connect, a client for 30 ms at 435 switch-ins a second: too short a life for a mean rate
+    assert rules.runs_engine_cycle_by_rate(A([435.0, 435.0]), period, A([30e6, 1e9 - 1])).tolist() == [False, False]
 
 
 def test_a_cycle_that_ends_after_its_period_missed_its_deadline() -> None:
