@@ -502,6 +502,12 @@ def capture_origin_ns(cap: Capture) -> int | None:
     window = cap.meta.get("window")
     if isinstance(window, dict) and isinstance(window.get("origin_ns"), int):
         return int(window["origin_ns"])
+    return first_sample_ns(cap)
+
+
+def first_sample_ns(cap: Capture) -> int | None:
+    """The t_ns of the capture's first thread read (the first chunk's earliest: the recorder writes ticks in
+    order); None for a capture without samples."""
     for chunk in cap.iter_chunks("samples", columns=["t_ns"]):
         if len(chunk):
             return int(chunk["t_ns"].min())

@@ -137,6 +137,38 @@ def test_xruns_without_an_incident_show_no_root() -> None:
     assert frame["root_text"].tolist()[:2] == ["x", "x"] and pd.isna(frame["root_text"].iloc[2]), frame["root_text"]
 
 
+def test_xruns_before_the_recordings_first_read_are_said_to_be() -> None:
+    """The engine's sources attach before the threads' sampler reads (a real jackd found by --match: 9 xruns
+    of its start-up at negative times, root unknown): the view says why they have no root."""
+    from analyses.incidents import INCIDENT_COLUMNS
+    from analyses.source import first_sample_ns
+    from forensics.views.incidents import xruns_report
+    from tests import synth
+
+    thread = synth.Timeline(tid=7, comm="jackd", pid=7)
+    synth.periodic(thread, t0=10_000_000_000, duration_ns=300_000_000, period_ns=PERIOD_NS)
+    cap = engine_capture(base=synth.capture([thread], t0=10_000_000_000, duration_ns=300_000_000))
+    first_read = first_sample_ns(cap)
+    assert first_read is not None
+    none = pd.DataFrame({c: [] for c in INCIDENT_COLUMNS})
+    xruns = cap.table("xruns")
+    for shift_ns, said in ((0, None), (first_read - int(xruns["t_ns"].min()) - 1, 1)):
+        moved = xruns.iloc[:1].assign(t_ns=lambda x, s=shift_ns: x["t_ns"] + s)
+        early = Capture.from_frames(
+            meta=cap.meta,
+            trailer=None,
+            **{n: cap.table(n) for n in cap.table_names if n != "xruns"},
+            xruns=pd.concat([moved, xruns.iloc[1:]], ignore_index=True),
+        )
+        notes = xruns_report(early, "synthetic", none, origin_ns=0).notes
+        before = [note for note in notes if "before the recording's first read" in note]
+        expected = [] if said is None else [
+            f"{said} of these came before the recording's first read of the threads (the engine's sources "
+            "attached first): no thread was read then, so their root is unknown."
+        ]  # fmt: skip
+        assert before == expected, notes
+
+
 def test_xruns_after_the_recordings_end_are_said_to_be() -> None:
     """The engine's sources stop after the threads' sampler: an xrun they saw after the recording's end has
     no incident, and the view says why (seen on a real jackd: two xruns 0.3 s after the end, root unknown);

@@ -10,6 +10,7 @@ import pandas as pd
 
 from analyses.incidents import IncidentRules, find_incidents, xrun_rows
 from analyses.rules import after_the_recording
+from analyses.source import first_sample_ns
 from analyses.span import in_span, overlaps_span
 from capture.format import Capture
 from forensics.describe import asked_threads, damage_notes
@@ -249,6 +250,15 @@ def xruns_report(
         )
     )
     report.notes += damage_notes(cap, origin_ns, t_range)  # an xrun there has no incident: nothing was read
+    first_ns = first_sample_ns(cap)
+    if first_ns is not None and (early := int((frame["t_ns"].to_numpy(np.int64) < first_ns).sum())):
+        # The engine's sources attach as soon as the engine is found, the threads' sampler a moment later (the
+        # eBPF sampler's programs take 1-2 s to load): seen on a real jackd found by --match, 9 xruns of its
+        # start-up before the first read, at negative times.
+        report.notes.append(
+            f"{early} of these came before the recording's first read of the threads (the engine's sources "
+            "attached first): no thread was read then, so their root is unknown."
+        )
     ended_ns = (cap.trailer or {}).get("ended_ns")
     late = after_the_recording(frame["t_ns"].to_numpy(np.int64), int(ended_ns) if ended_ns is not None else None)
     if late.any():  # the engine sources stop after the sampler: what they saw then has no thread read
