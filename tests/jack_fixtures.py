@@ -233,15 +233,19 @@ class CueClient:
 
 
 @contextlib.contextmanager
-def jackd(tmp: Path, period: int = 256, extra: tuple[str, ...] = (), name: str | None = None) -> Iterator[JackServer]:
-    """`jackd -n <unique> -R -d dummy -r 48000 -p PERIOD`, its output in a log file; stopped at the end.
-    A test that SIGKILLs the server gives a fixed `name`: its registry slot is reclaimed by the next run."""
+def jackd(
+    tmp: Path, period: int = 256, extra: tuple[str, ...] = (), name: str | None = None, realtime: bool = True
+) -> Iterator[JackServer]:
+    """`jackd -n <unique> -R -d dummy -r 48000 -p PERIOD` (`--no-realtime` instead of -R: its threads and its
+    clients' SCHED_OTHER), its output in a log file; stopped at the end. A test that SIGKILLs the server
+    gives a fixed `name`: its registry slot is reclaimed by the next run."""
     need_jack()
     name = name or f"t{uuid.uuid4().hex[:10]}"
     log = tmp / "jackd.log"
+    priority = "-R" if realtime else "--no-realtime"
     with open(log, "wb") as out:
         process = subprocess.Popen(
-            ["jackd", "-n", name, *extra, "-R", "-d", "dummy", "-r", "48000", "-p", str(period)],
+            ["jackd", "-n", name, *extra, priority, "-d", "dummy", "-r", "48000", "-p", str(period)],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env_with(name),
