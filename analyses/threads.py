@@ -529,17 +529,17 @@ def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
         # for a CPU, and /proc finds no period, though they run the cycle by their mean rate. Unwatched, their
         # waits were never episodes: a jackd --no-realtime graph beside three CPU hogs had 79 of 189 xruns
         # rooted at an `unknown` driver. With the engine's period they are the engine's periodic threads and
-        # their 2-3 ms waits for a CPU are found (0 unknown). A real-time thread without a period is watched
+        # their 2-3 ms waits for a CPU are found (2 unknown). A real-time thread without a period is watched
         # already and keeps none: the driver skipping cycles is what makes it irregular, and a period would
         # make each skipped cycle a late wake-up (analyses.incidents links it by its rate all the same).
         # One such thread a process, the one switched in most, and none in a process with a thread at the
-        # cycle already: a client runs its cycle in one thread (jack2 JackClient::Execute), the server in its
-        # driver's, and beside it jackd --no-realtime has a thread woken by its clients' requests and
-        # notifications (158-236 switch-ins a second through xruns at 5.333 and 2.667 ms periods).
-        fits = of_engine & timeshared & ~periodic & np.isnan(fixed)
-        fits &= rules.runs_engine_cycle_by_rate(rate, float(period), life_ns)
-        at_cycle = pid[of_engine & ~np.isnan(fixed)].unique()
-        fits &= ~pid.isin(at_cycle).to_numpy()
+        # cycle already (by its period, or real-time at the cycle's rate): a client runs its cycle in one
+        # thread (jack2 JackClient::Execute), the server in its driver's, and beside it jackd --no-realtime has
+        # a thread woken by its clients' requests and notifications (158-236 switch-ins a second through
+        # xruns at 5.333 and 2.667 ms periods).
+        by_its_rate = of_engine & ~periodic & np.isnan(fixed) & rules.runs_engine_cycle_by_rate(rate, period, life_ns)
+        at_cycle = pid[of_engine & (~np.isnan(fixed) | (by_its_rate & ~timeshared))].unique()
+        fits = by_its_rate & timeshared & ~pid.isin(at_cycle).to_numpy()
         most = pd.DataFrame({"tid": profiles["tid"], "pid": pid, "rate": rate})[fits]
         most = most.sort_values("rate", ascending=False, kind="stable").drop_duplicates("pid")
         fits = profiles["tid"].isin(most["tid"]).to_numpy()

@@ -734,20 +734,40 @@ def test_a_loaded_machines_data_loop_and_client_without_a_period_are_links_by_th
     tables = _pipewire_tables()
     cycles = tables["engine_cycles"]
     tables["engine_cycles"] = cycles[cycles["cycle"].isin(started)].reset_index(drop=True)
-    cap = _capture(links, **tables)
+    # The daemon runs its cycle in the real-time data loop (no period, the cycle's rate): a SCHED_OTHER
+    # request thread beside it at the cycle's rate is neither watched nor a link.
+    requests = _requests_thread(497, 499, TIMESHARED_EXTRA)
+    cap = _capture([*links, requests], **tables)
     profiles = thread_profiles(cap).set_index("tid")
     assert not profiles.loc[500, "periodic"] and not profiles.loc[600, "periodic"], profiles["steady_fraction"]
     assert profiles.loc[499, "periodic"], "the main loop keeps a period of its own"
+    assert not profiles.loc[497, "periodic"] and profiles.loc[497, "steady_fraction"] < 0.5
+    assert 497 not in set(select_threads(thread_profiles(cap))["tid"].tolist())
     episodes, incidents, members = _analyse(cap)
     main = episodes[episodes["tid"] == 499]
     assert len(main) == 1 and main["verdict"].iloc[0] == "lock", episodes[["tid", "verdict", "start_ns"]]
     chain = chain_links(cap, select_threads(thread_profiles(cap))).set_index("tid")
-    assert {500, 600} <= set(chain.index) and 499 not in chain.index, chain
+    assert {500, 600} <= set(chain.index) and not {499, 497} & set(chain.index), chain
     assert bool(chain.loc[500, "driver"])
     assert len(incidents) == 1, incidents[["root_tid", "root_verdict", "evidence"]]
     row = incidents.iloc[0]
     assert (row.root_tid, row.root_verdict, row.chain_source) == (500, "runqueue", "engine"), row.evidence
     assert members.attrs["hidden"]["episodes"] == 1 and 499 not in set(members["tid"])
+
+
+def _requests_thread(tid: int, pid: int, extra: tuple[int, ...]) -> Timeline:
+    """A SCHED_OTHER thread beside an engine's cycle thread in its process, woken by requests once a cycle and
+    twice in the first `extra[block]` cycles of each 200 ms block: irregular (no period), at the cycle's
+    mean rate (jackd --no-realtime's request thread: 158-236 switch-ins a second through xruns)."""
+    requests = Timeline(tid=tid, comm="requests", pid=pid, policy=0, rtprio=0, cpu=1)
+    per_block = round(200 * MS / PERIOD)
+    for k in range(int(DURATION // PERIOD)):
+        block, place = divmod(k, per_block)
+        for at in (1 * MS, 3 * MS)[: 2 if place < extra[block % len(extra)] else 1]:
+            t = requests.add(requests.ends[-1] if requests.ends else T0, T0 + k * PERIOD + at, synth.SLEEP)
+            requests.add(t, t + 20 * US, synth.USER)
+    requests.add(requests.ends[-1], T0 + DURATION + PERIOD, synth.SLEEP)
+    return requests
 
 
 # Extra wake-ups of a time-shared client per 200 ms block, in turn (its other threads' requests, a wait for a
@@ -783,15 +803,8 @@ def test_a_timeshared_client_without_a_period_is_watched_and_its_wait_for_a_cpu_
         loop.add(finish + 5 * US, finish + 35 * US, synth.USER)
     loop.add(loop.ends[-1], T0 + DURATION + PERIOD, synth.SLEEP)
     client.add(client.ends[-1], T0 + DURATION + PERIOD, synth.SLEEP)
-    # A thread beside the driver's in its process, woken by requests once or twice a cycle as irregularly
-    # (at the cycle's mean rate too): the process runs its cycle in the driver's thread, so it is no link.
-    requests = Timeline(tid=498, comm="pipewire", pid=499, policy=0, rtprio=0, cpu=1)
-    for k in range(int(DURATION // PERIOD)):
-        block, place = divmod(k, per_block)
-        for at in (1 * MS, 3 * MS)[: 2 if place < TIMESHARED_EXTRA[block % len(TIMESHARED_EXTRA)] else 1]:
-            t = requests.add(requests.ends[-1] if requests.ends else T0, T0 + k * PERIOD + at, synth.SLEEP)
-            requests.add(t, t + 20 * US, synth.USER)
-    requests.add(requests.ends[-1], T0 + DURATION + PERIOD, synth.SLEEP)
+    # The process runs its cycle in the driver's thread: a request thread beside it is no link.
+    requests = _requests_thread(498, 499, TIMESHARED_EXTRA)
     tables = _pipewire_tables()
     k = np.arange(int(DURATION // PERIOD))
     start = T0 + k * PERIOD
