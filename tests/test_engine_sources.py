@@ -234,7 +234,13 @@ def test_a_pipewire_daemon_started_after_the_recorder_is_attached(tmp_path: Path
         with pipewire_daemon(runtime) as daemon:
             seen_ns = (runtime / "pipewire-0").stat().st_ctime_ns - (time.time_ns() - time.monotonic_ns())
             client = daemon.spin_client("late", tmp_path / "late.jsonl")
-            _wait_capture(out, lambda cap: _cycles_of(cap, "pipewire") > 100)
+            client_ready_ns = time.monotonic_ns()
+            # The client becomes a target when the source reports it and the recorder's next discovery runs:
+            # waited for, not assumed done by the 100th cycle (under load it was not, once: a race of the test).
+            _wait_capture(
+                out,
+                lambda cap: _cycles_of(cap, "pipewire") > 100 and client.pid in set(cap.threads["pid"].tolist()),
+            )
             _, err = stop_recording(rec)
             daemon_pid, client_pid = daemon.pid, client.pid
     finally:
@@ -250,6 +256,9 @@ def test_a_pipewire_daemon_started_after_the_recorder_is_attached(tmp_path: Path
     assert len(capture.engine_cycles) > 100
     recorded = set(capture.threads["pid"])
     assert daemon_pid in recorded and client_pid in recorded, "the daemon and its client are targets"
+    samples = capture.samples
+    first_read_ns = int(samples.loc[samples["pid"] == client_pid, "t_ns"].min())
+    print(f"the client's first read {(first_read_ns - client_ready_ns) / 1e6:.0f} ms after it was ready")
 
 
 def load_meta_attached(out: Path) -> int:
