@@ -87,6 +87,8 @@ def one_run(name: str, pid: int, seconds: float) -> dict:
         "threads": trailer["threads_seen"],
         "ticks": trailer["ticks"],
         "missed_pct": 100.0 * trailer["missed_ticks"] / max(1, trailer["ticks"] + trailer["missed_ticks"]),
+        # Records the kernel's full ring refused (the recorder's wake-up too far apart): never expected.
+        "refused": (trailer.get("ebpf_sampler") or {}).get("kernel_records_refused", 0),
         "p99_ms": trailer["interval_p99_ns"] / 1e6,
         "recorder_pct": pct(trailer["sampler_cpu_ns"]),
         "writer_pct": pct(trailer["writer_cpu_ns"]),
@@ -123,13 +125,13 @@ def main() -> None:
     print(f"Bitwig-shaped target, {args.seconds:.0f} s per sampler at 2 ms, load average at start {load:.2f}")
     print(
         f"{'sampler':>10} {'threads':>7} {'missed':>7} {'p99 ms':>7} {'recorder':>9} {'writer':>7} "
-        f"{'probes':>7} {'whole':>7} {'B/sample':>8}"
+        f"{'probes':>7} {'whole':>7} {'B/sample':>8} {'refused':>7}"
     )
     for r in results:
         print(
             f"{r['sampler']:>10} {r['threads']:>7} {r['missed_pct']:>6.2f}% {r['p99_ms']:>7.3f} "
             f"{r['recorder_pct']:>8.1f}% {r['writer_pct']:>6.1f}% {r['probes_pct']:>6.1f}% {r['whole_pct']:>6.1f}% "
-            f"{r['bytes_per_sample']:>8.2f}"
+            f"{r['bytes_per_sample']:>8.2f} {r['refused']:>7}"
         )
     OUT.mkdir(exist_ok=True)
     (OUT / "ebpf_sampler_bench.json").write_text(json.dumps({"load_at_start": load, "results": results}, indent=2))

@@ -130,6 +130,8 @@ def one_run(
         "ticks": trailer["ticks"],
         "missed_ticks": trailer["missed_ticks"],
         "missed_pct": 100.0 * trailer["missed_ticks"] / (trailer["ticks"] + trailer["missed_ticks"]),
+        # --sampler ebpf: records the kernel's full ring refused (the recorder's wake-up too far apart)
+        "refused": (trailer.get("ebpf_sampler") or {}).get("kernel_records_refused", 0),
         "p50_ms": trailer["interval_p50_ns"] / 1e6,
         "p99_ms": trailer["interval_p99_ns"] / 1e6,
         "max_ms": trailer["interval_max_ns"] / 1e6,
@@ -172,7 +174,7 @@ def main() -> None:
     header = (
         f"{'target':>17} {'slow':>5} {'thr':>5} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7} {'missed':>12} "
         f"{'rec CPU':>8} {'wri CPU':>8} {'tool':>7} {'C loop':>7} {'tool/C':>6} {'rows/t':>7} {'ns/read':>8} "
-        f"{'C read':>7} {'B/sample':>8}"
+        f"{'C read':>7} {'B/sample':>8} {'refused':>7}"
     )
     print(
         f"sampler {args.sampler}, interval {args.interval}, {args.seconds:.0f} s per run, "
@@ -185,7 +187,7 @@ def main() -> None:
             f"{r['max_ms']:>7.3f} {r['missed_ticks']:>5} {r['missed_pct']:>5.2f}% {r['recorder_cpu_pct']:>7.1f}% "
             f"{r['writer_cpu_pct']:>7.1f}% {r['tool_cpu_pct']:>6.1f}% {r['c_loop_cpu_pct']:>6.1f}% "
             f"{r['tool_over_c']:>6.2f} {r['rows_per_tick']:>7.1f} {r['recorder_ns_per_read']:>8.0f} "
-            f"{r['c_ticked_ns_per_read']:>7.0f} {r['bytes_per_thread_sample']:>8.2f}"
+            f"{r['c_ticked_ns_per_read']:>7.0f} {r['bytes_per_thread_sample']:>8.2f} {r['refused']:>7}"
         )
     OUT.mkdir(exist_ok=True)
     (OUT / "sampler_bench.json").write_text(json.dumps({"load_at_start": load, "results": results}, indent=2))

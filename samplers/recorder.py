@@ -47,8 +47,14 @@ STDIN_NS = 50_000_000
 HANDOVER_NS = 10_000_000  # frames go to the writer in batches this far apart
 # Under the eBPF sampler's kernel tick the recorder wakes this often to drain the ticks (and hands them over at
 # each wake-up): its cost is mostly per wake-up, each numpy call running cold after the sleep (in-process on the
-# Bitwig shape, alternating, 10 s each: 6.5-7.4 % of a core at 10 ms, 5.1-5.6 % at 20). The ring holds 0.5 s.
-KERNEL_TICK_WAKE_NS = 20_000_000
+# Bitwig shape, alternating, 10 s each: 6.5-7.4 % of a core at 10 ms, 5.1-5.6 % at 20; the whole tool, nine
+# rounds: recorder 3.3-4.6 % at 20 ms, 2.4-3.8 at 40, 2.1-3.1 at 50, README "The eBPF sampler"). Bounded by:
+# the ring (TICK_RING_PAGES, 26 000 records) holds ~0.95 s of the Bitwig shape's ticks (55 records a tick, a
+# 50 ms drain 2 000 at most) and refused none at 2000 threads; the stat lines are stored at the first tick
+# after their read whatever this is (EbpfRows.stat); a wake-up is at most one SLEEP_SLICE_NS, so a stop is
+# seen as soon; the flight watcher waits FLUSH_LAG_NS (2 s) for late rows; the last drain at the end is of one
+# wake-up's ticks.
+KERNEL_TICK_WAKE_NS = 50_000_000
 SLEEP_SLICE_NS = 50_000_000  # a long wait for the next tick wakes this often to see a stop request
 # What may wait for a writer that does not keep up (stopped, slow disk) on top of the pipe's 1 MiB;
 # beyond it, new ticks are dropped and counted as lost (the trailer says so), so memory stays bounded.
@@ -80,7 +86,7 @@ class RecorderOptions:
     taskstats: str = "none"  # all | rt | none: per-thread netlink taskstats at the tick (root)
     ebpf: bool = False  # the writer process attaches the eBPF probes (root, BCC)
     sampler: str = "proc"  # proc | ebpf: the tick reads /proc, or the kernel counters of samplers/ebpf/sampler.py
-    # Under --sampler ebpf: "kernel": a BPF program takes the tick and the recorder drains them every 20 ms
+    # Under --sampler ebpf: "kernel": a BPF program takes the tick and the recorder drains them every 50 ms
     # (the recorder's own tick where that cannot be had); "recorder": the recorder's own tick.
     ebpf_tick: str = "kernel"
     cpu: int | None = None
@@ -742,6 +748,14 @@ class Recorder:
         kernel_ticks = self.ebpf_ticker is not None and self.ebpf_ticker.kernel_ticks is not None
         if kernel_ticks:
             self._publish_layout()  # before tick 0: the kernel's ticks from tick 0 on name it
+            # Every thread's stat line (all new) before tick 0, so that tick 0 has their rows: a line is stored at
+            # the first tick taken after it was read (EbpfRows.stat).
+            ticker = self.ebpf_ticker
+            data, gone = ticker.stat_frame(0, self.layout_base, self.clock)
+            if data:
+                self._send(data)
+            for i in gone:
+                self._thread_exited(ticker.tids[i], self.clock())
         start = self.clock()  # tick 0: after the initial discovery, which opened every fd
 
         # Under the kernel's tick (samplers/ebpf/sampler.py KernelTicks) the loop wakes every KERNEL_TICK_WAKE_NS to
@@ -863,10 +877,10 @@ class Recorder:
                     self.tick_frames += 1
                 ebpf_tids = self.phase_tids[phase] if self.ebpf_ticker is not None else []
                 if kernel_ticks:
-                    # The stat lines due, then the ticks the kernel took since the last wake-up. The lines are
-                    # numbered as the first of those ticks: each tick has its threads' lines before it (a row
-                    # without one is not stored: a new thread's or, at the start, every thread's), at the cost
-                    # of the slow columns leading by up to one wake-up (DESIGN.md "The eBPF sampler").
+                    # The stat lines due, then the ticks the kernel took since the last wake-up. The lines go
+                    # before those ticks (numbered as the first), and the writer stores them at the first tick
+                    # taken after their read, here or in a later drain (EbpfRows.stat): a value is never shown
+                    # before it was read, whatever KERNEL_TICK_WAKE_NS (DESIGN.md "The eBPF sampler").
                     if ebpf_tids:
                         ticker = self.ebpf_ticker
                         data, dead = ticker.stat_frame(ticker.kernel_ticks.last_tick + 1, self.layout_base, mono)

@@ -295,6 +295,43 @@ def test_a_thread_on_a_cpu_or_runnable_is_decoded_every_tick() -> None:
     assert (np.diff(samples["run_ns"][samples["tid"] == 11]) == TICK_NS).all()
 
 
+def test_a_stat_line_is_stored_at_the_first_tick_taken_after_it_was_read() -> None:
+    """Under the kernel's tick the recorder reads the stat lines at a wake-up, then drains the ticks the kernel
+    took since the last one: the frame is numbered as the first of them, but a value read at T (a major fault,
+    a policy change) must not show at a tick before T. Across a take (the writer's chunk) too."""
+    busy = _Thread(11, "busy", random.Random(1))
+    busy.phase, busy.since, busy.event = PHASE_ON_CPU, 900_000_000, 900_000_000
+    rows = EbpfRows(DEFAULT_RULES)
+    rows.layout({"id": 1, "tids": [11], "pids": [PID], "slots": [0]})
+
+    def stat(tick: int, t_ns: int) -> None:
+        text = busy.stat()
+        header = frames.EBPF_TICK_HEADER.pack(tick, 1, t_ns, 1)
+        rows.stat(header + np.zeros(1, dtype="<u4").tobytes() + np.array([len(text)], "<u4").tobytes() + text)
+
+    def tick(number: int) -> None:
+        raw = busy.slot()
+        rows.tick(frames.EBPF_TICK_HEADER.pack(number, 1, 1_000_000_000 + number * TICK_NS, len(raw)) + raw)
+
+    stat(0, 999_000_000)  # before tick 0
+    tick(0)
+    busy.utime = 5
+    stat(1, 1_000_000_000 + 6 * TICK_NS + 1)  # read just after tick 6, sent before ticks 1-10
+    first, slow_first = rows.take()  # a chunk ends between the frame and its ticks
+    for number in range(1, 11):
+        tick(number)
+    busy.utime = 9
+    stat(11, 1_000_000_000 + 10 * TICK_NS + 1)  # read after the last tick: stored at none
+    second, slow_second = rows.take()
+    assert first is not None and second is not None
+    samples = second["samples"]
+    assert samples["tick"].tolist() == list(range(1, 11))  # on a CPU: a row each tick
+    assert samples["utime"].tolist() == [0] * 6 + [5] * 4
+    assert slow_first is not None and slow_first["tick"].tolist() == [0]  # the thread changes' ticks alike
+    assert slow_second is not None and slow_second["tick"].tolist() == [7]
+    assert rows.stats_waiting  # the last one waits for a tick that never comes
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_slots_sent_as_changes_store_the_rows_of_every_slot_sent_whole(seed: int) -> None:
     """Ticks dropped at random (the writer behind), in runs, the first among them, across the thread exits, the

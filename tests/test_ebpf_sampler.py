@@ -394,6 +394,67 @@ def test_the_probes_count_the_tasks_a_followed_process_creates() -> None:
         sampler.stop()
 
 
+# Takes a major fault every 10 ms for 3 s (a page of a file on disk, unmapped and dropped from the page cache
+# before each touch; MADV_RANDOM: no read-ahead) and logs, before each, its time and its major faults so far.
+MAJOR_FAULTS = """
+import mmap, os, sys, time
+path, log = sys.argv[1], sys.argv[2]
+with open(path, "wb") as f:
+    f.write(os.urandom(1 << 20)); f.flush(); os.fsync(f.fileno())
+fd = os.open(path, os.O_RDONLY)
+m = mmap.mmap(fd, 1 << 20, prot=mmap.PROT_READ)
+m.madvise(mmap.MADV_RANDOM)
+def majflt():
+    with open("/proc/thread-self/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[9])
+lines = []
+end = time.monotonic() + 3.0
+while time.monotonic() < end:
+    m.madvise(mmap.MADV_DONTNEED)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    before = majflt()
+    lines.append(f"{time.monotonic_ns()} {before}\\n")
+    m[4096 * 7]
+    time.sleep(0.01)
+open(log, "w").write("".join(lines))
+"""
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_bcc
+def test_a_stat_value_is_never_shown_before_it_was_read(tmp_path: Path) -> None:
+    """The stat lines (major faults, policy, priority) are read at the recorder's wake-ups, between the kernel's
+    ticks: a value read at T is stored at a tick at or after T, never at one taken before it, so no fault is
+    shown before it happened, whatever the wake-up interval."""
+    from tests.recording import record_capture
+
+    log = tmp_path / "faults.txt"
+    out = tmp_path / "faults.ssf"
+    cap = record_capture(
+        out,
+        "--sampler",
+        "ebpf",
+        "--",
+        sys.executable,
+        "-c",
+        MAJOR_FAULTS,
+        str(tmp_path / "data"),
+        str(log),
+        timeout=120,
+    )
+    fault_ns, before = np.loadtxt(log, dtype=np.int64, ndmin=2).T  # each fault's start, the count before it
+    rows = cap.samples[cap.samples["tid"] == cap.samples["pid"]].sort_values("tick")
+    # Faults were taken while recorded, and were major ones (or the check below could not fail).
+    assert before[-1] - before[0] >= 100
+    assert rows["majflt"].max() - rows["majflt"].min() >= 50
+    # A row at a tick before a fault's start shows at most the count before that fault.
+    nxt = np.searchsorted(fault_ns, rows["t_ns"].to_numpy(), side="right")
+    within = nxt < len(fault_ns)
+    shown, bound = rows["majflt"].to_numpy()[within], before[nxt[within]]
+    early = np.flatnonzero(shown > bound)
+    assert not len(early), f"{len(early)} rows show faults not taken yet (first: {shown[early[0]]} > {bound[early[0]]})"
+
+
 @pytest.mark.needs_root
 @pytest.mark.needs_bcc
 def test_a_thread_started_late_is_recorded_though_scans_list_only_after_a_new_task(tmp_path: Path) -> None:

@@ -56,7 +56,7 @@ PHASE_UNKNOWN, PHASE_ON_CPU, PHASE_RUNNABLE, PHASE_OFF, PHASE_EXITED = 0, 1, 2, 
 TICK_REC = np.dtype([("index", "<u4"), ("used", "<u4"), ("words", "<u8", (8,))])
 TICK_INDEX = 0xFFFFFFFF
 TICK_PART = 512  # slots a part of the kernel's tick walks (sampler.bpf.c); 33 tail calls at most
-TICK_RING_PAGES = 512  # 2 MiB: ~26 000 records, 0.5 s of the Bitwig-shaped target's ticks (48 slots each)
+TICK_RING_PAGES = 512  # 2 MiB: ~26 000 records, ~0.95 s of the Bitwig-shaped target's ticks (55 records each)
 _U64 = struct.Struct("<Q")
 
 
@@ -828,10 +828,11 @@ class EbpfTicker:
         return out + self.slot_frames.frame(tick, layout_id, mono(), self.sampler.read()), dead
 
     def stat_frame(self, tick: int, layout_id: int, mono: Callable[[], int]) -> tuple[bytes, list[int]]:
-        """The STAT_SLOW frame of the stat lines due (b"": none) and the layout indices whose read failed. Under
-        the kernel's tick `tick` is the first not drained yet: the lines go before it, as the recorder's tick
-        reads them before its copy of the slots. Of the threads whose turn it is, only those StatChoice says
-        can have changed are read."""
+        """The STAT_SLOW frame of the stat lines due (b"": none) and the layout indices whose read failed. The
+        frame's time is that of the last read: the writer stores the lines at the first tick from `tick` on taken
+        at or after it (EbpfRows.stat), so a value is never shown before it was read. Under the kernel's tick
+        `tick` is the first not drained yet; the recorder's own tick reads them before its copy of the slots. Of
+        the threads whose turn it is, only those StatChoice says can have changed are read."""
         n = len(self.tids)
         picked: list[int] = []
         t_stat = mono()
@@ -863,7 +864,7 @@ class EbpfTicker:
                 indices.append(i)
                 texts.append(text)
         self.reads += len(picked)
-        return (frames.encode_stat_slow(tick, layout_id, t_stat, indices, texts) if indices else b""), dead
+        return (frames.encode_stat_slow(tick, layout_id, mono(), indices, texts) if indices else b""), dead
 
     def lost(self) -> None:
         """The frames of the last tick() were dropped."""
@@ -896,5 +897,8 @@ class EbpfTicker:
         stats["stat_reads_skipped"] = self.stat_choice.skipped  # turns whose thread could not have changed
         if self.kernel_ticks is not None:
             stats["kernel_ticks_missed"] = self.kernel_ticks.missed
+            # Records the ring refused: never expected from a ring full (it holds ~1 s of the Bitwig shape, drained
+            # every KERNEL_TICK_WAKE_NS), yet seen at a few a run under load at any wake-up (README).
+            stats["kernel_records_refused"] = self.kernel_ticks.refused
         self.sampler.stop()
         return stats

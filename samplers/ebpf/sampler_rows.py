@@ -22,6 +22,7 @@ So the analyses read these rows as they read /proc's (DESIGN.md "The eBPF sample
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -79,7 +80,8 @@ class EbpfRows:
         # layout id, tick, t_ns, slot count, then either the slots' bytes (a whole frame) or the indices and u64
         # words of those that differ from the tick before's (a delta: the others are its, rebuilt in take())
         self.ticks: list[tuple[int, int, int, int, memoryview | None, np.ndarray | None, np.ndarray | None]] = []
-        self.stats: list[bytes] = []  # STAT_SLOW payloads
+        self.stats: list[tuple[int, bytes]] = []  # STAT_SLOW payloads placed (stat()), each with its tick
+        self.stats_waiting: deque[tuple[int, int, bytes]] = deque()  # (tick from, read time, payload) not placed yet
         self.rows_pending = 0
         # The latest stat read of each thread, carried from chunk to chunk.
         self.carry_tid = np.zeros(0, dtype=np.int64)
@@ -150,21 +152,31 @@ class EbpfRows:
             yield t_ns
 
     def _add(self, entry: tuple[int, int, int, int, memoryview | None, np.ndarray | None, np.ndarray | None]) -> None:
-        layout_id, tick, _, used, *_ = entry
+        layout_id, tick, t_ns, used, *_ = entry
+        waiting = self.stats_waiting
+        while waiting and tick >= waiting[0][0] and t_ns >= waiting[0][1]:  # stat(): read by now, stored here
+            self.stats.append((tick, waiting.popleft()[2]))
         self.ticks.append(entry)
         self.rows_pending += len(self.layouts[layout_id][0])
         self.base_tick, self.base_used = tick, used
 
     def stat(self, payload: bytes) -> None:
-        self.stats.append(payload)  # parsed in _slow(), all of a chunk's at once
+        """A STAT_SLOW frame: stored at the first tick taken from its tick on whose time is at or after its own,
+        the last read's: a value read at T is never shown at a tick before T. Under the kernel's tick the lines
+        are read at the recorder's wake-ups, after ticks it has not drained yet (its header's tick is the first of
+        those): numbered so, a major fault or a policy change would show up to one wake-up before it happened.
+        Parsed in _slow(), all of a chunk's at once; those read after the recording's last tick are not stored."""
+        tick, _, t_ns, _ = frames.EBPF_TICK_HEADER.unpack_from(payload)
+        self.stats_waiting.append((tick, t_ns, payload))
 
     def _slow(self) -> dict[str, Any] | None:
         """The STAT_SLOW rows since the last take: columns, and the stat texts (for renames, policy changes)."""
         if not self.stats:
             return None
         size = frames.EBPF_TICK_HEADER.size
-        heads = [frames.EBPF_TICK_HEADER.unpack_from(payload) for payload in self.stats]  # tick, layout, t_ns, n
-        views = [memoryview(payload) for payload in self.stats]
+        # Each one's tick as placed (stat()), its layout, read time and line count.
+        heads = [(tick, *frames.EBPF_TICK_HEADER.unpack_from(payload)[1:]) for tick, payload in self.stats]
+        views = [memoryview(payload) for _, payload in self.stats]
         indices = np.frombuffer(b"".join(v[size : size + 4 * h[3]] for v, h in zip(views, heads, strict=True)), "<u4")
         length = np.frombuffer(
             b"".join(v[size + 4 * h[3] : size + 8 * h[3]] for v, h in zip(views, heads, strict=True)), "<u4"
