@@ -7,6 +7,9 @@
    CPUs, 80 threads woken at random 5-200 times a second.
 2. Time each analysis in a fresh process (so that its peak RSS is its own): `find_stalls` and
    `summarize` through the Python API, then the same through the CLI (`forensics stalls|summarize`).
+   The project's modules are compiled to bytecode first (not timed), as an installed tool's are: the
+   figures before 2026-12-05 evening were taken with PYTHONDONTWRITEBYTECODE set and no __pycache__ (the
+   sessions' shells), so each run compiled its ~40 modules again (0.2-0.3 s of a CLI run).
 
     python bench/analyses_bench.py                       # the issue's size
     python bench/analyses_bench.py --minutes 1 --threads 20
@@ -129,22 +132,39 @@ print(json.dumps({{"seconds": elapsed, "rss_kib": hwm, "rows": n}}))
 """
 
 
-def run_api(what: str, path: Path) -> dict[str, float]:
+PACKAGES = ("analyses", "capture", "forensics")
+
+
+def child_env() -> dict[str, str]:
+    """The children's environment: the repo's modules first, their bytecode read (compile_project)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def compile_project() -> None:
+    """Write the project's bytecode (__pycache__, git-ignored) before the timed runs, as `pip install` or
+    an editable install's first run does; the libraries' is written when they are installed."""
+    command = [sys.executable, "-m", "compileall", "-q", *(str(REPO / p) for p in PACKAGES)]
+    subprocess.run(command, check=True, env=child_env())
+
+
+def run_api(what: str, path: Path, env: dict[str, str]) -> dict[str, float]:
     code = CHILD.format(repo=str(REPO), path=str(path), what=what)
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def run_cli(what: str, path: Path) -> dict[str, float]:
+def run_cli(what: str, path: Path, env: dict[str, str]) -> dict[str, float]:
     """The command as a user runs it; peak RSS of the child from wait4() (the parent stays small: the
     capture is generated in another process, as ru_maxrss is inherited across fork+exec)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
     start = time.perf_counter()
     proc = subprocess.Popen(
         [sys.executable, "-m", "forensics", what, str(path), "--json"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=env,
+        cwd=REPO,  # `-m` puts the working directory first on sys.path: this repo's code, wherever run from
     )
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - start
@@ -181,12 +201,15 @@ def main() -> None:
 
     rows = int((forensics.load(path).trailer or {}).get("rows", {}).get("samples", 0))
     size = path.stat().st_size
+    compile_project()
+    env = child_env()
     results: dict[str, dict[str, float]] = {}
     for what in ("stalls", "summarize"):
-        results[f"api {what}"] = run_api(what, path)
-        results[f"cli {what}"] = run_cli(what, path)
+        results[f"api {what}"] = run_api(what, path, env)
+        results[f"cli {what}"] = run_cli(what, path, env)
     report = {
         "thread_samples": rows,
+        "bytecode": "compiled before the runs",
         "file_bytes": size,
         "minutes": args.minutes,
         "threads": args.threads,
