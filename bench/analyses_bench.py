@@ -9,7 +9,7 @@
    `summarize` through the Python API, then the same through the CLI (`forensics stalls|summarize`).
    The project's modules are compiled to bytecode first (not timed), as an installed tool's are: the
    figures before 2026-12-05 evening were taken with PYTHONDONTWRITEBYTECODE set and no __pycache__ (the
-   sessions' shells), so each run compiled its ~40 modules again (0.2-0.3 s of a CLI run).
+   sessions' shells), so each run compiled its ~40 modules again (0.1-0.15 s of a CLI run).
 
     python bench/analyses_bench.py                       # the issue's size
     python bench/analyses_bench.py --minutes 1 --threads 20
