@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from analyses import rules
 from capture.format import Capture, to_pandas
 from capture.vocabulary import STATE_ALPHABET
 
@@ -493,6 +494,14 @@ def capture_interval_ns(cap: Capture) -> int:
     first_tid = head["tid"].iloc[0]
     t = np.sort(head.loc[head["tid"] == first_tid, "t_ns"].to_numpy())
     return int(np.median(np.diff(t))) if len(t) > 1 else 2_000_000
+
+
+def kept_interval_ns(cap: Capture) -> int:
+    """The length of the windows the recorder left between its reads: the interval asked for, or its median
+    read spacing where most ticks were missed (rules.kept_interval_ns). A rule that counts on a window's
+    length takes this one (analyses.threads._periodicity)."""
+    kept = (cap.trailer or {}).get("interval_p50_ns")
+    return rules.kept_interval_ns(capture_interval_ns(cap), float(kept) if isinstance(kept, (int, float)) else None)
 
 
 def capture_origin_ns(cap: Capture) -> int | None:

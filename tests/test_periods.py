@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from analyses.threads import thread_profiles
-from capture.format import load
+from capture.format import Capture, load
 from tests import synth
 from tests.recording import catch_load_argv
 from tests.synth import RUNNABLE, SLEEP, T0, US, USER, Timeline
@@ -136,3 +136,31 @@ def test_sched_other_lab_one_period_in_every_view(run_module, other_lab):
     assert watched[audio]["period_ns"] == nominal[audio] == pytest.approx(PERIOD_NS, abs=1_000)
     # The verdicts themselves depend on the machine's load (a SCHED_OTHER callback on a busy machine
     # really waits for a CPU): the accuracy tests run the lab alone (tests/test_accuracy_lab.py).
+
+
+def test_a_thread_woken_in_every_window_of_a_recorder_that_missed_most_ticks_gets_its_period():
+    """534 threads from /proc on 2 vCPUs: the recorder asked for 2 ms and kept a read every 9.1 ms. A real-time
+    thread at 5.333 ms is switched in inside every one of those windows, and counting the windows with a
+    switch-in gave every such thread the read spacing as its period (9.37 ms), so its missed wake-ups were
+    looked for 4 ms too late. Its switch-ins give its period."""
+    seconds = 4
+    tl = Timeline(tid=2010, comm="audio-0", policy=1, rtprio=10, cpu=0)
+    synth.periodic(tl, t0=T0, duration_ns=seconds * 1_000_000_000, period_ns=PERIOD_NS, work_ns=10 * US)
+    kept_ns = 9_100_000
+    samples = synth.sample([tl], t0=T0, duration_ns=seconds * 1_000_000_000, interval_ns=kept_ns)
+    samples["tick"] = (samples["tick"].astype(np.int64) * kept_ns // 2_000_000).astype(np.uint32)  # the missed ones
+    trailer = {"ticks": len(samples), "missed_ticks": 1970, "duration_ns": seconds * 1_000_000_000}
+    asked = synth.meta(2_000_000)
+    row_asked_only = thread_profiles(
+        Capture.from_frames(meta=asked, trailer=trailer, samples=samples, threads=synth.threads_table([tl], T0))
+    ).set_index("tid")
+    assert row_asked_only.loc[2010, "period_ns"] == pytest.approx(kept_ns, rel=0.05)  # the trap, without the median
+    cap = Capture.from_frames(
+        meta=asked,
+        trailer={**trailer, "interval_p50_ns": kept_ns},
+        samples=samples,
+        threads=synth.threads_table([tl], T0),
+    )
+    row = thread_profiles(cap).set_index("tid").loc[2010]
+    assert row["periodic"] and row["period_source"] == "/proc switch-ins"
+    assert row["period_ns"] == pytest.approx(PERIOD_NS, rel=0.02)

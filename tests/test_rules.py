@@ -231,3 +231,12 @@ def test_a_group_ended_at_an_attach_only_between_the_attach_and_the_first_record
     assert not rules.ended_at_an_attach(ends, np.zeros(0), np.zeros(0), period).any()  # never attached
     # Without a period the window ends at the first record; without either it is empty.
     assert rules.ended_at_an_attach(ends, attached, first, np.nan).tolist() == [False, True, True, False, False, False]
+
+
+def test_the_windows_are_the_median_read_spacing_where_most_ticks_were_missed() -> None:
+    # A kept 2 ms tick jitters by microseconds: its median stays the interval asked for.
+    assert rules.kept_interval_ns(2_000_000, 2_000_040.0) == 2_000_000
+    assert rules.kept_interval_ns(2_000_000, 2_490_000.0) == 2_000_000
+    assert rules.kept_interval_ns(2_000_000, 2_500_000.0) == 2_500_000  # from 1.25 intervals
+    assert rules.kept_interval_ns(2_000_000, 9_103_500.0) == 9_103_500  # 534 threads from /proc, 78 % missed
+    assert rules.kept_interval_ns(2_000_000, None) == 2_000_000  # no trailer: what was asked

@@ -1,0 +1,32 @@
+"""catch-load's summary says what would keep the interval when the recorder missed many ticks (a Bitwig-sized
+session from /proc on 2 vCPUs missed 78 % of them), and says nothing when it kept it."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from forensics.cli.catch_load import _missed_hint
+from samplers.recorder import RecorderOptions
+
+
+def _recorder(**options: object) -> SimpleNamespace:
+    return SimpleNamespace(options=RecorderOptions(output="x.ssf", **options), threads_seen=534)
+
+
+def test_a_recorder_that_kept_its_interval_gets_no_hint() -> None:
+    assert _missed_hint(0, 2500, _recorder()) == []
+    assert _missed_hint(24, 2476, _recorder()) == []  # under 1 %: a busy moment
+
+
+def test_proc_reads_that_did_not_fit_are_named_with_what_would_keep_the_interval() -> None:
+    lines = _missed_hint(1970, 535, _recorder(slow_interval_ns=0))
+    assert "534 threads" in lines[0] and "2.000 ms" in lines[0]
+    assert "--sampler ebpf" in lines[1] and "--slow-interval 20ms" in lines[1]
+    # Tiers already on: only the eBPF sampler is left to try.
+    tiered = _missed_hint(1970, 535, _recorder(slow_interval_ns=20_000_000))
+    assert "--sampler ebpf" in tiered[1] and "--slow-interval" not in tiered[1]
+
+
+def test_under_the_ebpf_sampler_a_missed_tick_is_the_machines() -> None:
+    (line,) = _missed_hint(100, 900, _recorder(sampler="ebpf"))
+    assert "kernel's tick" in line
