@@ -215,6 +215,24 @@ def min_stall_ns(period_ns: np.ndarray, interval_ns: int, rules: StallRules = DE
     return np.where(np.isnan(period_ns), MIN_STALL_INTERVALS * interval_ns, np.maximum(period_ns / 2.0, 0.0))
 
 
+# A window this many sampling intervals long or longer was left long by the sampler (its ticks missed: the
+# machine held it, or it had more to read than an interval holds). The busy-fraction test loses its edge as
+# a window grows: a 12 ms starvation of a FIFO thread in a 27 ms window is 44 % of it (the Bitwig shape from
+# /proc, 534 threads, a read every 11 ms at the median, five 12 ms FIFO 80 hogs: no episode at all).
+LONG_WINDOW_INTERVALS = 2.0
+
+
+def long_wait_in_window(
+    runqueue_ns: np.ndarray, switches: np.ndarray, wall_ns: np.ndarray, min_stall: np.ndarray, interval_ns: int
+) -> np.ndarray:
+    """A window left long in which one wait for a CPU lasted at least the least stall reported (min_stall_ns):
+    its runnable time was lived in at most `switches` waits, each ended by a switch-in (where the kernel
+    accounts it), so the longest lasted at least runqueue / switches (a lower bound). Such a window is hot."""
+    switches = np.asarray(switches, dtype=np.float64)
+    longest = np.asarray(runqueue_ns, dtype=np.float64) / np.maximum(switches, 1.0)
+    return (np.asarray(wall_ns) >= LONG_WINDOW_INTERVALS * interval_ns) & (switches > 0) & (longest >= min_stall)
+
+
 def spike_min_ns(interval_ns: int) -> int:
     """The smallest CPU time per window that can be a spike: a quarter interval."""
     return int(interval_ns * SPIKE_MIN_INTERVALS)

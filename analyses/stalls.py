@@ -141,6 +141,9 @@ def classify_windows(
     state = windows["state"].to_numpy()
     busy = on + rq
     hot = R.is_hot(busy, wall, rules.busy_fraction)
+    # Switch-ins here: a window the sampler left long is hot when one wait for a CPU in it was a stall.
+    switches = windows["switches"].to_numpy()
+    hot |= R.long_wait_in_window(rq, switches, wall, R.min_stall_ns(period, interval_ns, rules), interval_ns)
     faults = np.zeros(len(tid), dtype=np.int64)
     for name in ("minflt", "majflt"):
         if name in windows:
@@ -151,7 +154,6 @@ def classify_windows(
     state_start = windows["state_start"].to_numpy() if "state_start" in windows else state
     d_state = R.read_in_d(state, state_start, STATE_D) & (off > 0)
     # Runs of windows without a switch-in, per thread (a window with a switch-in starts a new run).
-    switches = windows["switches"].to_numpy()
     switched = switches > 0
     first = _group_starts(tid)
     key = np.cumsum(switched | first)

@@ -37,11 +37,11 @@ from analyses.engine import engine_period_medians
 from analyses.source import (
     KEPT_COLUMNS,
     KeptRows,
+    capture_interval_ns,
     fills_rows,
     iter_samples,
     keep_rows,
     keepable,
-    kept_interval_ns,
     thread_order,
 )
 from analyses.span import in_span
@@ -217,7 +217,7 @@ def _profiles(
     )
     joined = pd.concat(per_block).groupby(level=[0, 1, 2])
     blocks = joined.max().assign(woke=joined["woke"].sum()).reset_index().sort_values(["tid", "life", "block"])
-    periodic = _periodicity(blocks, kept_interval_ns(cap))
+    periodic = _periodicity(blocks, capture_interval_ns(cap))
     periodic = _by_voluntary_switches(cap, blocks, periodic, t_range, origin, block_ns)
     exact = lab_periods(cap)
     known = exact.index.intersection(threads.index)
@@ -249,7 +249,7 @@ def _likely_watched(cap: Capture, batch: pd.DataFrame, blocks_of: pd.DataFrame) 
     select_threads most likely picks once the whole capture is known."""
     tid = batch["tid"].to_numpy()
     rt = np.unique(tid[np.isin(batch["policy"].to_numpy(), RT_POLICIES)])
-    decided = _periodicity(blocks_of.reset_index().sort_values(["tid", "life", "block"]), kept_interval_ns(cap))
+    decided = _periodicity(blocks_of.reset_index().sort_values(["tid", "life", "block"]), capture_interval_ns(cap))
     periodic = decided.index[decided["periodic"].to_numpy(dtype=bool)].to_numpy()
     return np.union1d(rt, periodic).astype(np.int64)
 
@@ -681,7 +681,7 @@ def _by_voluntary_switches(
     )
     busy = blocks.set_index(["tid", "block"])[["busy", "life"]]
     per_block = per_block.join(busy, how="inner").reset_index().sort_values(["tid", "block"])
-    again = _periodicity(per_block, kept_interval_ns(cap))
+    again = _periodicity(per_block, capture_interval_ns(cap))
     found = again.index[again["periodic"].to_numpy(dtype=bool)]
     if not len(found):
         return periodic

@@ -240,3 +240,18 @@ def test_the_windows_are_the_median_read_spacing_where_most_ticks_were_missed() 
     assert rules.kept_interval_ns(2_000_000, 2_500_000.0) == 2_500_000  # from 1.25 intervals
     assert rules.kept_interval_ns(2_000_000, 9_103_500.0) == 9_103_500  # 534 threads from /proc, 78 % missed
     assert rules.kept_interval_ns(2_000_000, None) == 2_000_000  # no trailer: what was asked
+
+
+def test_a_window_left_long_is_hot_when_one_wait_for_a_cpu_in_it_was_a_stall() -> None:
+    def hot(runqueue_ns: int, switches: int, wall_ns: int) -> bool:
+        half_period = np.array([2_666_666.0])
+        return bool(
+            rules.long_wait_in_window(
+                np.array([runqueue_ns]), np.array([switches]), np.array([wall_ns]), half_period, 2_000_000
+            )[0]
+        )
+
+    assert hot(12_400_000, 4, 31_000_000)  # 12.4 ms runnable over 4 switch-ins: one wait of 3.1 ms at least
+    assert not hot(12_400_000, 5, 31_000_000)  # over 5, only 2.48 ms each is certain: not enough
+    assert not hot(3_000_000, 1, 3_900_000)  # a window under two intervals: the busy fraction alone (is_hot)
+    assert not hot(9_000_000, 0, 31_000_000)  # no switch-in: the wait has not ended, nothing known of it yet

@@ -10,6 +10,7 @@ from analyses.resample import resample
 from analyses.stalls import StallRules, find_stalls
 from analyses.threads import select_threads, thread_profiles
 from analyses.truth import confusion, match_truth
+from capture.format import Capture
 from tests import synth
 from tests.synth import MS, T0, Episode, Timeline
 
@@ -498,3 +499,41 @@ def test_a_sampler_gap_over_a_thread_that_woke_every_period_is_no_stall():
     cap = synth.audio_capture([], seconds=1.5)
     gap = _ticks_dropped(cap, T0 + 700 * MS, T0 + 718 * MS)
     assert find_stalls(gap).empty
+
+
+def _starved_in_long_windows(starved_ms: float) -> Capture:
+    """A FIFO thread at 5.333 ms doing 10 us, read every 11 ms (2 ms asked: the recorder missed most ticks, as
+    from /proc for 534 threads on 2 vCPUs), kept runnable `starved_ms` in cycle 400 by a FIFO hog above it
+    and the sampler."""
+    seconds = 4
+    tl = Timeline(tid=1001, comm="audio-0", policy=1, rtprio=10, cpu=0)
+    truth = synth.periodic(
+        tl, t0=T0, duration_ns=seconds * 1000 * MS, period_ns=5_333_333, work_ns=10_000,
+        episodes=[Episode("runqueue", 400, starved_ms)],
+    )  # fmt: skip
+    kept_ns = 11_000_000
+    samples = synth.sample([tl], t0=T0, duration_ns=seconds * 1000 * MS, interval_ns=kept_ns)
+    samples["tick"] = (samples["tick"].astype(np.int64) * kept_ns // (2 * MS)).astype(np.uint32)
+    # The hog holds every CPU, the sampler's too: no read during the starvation, so its window is 23-34 ms.
+    ((_, start, end),) = truth
+    samples = samples[(samples["t_ns"] < start) | (samples["t_ns"] > end)].reset_index(drop=True)
+    return Capture.from_frames(
+        meta=synth.meta(2 * MS),
+        trailer={"ticks": len(samples), "missed_ticks": 3 * len(samples), "interval_p50_ns": kept_ns},
+        samples=samples,
+        threads=synth.threads_table([tl], T0),
+        truth=pd.DataFrame([(c, 1001, s, e) for c, s, e in truth], columns=["cause", "tid", "start_ns", "end_ns"]),
+    )
+
+
+def test_a_starvation_inside_a_window_the_sampler_left_long_is_a_runqueue_stall():
+    """15 ms of waiting for a CPU in a window of 33 ms is under half of it, so the busy-fraction test never
+    fired: five 12 ms FIFO hogs on the Bitwig shape from /proc (a read every 11 ms) gave no episode. One wait
+    lasted at least runnable time / switch-ins, beyond half the period: a stall."""
+    cap = _starved_in_long_windows(15)
+    stalls = find_stalls(cap)
+    assert len(stalls) == 1, stalls[["start_ns", "verdict", "components"]]
+    episode, injected = stalls.iloc[0], cap.truth.iloc[0]
+    assert episode.verdict == "runqueue" and _overlaps(episode, injected)
+    assert episode.runqueue_ns >= 13 * MS
+    assert find_stalls(_starved_in_long_windows(1)).empty  # a 1 ms wait is no stall at any window length

@@ -49,7 +49,7 @@ def stalls_report(
 ) -> Report:
     """The report `forensics stalls` prints (watched threads, episodes with evidence, or with `incidents`
     the incidents with their episodes under each); `forensics report` embeds the same sections."""
-    from analyses.source import capture_interval_ns, capture_origin_ns, kept_interval_ns
+    from analyses.source import asked_interval_ns, capture_interval_ns, capture_origin_ns
     from analyses.span import overlaps_span
     from analyses.stalls import find_stalls
     from analyses.threads import policy_label, select_threads, thread_profiles
@@ -73,12 +73,12 @@ def stalls_report(
     # -1 marks "never real-time" inside the analyses; shown, it is no priority at all.
     shown_threads["max_rtprio"] = watched["max_rtprio"].where(watched["max_rtprio"] >= 0)
     interval = capture_interval_ns(cap)
-    kept = kept_interval_ns(cap)
+    asked = asked_interval_ns(cap)
     # A recorder that missed most ticks left longer windows than asked: the title says which the rules took.
     sampled = (
         f"sampled every {interval / 1e6:g} ms"
-        if kept == interval
-        else f"asked every {interval / 1e6:g} ms, read every {kept / 1e6:.3g} ms at the median: "
+        if interval == asked
+        else f"asked every {asked / 1e6:g} ms, read every {interval / 1e6:.3g} ms at the median: "
         f"{(cap.trailer or {}).get('missed_ticks', '?')} ticks missed"
     )
     report = Report(

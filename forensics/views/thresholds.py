@@ -17,7 +17,8 @@ def stall_thresholds(rules: R.StallRules, interval_ns: int) -> str:
         )
     return (
         f"Thresholds: an episode is listed when its stall beyond the thread's normal busy time is at least "
-        f"{least}; a window is hot from {rules.busy_fraction:.0%} busy (--busy-fraction); a fault storm "
+        f"{least}; a window is hot from {rules.busy_fraction:.0%} busy (--busy-fraction), or, one the sampler "
+        "left long, when its runnable time over its switch-ins reaches that least stall; a fault storm "
         f"from {rules.fault_rate_per_ms:g} faults per ms on CPU (--fault-rate); a wake-up is missed after "
         f"the period + max({fmt_ns(rules.wake_margin_intervals * interval_ns)}, "
         f"{R.PERIOD_TOLERANCE_FRACTION:.0%} of the period) without a switch-in, or, in a window the sampler "
