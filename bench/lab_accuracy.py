@@ -10,7 +10,9 @@ not scored), recall and precision; for the clean run, the verdicts on lab-audio 
 lab logged as late; for the 6 ms run episodes, how many found at 2 ms are lost resampled to 20 ms (the
 sampling-rate lesson). With --repeat N, each recording N times and the worst recall and precision per
 cause over them. Run it on an otherwise idle machine for the README's figures; beside a load
-(`nice -n 10 stress-ng --cpu 1 --cpu-load 70`) to see what the load costs.
+(`nice -n 10 stress-ng --cpu 1 --cpu-load 70`) to see what the load costs. `--catch-load "--slow-interval 20ms"`
+records with catch-load's read tiers on (issue 12: nothing lost in accuracy with tiers), or with any other of
+its options.
 """
 
 from __future__ import annotations
@@ -40,8 +42,9 @@ RUNS = {
 }
 
 
-def record(path: Path, lab_args: str) -> None:
-    argv = [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(path), "--lab", *shlex.split(lab_args)]
+def record(path: Path, lab_args: str, catch_load_args: str = "") -> None:
+    argv = [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-o", str(path), *shlex.split(catch_load_args)]
+    argv += ["--lab", *shlex.split(lab_args)]
     subprocess.run(argv, check=True, cwd=REPO)
 
 
@@ -89,6 +92,9 @@ def main() -> None:
     parser.add_argument("captures", nargs="*", type=Path, help="lab captures to score instead of recording")
     parser.add_argument("--repeat", type=int, default=1, help="record each run this many times")
     parser.add_argument("--keep", type=Path, help="record into this directory and keep the captures")
+    parser.add_argument(
+        "--catch-load", default="", help='catch-load options for the recordings, e.g. "--slow-interval 20ms"'
+    )
     args = parser.parse_args()
     if args.captures:
         for path in args.captures:
@@ -106,8 +112,11 @@ def main() -> None:
         for attempt in range(args.repeat):
             for name, lab_args in RUNS.items():
                 path = tmp / f"{name.replace(' ', '')}-{attempt}.ssf"
-                print(f"== {name} ({attempt + 1} of {args.repeat}): catch-load --lab {lab_args}", flush=True)
-                record(path, lab_args)
+                print(
+                    f"== {name} ({attempt + 1} of {args.repeat}): catch-load {args.catch_load} --lab {lab_args}",
+                    flush=True,
+                )
+                record(path, lab_args, args.catch_load)
                 cap = forensics.load(path)
                 if cap.truth.empty:
                     clean_figures(cap)
