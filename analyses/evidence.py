@@ -226,9 +226,16 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
         if row.verdict == "runqueue" and not (could and runqueue_suspect_held(on, waited)):
             # Wording, not a verdict: the busiest is worth a name where it ran a tenth of the wait or more.
             outside = "went to something the capture does not hold (another process, interrupts, the hypervisor)"
+            # The windows around the wait may be longer than it (a sampler that missed ticks): what ran in them
+            # is then not a share of the wait.
+            ran = (
+                f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} of the {_ms(waited)} it waited"
+                if all_on <= waited
+                else f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} in the windows around its {_ms(waited)} "
+                "wait (longer than it)"
+            )
             if on * 10 < waited:
-                suspects[i] = f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} of the {_ms(waited)} it waited"
-                suspects[i] += f"; the rest {outside}"
+                suspects[i] = f"{ran}; the rest {outside}"
             elif not could:
                 assert victim is not None
                 suspects[i] = (
@@ -236,10 +243,7 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
                     f"waiting; the CPU {outside}"
                 )
             else:
-                suspects[i] = (
-                    f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} of the {_ms(waited)} it waited (the "
-                    f"most, {who}: {_ms(on)}); the rest {outside}"
-                )
+                suspects[i] = f"{ran} (the most, {who}: {_ms(on)}); the rest {outside}"
             continue
         where = f" on CPU {cpu}" if row.verdict == "runqueue" else ""
         suspects[i] = f"meanwhile {who} ran {_ms(on)}{where}"
