@@ -14,19 +14,24 @@ def _recorder(**options: object) -> SimpleNamespace:
 
 
 def test_a_recorder_that_kept_its_interval_gets_no_hint() -> None:
-    assert _missed_hint(0, 2500, _recorder()) == []
-    assert _missed_hint(24, 2476, _recorder()) == []  # under 1 %: a busy moment
+    assert _missed_hint(0, 2500, _recorder(), 0.2) == []
+    assert _missed_hint(24, 2476, _recorder(), 0.2) == []  # under 1 %: a busy moment
 
 
 def test_proc_reads_that_did_not_fit_are_named_with_what_would_keep_the_interval() -> None:
-    lines = _missed_hint(1970, 535, _recorder(slow_interval_ns=0))
-    assert "534 threads" in lines[0] and "2.000 ms" in lines[0]
+    lines = _missed_hint(1970, 535, _recorder(slow_interval_ns=0), 0.695)
+    assert "534 threads" in lines[0] and "2.000 ms" in lines[0] and "70% of a core" in lines[0]
     assert "--sampler ebpf" in lines[1] and "--slow-interval 20ms" in lines[1]
     # Tiers already on: only the eBPF sampler is left to try.
-    tiered = _missed_hint(1970, 535, _recorder(slow_interval_ns=20_000_000))
+    tiered = _missed_hint(1970, 535, _recorder(slow_interval_ns=20_000_000), 0.72)
     assert "--sampler ebpf" in tiered[1] and "--slow-interval" not in tiered[1]
 
 
 def test_under_the_ebpf_sampler_a_missed_tick_is_the_machines() -> None:
-    (line,) = _missed_hint(100, 900, _recorder(sampler="ebpf"))
+    (line,) = _missed_hint(100, 900, _recorder(sampler="ebpf"), 0.03)
     assert "kernel's tick" in line
+
+
+def test_a_recorder_that_was_not_busy_was_held_by_the_machine() -> None:
+    (line,) = _missed_hint(300, 2200, _recorder(), 0.12)  # a few threads, a loaded machine
+    assert "the machine held the recorder" in line and "12% of a core" in line

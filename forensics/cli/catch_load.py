@@ -727,7 +727,7 @@ def _print_summary(
             if unseen
             else []
         ),
-        *_missed_hint(missed, ticks, recorder),
+        *_missed_hint(missed, ticks, recorder, cpu / max(1, duration)),
         *(
             [f"capture: {out}", f"next: forensics info {out}   |   forensics stalls {out}"]
             if flight is None
@@ -740,18 +740,27 @@ def _print_summary(
 # From this share of missed ticks the summary says what would keep the interval: a loaded machine misses a
 # few now and then (0.02-0.6 % measured here), a recorder with more reads than an interval holds most of them.
 MISSED_HINT_SHARE = 0.01
+# A recorder busy this share of a core or more had more reads than its interval holds (534 threads from /proc:
+# 61-70 %); below it the ticks were missed while it waited for a CPU: the machine held it.
+BUSY_RECORDER_SHARE = 0.5
 
 
-def _missed_hint(missed: int, ticks: int, recorder: Recorder) -> list[str]:
-    """What to try when the recorder kept its interval badly (one line each; none when it kept it)."""
+def _missed_hint(missed: int, ticks: int, recorder: Recorder, cpu_share: float) -> list[str]:
+    """What to try when the recorder kept its interval badly (one line each; none when it kept it). `cpu_share`:
+    the recorder's CPU over the recording, as a share of one core."""
     if missed < MISSED_HINT_SHARE * max(1, ticks + missed):
         return []
     options = recorder.options
     if options.sampler == "ebpf":
         return ["  the kernel's tick was held up: the machine was busy (the analyses use the reads there are)"]
+    if cpu_share < BUSY_RECORDER_SHARE:
+        return [
+            f"  the machine held the recorder (it used {cpu_share:.0%} of a core): the analyses take the windows as "
+            "they came (`forensics stalls` says so)"
+        ]
     lines = [
-        f"  the /proc reads of {recorder.threads_seen} threads did not fit in "
-        f"{fmt_ns(options.interval_ns)}: the analyses take the windows as they came (`forensics stalls` says so)"
+        f"  the /proc reads of {recorder.threads_seen} threads did not fit in {fmt_ns(options.interval_ns)} "
+        f"({cpu_share:.0%} of a core): the analyses take the windows as they came (`forensics stalls` says so)"
     ]
     tips = ["--sampler ebpf (root: the kernel takes the tick and keeps 2 ms for 2000 threads)"]
     if not options.slow_interval_ns:
