@@ -503,7 +503,27 @@ def capture_interval_ns(cap: Capture) -> int:
     windows and the settling of a thread's rhythm, must take those windows)."""
     asked = asked_interval_ns(cap)
     kept = (cap.trailer or {}).get("interval_p50_ns")
-    return rules.kept_interval_ns(asked, float(kept) if isinstance(kept, (int, float)) else None)
+    if not isinstance(kept, (int, float)):  # no trailer (the writer not done, or killed): the ticks read
+        kept = _tick_spacing_ns(cap)
+    return rules.kept_interval_ns(asked, float(kept) if kept is not None else None)
+
+
+_TICK_SPACING: weakref.WeakKeyDictionary[Capture, float | None] = weakref.WeakKeyDictionary()
+
+
+def _tick_spacing_ns(cap: Capture) -> float | None:
+    """The median spacing of the recorder's ticks in the capture's first samples (each tick's first read), for a
+    capture without the trailer's figure; None with fewer than two ticks. Once per capture."""
+    if cap in _TICK_SPACING:
+        return _TICK_SPACING[cap]
+    head = next(iter_samples(cap, ["t_ns"], batch_rows=200_000), None)
+    spacing = None
+    if head is not None and len(head):
+        firsts = head.groupby("tick", sort=True)["t_ns"].min().to_numpy()
+        if len(firsts) > 1:
+            spacing = float(np.median(np.diff(firsts)))
+    _TICK_SPACING[cap] = spacing
+    return spacing
 
 
 def capture_origin_ns(cap: Capture) -> int | None:

@@ -151,10 +151,6 @@ def test_a_thread_woken_in_every_window_of_a_recorder_that_missed_most_ticks_get
     samples["tick"] = (samples["tick"].astype(np.int64) * kept_ns // 2_000_000).astype(np.uint32)  # the missed ones
     trailer = {"ticks": len(samples), "missed_ticks": 1970, "duration_ns": seconds * 1_000_000_000}
     asked = synth.meta(2_000_000)
-    row_asked_only = thread_profiles(
-        Capture.from_frames(meta=asked, trailer=trailer, samples=samples, threads=synth.threads_table([tl], T0))
-    ).set_index("tid")
-    assert row_asked_only.loc[2010, "period_ns"] == pytest.approx(kept_ns, rel=0.05)  # the trap, without the median
     cap = Capture.from_frames(
         meta=asked,
         trailer={**trailer, "interval_p50_ns": kept_ns},
@@ -164,3 +160,6 @@ def test_a_thread_woken_in_every_window_of_a_recorder_that_missed_most_ticks_get
     row = thread_profiles(cap).set_index("tid").loc[2010]
     assert row["periodic"] and row["period_source"] == "/proc switch-ins"
     assert row["period_ns"] == pytest.approx(PERIOD_NS, rel=0.02)
+    # Without a trailer (the writer not done yet, or killed with the recorder) the ticks read say the same.
+    unfinished = Capture.from_frames(meta=asked, samples=samples, threads=synth.threads_table([tl], T0))
+    assert thread_profiles(unfinished).set_index("tid").loc[2010, "period_ns"] == pytest.approx(PERIOD_NS, rel=0.02)
