@@ -89,14 +89,20 @@ def build_graph(server, log_dir: Path) -> dict[str, subprocess.Popen[bytes]]:  #
 
 
 def record(
-    order: str, ebpf: bool, starvations: int, workdir: Path, gap_ms: int = 1000, extra: tuple[str, ...] = ()
+    order: str,
+    ebpf: bool,
+    starvations: int,
+    workdir: Path,
+    gap_ms: int = 1000,
+    extra: tuple[str, ...] = (),
+    period: int = 128,
 ) -> tuple[Path, list[tuple[int, int, int | None]], dict[str, int]]:
     hog = build_hog(workdir)
     out = workdir / f"{order}-{'ebpf' if ebpf else 'proc'}.ssf"
     name = f"t{uuid.uuid4().hex[:10]}"
     common = ["-q", "-o", str(out), *(["--ebpf"] if ebpf else []), *extra]
     first = _recorder_first(common, "^jackd$", env_with(name)) if order == "recorder" else None
-    with jackd(workdir, period=128, name=name) as server:
+    with jackd(workdir, period=period, name=name) as server:
         processes = build_graph(server, workdir)
         recorder = first
         if recorder is None:
@@ -231,6 +237,9 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="a directory to keep the captures in")
     parser.add_argument("--fixture", type=Path, help="write the stored fixture there instead (see above)")
     parser.add_argument("--engine", choices=("jack", "pipewire"), default="jack")
+    parser.add_argument(
+        "--period", type=int, default=128, help="JACK's frames a cycle (64: 1.333 ms, under the 2 ms sampling interval)"
+    )
     args = parser.parse_args()
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
@@ -244,7 +253,7 @@ def main() -> None:
         if args.engine == "pipewire":
             path, hog_spans, pids = record_pipewire(order, True, args.starvations, workdir)
         else:
-            path, hog_spans, pids = record(order, True, args.starvations, workdir)
+            path, hog_spans, pids = record(order, True, args.starvations, workdir, period=args.period)
         spans = [(s, e) for s, e, _ in hog_spans]
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
