@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.engine import SUMMARY_COLUMNS, cycle_starts, engine_cycle_summary, xrun_figures
-from analyses.rules import LOST_WAKEUP_TOLERANCE, lost_wakeups_resolvable
+from analyses.rules import LOST_WAKEUP_TOLERANCE, lost_wakeups_resolvable, wakeups_timed
 from analyses.source import capture_interval_ns
 from analyses.span import in_span
 from analyses.threads import select_threads, thread_profiles
@@ -102,7 +102,7 @@ def jitter(
         if np.isnan(nominal) or len(mine) < 2:
             continue
         resolution = 0.0 if exact else float(interval)
-        if not exact and nominal < interval:
+        if not exact and not wakeups_timed(nominal, interval):
             stats.append(
                 {"tid": row.tid, "comm": row.comm, "source": source, "nominal_ns": nominal, "n": len(mine),
                  "flag": "period shorter than the sampling interval: record at a shorter --interval or with eBPF"}

@@ -30,6 +30,8 @@ import pandas as pd
 
 from analyses.cycles import lab_cycles, proc_cycles
 from analyses.engine import cycle_starts, engine_cycle_ends, engine_cycles, engine_period_medians, xrun_figures
+from analyses.rules import wakeups_timed
+from analyses.source import capture_interval_ns
 from analyses.span import in_span
 from analyses.threads import thread_names, thread_profiles
 from capture.format import Capture
@@ -168,7 +170,21 @@ def system_figures(
             source = f"/proc estimate, {who}, {len(clean)} wake-ups"
             add("XRUNs (deadline misses)", np.nan, "", "unknown: needs cycle ends (lab cycles)")
             add("XRUN rate (deadline misses)", np.nan, "/hour", "unknown: needs cycle ends (lab cycles)")
-            if len(clean):
+            interval = capture_interval_ns(cap)
+            if np.isfinite(period) and not wakeups_timed(period, interval):
+                reason = (
+                    f"unknown: read every {interval / 1e6:.3g} ms, {who} woke every {period / 1e6:.3g} ms: "
+                    "/proc cannot time its wake-ups"
+                )
+                for figure, unit in (
+                    ("Delay rate (> spare time)", "/hour"),
+                    ("Delay rate (> 1000 us)", "/hour"),
+                    ("Delay maximum", "us"),
+                    ("Cycle maximum", "us"),
+                    ("Average DSP load", "%"),
+                ):
+                    add(figure, np.nan, unit, reason)
+            elif len(clean):
                 delay = clean["delay_ns"].to_numpy()
                 # A thread asked for by --tid may have no period: no spare time, no DSP load.
                 aperiodic = bool(tids) and not np.isfinite(period)

@@ -268,3 +268,12 @@ def test_a_threads_histogram_says_how_many_intervals_lay_past_its_last_bin():
     assert "2 of them longer ->" in _texts(draw_jitter(data))
     section = next(s for s in jitter_report(cap, "synthetic").sections if s.name == "histogram")
     assert section.frame["mark"].tolist()[-1] == "2 of them longer"
+
+
+def test_a_timeline_whose_windows_hold_several_wake_ups_draws_no_cycles_and_says_why() -> None:
+    from tests.test_stalls import _starved_in_long_windows
+
+    data = timeline_data(_starved_in_long_windows(15), "bitwig-from-proc")
+    assert data.cycles.empty
+    assert "no per-wake-up estimate: read every 11 ms" in data.subtitle
+    draw_timeline(data)  # drawn without its cycles panel

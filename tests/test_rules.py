@@ -255,3 +255,10 @@ def test_a_window_left_long_is_hot_when_one_wait_for_a_cpu_in_it_was_a_stall() -
     assert not hot(12_400_000, 5, 31_000_000)  # over 5, only 2.48 ms each is certain: not enough
     assert not hot(3_000_000, 1, 3_900_000)  # a window under two intervals: the busy fraction alone (is_hot)
     assert not hot(9_000_000, 0, 31_000_000)  # no switch-in: the wait has not ended, nothing known of it yet
+
+
+def test_wake_ups_are_timed_from_proc_only_with_windows_no_longer_than_the_period() -> None:
+    assert rules.wakeups_timed(5_333_333, 2_000_000)
+    assert rules.wakeups_timed(2_000_000, 2_000_000)  # at most one wake-up a window
+    assert not rules.wakeups_timed(1_333_333, 2_000_000)  # 64 frames at 48 kHz, read at 2 ms
+    assert not rules.wakeups_timed(5_360_000, 11_242_500)  # the Bitwig shape from /proc, most ticks missed

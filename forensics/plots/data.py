@@ -101,7 +101,7 @@ def timeline_data(
     from analyses.cycles import lab_cycles, proc_cycles
     from analyses.engine import cycle_starts, engine_cycles
     from analyses.incidents import find_incidents
-    from analyses.rules import blocked_ns
+    from analyses.rules import blocked_ns, wakeups_timed
     from analyses.source import STATE_D, capture_interval_ns, capture_origin_ns
     from analyses.span import in_span, overlaps_span
     from analyses.stalls import find_stalls
@@ -214,7 +214,19 @@ def timeline_data(
         cycles_label = f"callback end after its cycle began (lab cycles, exact; {int(lab['missed'].sum())} late)"
     else:
         main = main_periodic_thread(profiles)
-        if main is not None and not pd.isna(main["period_ns"]):
+        if (
+            main is not None
+            and not pd.isna(main["period_ns"])
+            and not wakeups_timed(float(main["period_ns"]), interval)
+        ):
+            period = float(main["period_ns"])
+            deadline = period
+            deadline_label = f"deadline = period of {main['comm']} {period / 1e6:.3f} ms (from its wake-ups)"
+            cycles_label = (
+                f"{main['comm']}: no per-wake-up estimate: read every {interval / 1e6:.3g} ms, it woke every "
+                f"{period / 1e6:.3g} ms (a window holds several wake-ups; record with eBPF or a shorter --interval)"
+            )
+        elif main is not None and not pd.isna(main["period_ns"]):
             est = proc_cycles(cap, int(main["tid"]), t_range=t_range)
             est = est[~est["ambiguous"].to_numpy(dtype=bool)]
             period = float(main["period_ns"])
@@ -243,6 +255,8 @@ def timeline_data(
         f"{host.get('hostname', '?')}, kernel {host.get('kernel_release', '?')}, {len(cpus_meta)} CPUs"
         f"{' (hybrid)' if len(set(mapping.values())) > 1 else ''}; sampled every {interval / 1e6:g} ms ({timing})"
     )
+    if cycles_label and cycles.empty:  # no cycle panel is drawn: say why in the header
+        subtitle += "\n" + cycles_label
     span_s = (hi - lo) / 1e9
     plural = "s" if len(threads) != 1 else ""
     return TimelineData(
