@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from forensics.cli.catch_load import _missed_hint
-from samplers.recorder import RecorderOptions
+from forensics.cli.catch_load import _missed_hint, _StatusLine
+from samplers.recorder import RecorderOptions, Status
 
 
 def _recorder(**options: object) -> SimpleNamespace:
@@ -35,3 +35,28 @@ def test_under_the_ebpf_sampler_a_missed_tick_is_the_machines() -> None:
 def test_a_recorder_that_was_not_busy_was_held_by_the_machine() -> None:
     (line,) = _missed_hint(300, 2200, _recorder(), 0.12)  # a few threads, a loaded machine
     assert "the machine held the recorder" in line and "12% of a core" in line
+
+
+def _status(ticks: int, missed: int) -> Status:
+    return Status(
+        elapsed_ns=(ticks + missed) * 2_000_000, threads=534, processes=1, interval_p50_ns=9.1e6,
+        interval_p99_ns=14.8e6, missed_ticks=missed, ticks=ticks, file_bytes=0,
+    )  # fmt: skip
+
+
+def test_while_recording_most_ticks_missed_is_said_once_with_what_would_keep_the_interval(capsys) -> None:
+    line = _StatusLine(enabled=True, options=RecorderOptions(output="x.ssf", slow_interval_ns=0))
+    line.say_missing(_status(100, 300))  # under a second of ticks: not yet
+    assert capsys.readouterr().err == ""
+    line.say_missing(_status(110, 400))
+    said = capsys.readouterr().err
+    assert "78% of ticks missed so far" in said and "534 threads" in said and "--sampler ebpf" in said
+    line.say_missing(_status(200, 800))  # once
+    assert capsys.readouterr().err == ""
+
+
+def test_a_recorder_keeping_its_interval_or_a_quiet_one_says_nothing(capsys) -> None:
+    _StatusLine(enabled=True, options=RecorderOptions(output="x.ssf")).say_missing(_status(900, 100))
+    _StatusLine(enabled=False, options=RecorderOptions(output="x.ssf")).say_missing(_status(110, 400))  # -q
+    _StatusLine(enabled=True, options=RecorderOptions(output="x.ssf", sampler="ebpf")).say_missing(_status(110, 400))
+    assert capsys.readouterr().err == ""

@@ -519,7 +519,7 @@ def _record(
     launched: subprocess.Popen[bytes] | None = None
     ended_by_us = False  # the recording's end stopped the command: its status is ours, not its own
     interval = options.interval_ns
-    status_line = _StatusLine(enabled=not quiet and sys.stderr.isatty(), flight=flight)
+    status_line = _StatusLine(enabled=not quiet and sys.stderr.isatty(), flight=flight, options=options)
     log_pipe = options.engine.get("log_fd") if options.engine else None
     if options.engine is not None and log_pipe is not None:
         options.engine["log_fd"] = log_pipe[0]  # the source reads jackd's output; the command writes it
@@ -658,11 +658,34 @@ def _json_columns(frame: Any) -> dict[str, list[Any]]:
 
 
 class _StatusLine:
-    def __init__(self, enabled: bool, flight: WatcherProcess | None = None) -> None:
+    def __init__(
+        self, enabled: bool, flight: WatcherProcess | None = None, options: RecorderOptions | None = None
+    ) -> None:
         self.enabled = enabled
         self.width = 0
         self.flight = flight
         self.notes_said = 0  # the engine sources' notes said so far (each once, when it comes)
+        self.options = options
+        self.missing_said = False  # the line that most ticks are being missed, said once
+
+    def say_missing(self, status: Status) -> None:
+        """Once, while it can still be restarted: the /proc sampler is missing most ticks (a big engine), and what
+        would keep the interval."""
+        options = self.options
+        taken = status.ticks + status.missed_ticks
+        if self.missing_said or options is None or options.sampler != "proc" or not self.enabled:
+            return
+        if taken * options.interval_ns < LIVE_MISSED_AFTER_NS or status.missed_ticks < LIVE_MISSED_SHARE * taken:
+            return
+        self.clear()
+        tips = "--sampler ebpf (root)" + ("" if options.slow_interval_ns else " or --slow-interval 20ms")
+        click.echo(
+            f"catch-load: {status.missed_ticks / taken:.0%} of ticks missed so far: the reads of {status.threads} "
+            f"threads do not fit in {fmt_ns(options.interval_ns)} (the capture stays readable); to keep it, "
+            f"stop and record with {tips}",
+            err=True,
+        )
+        self.missing_said = True
 
     def say_notes(self, notes: Sequence[str]) -> None:
         """The engine sources' notes not said yet, one line each, above the status line (even when quiet:
@@ -677,6 +700,7 @@ class _StatusLine:
     def show(self, status: Status) -> None:
         flight = self.flight.read_status() if self.flight is not None else None  # drained even when quiet
         self.say_notes(status.notes)
+        self.say_missing(status)
         if not self.enabled:
             return
         p50 = fmt_ns(status.interval_p50_ns) if status.interval_p50_ns is not None else "-"
@@ -737,6 +761,10 @@ def _print_summary(
     click.echo("\n".join(lines), err=True)
 
 
+# While recording, from a second of ticks on, a /proc sampler missing most of them is told so once, while the
+# recording can still be started again another way (the Bitwig shape: 78 % from the first second).
+LIVE_MISSED_SHARE = 0.5
+LIVE_MISSED_AFTER_NS = 1_000_000_000
 # From this share of missed ticks the summary says what would keep the interval: a loaded machine misses a
 # few now and then (0.02-0.6 % measured here), a recorder with more reads than an interval holds most of them.
 MISSED_HINT_SHARE = 0.01
