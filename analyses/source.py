@@ -189,12 +189,15 @@ def iter_samples(
             return
     pending: list[pd.DataFrame] = []
     rows = 0
-    for chunk in cap.iter_chunks("samples", columns=wanted):
+    read = wanted if fill is None or "state" in wanted else [*wanted, "state"]  # the fill reads the state
+    for chunk in cap.iter_chunks("samples", columns=read):
         last_tick = int(chunk["tick"].max()) if len(chunk) else None
         if tid_set is not None:
             chunk = chunk[np.isin(chunk["tid"].to_numpy(), tid_set)]
         if fill is not None and last_tick is not None:
             chunk = fill(chunk, last_tick)
+        if len(read) > len(wanted):
+            chunk = chunk[wanted]
         if t_range is not None:
             chunk = chunk[in_span(chunk["t_ns"].to_numpy(), t_range)]
         if near is not None and len(chunk):
@@ -367,6 +370,13 @@ class _Fill:
         want_tick = np.tile(grid, len(threads))
         source = np.maximum(at, 0)
         ok = (at >= 0) & (tid[source] == want_tid) & (want_tick - tick[source] < self.keyframe)
+        # No copy of a row that has the thread on a CPU or a run queue: the writer extends such a thread's run or
+        # wait to each read, so it is stored at every tick it lives (samplers/ebpf/sampler_rows.py). Its row
+        # missing at the next tick means it exited there (its slot marked at sched_process_exit, left out);
+        # copied, the killed engine's 121 real-time threads were on CPU 3.4 ms each after they died, a `run`
+        # episode on every one.
+        running = (rows["state"] == "R").to_numpy(dtype=bool) if "state" in rows else np.zeros(len(rows), bool)
+        ok &= ~running[source] | (want_tick == tick[source])
         out = rows.take(source[ok]).reset_index(drop=True)
         out["tick"] = want_tick[ok].astype(out["tick"].dtype)
         out["t_ns"] = np.tile(grid_t, len(threads))[ok]

@@ -271,14 +271,20 @@ def test_stored_changes_fill_back_to_every_tick() -> None:
         (11, np.arange(n) * 1000, n),  # on a CPU: changes every tick
         (12, np.where(grid < 10, 0, np.where(grid < 60, 500, 900)), n),  # two changes
         (13, np.zeros(n, dtype=np.int64), 70),  # asleep, then exits at tick 70
+        (14, np.arange(n) * 1000, 80),  # on a CPU, then killed at tick 80: its last row says R
     ):
         dense_parts.append(
-            pd.DataFrame({"tick": grid[:last], "t_ns": grid_t[:last], "tid": tid, "pid": 11, "run_ns": run[:last]})
-        )
+            pd.DataFrame(
+                {
+                    "tick": grid[:last], "t_ns": grid_t[:last], "tid": tid, "pid": 11, "run_ns": run[:last],
+                    "state": "R" if tid in (11, 14) else "S",
+                }
+            )
+        )  # fmt: skip
     dense = pd.concat(dense_parts).sort_values(["tid", "tick"], ignore_index=True)
     tid, tick = dense["tid"].to_numpy(), dense["tick"].to_numpy()
     starts = np.r_[True, tid[1:] != tid[:-1]]
-    state = np.where(tid == 11, 1, 2)
+    state = np.where(dense["state"].to_numpy() == "R", 1, 2)
     keep = changes(tid, tick, starts, (dense["run_ns"].to_numpy(), state))
     stored = dense[keep]
     assert len(stored) < 0.6 * len(dense)
@@ -289,9 +295,12 @@ def test_stored_changes_fill_back_to_every_tick() -> None:
     both = merged[merged["_merge"] == "both"]
     assert (merged["_merge"] != "left_only").all()  # every tick read is there
     assert (both["run_ns"] == both["run_ns_filled"]).all() and (both["t_ns"] == both["t_ns_filled"]).all()
-    # Beyond a thread's last row only up to a keyframe: the exited thread shows for less than that.
+    # Beyond a thread's last row only up to a keyframe: the exited thread shows for less than that. One whose
+    # last row has it on a CPU (its run grew every tick it lived) is not copied on: copies showed each of a
+    # killed engine's real-time threads on CPU for 3.4 ms after it died, a `run` episode on every one.
     extra = merged[merged["_merge"] == "right_only"]
     assert set(extra["tid"]) <= {13} and (extra["tick"] < 70 + KEYFRAME_TICKS).all()
+    assert filled.loc[filled["tid"] == 14, "tick"].max() == 79
 
 
 def test_task_offsets_parsed_once_then_cached(tmp_path: Path) -> None:
