@@ -40,6 +40,16 @@ HOUR_NS = 3_600_000_000_000
 CPU_FIELDS = ("user", "system", "nice", "iowait", "irq", "softirq", "steal")
 
 
+# The figures timed wake-up by wake-up (name, unit): unknown together where the wake-ups cannot be timed.
+WAKEUP_FIGURES = (
+    ("Delay rate (> spare time)", "/hour"),
+    ("Delay rate (> 1000 us)", "/hour"),
+    ("Delay maximum", "us"),
+    ("Cycle maximum", "us"),
+    ("Average DSP load", "%"),
+)
+
+
 def main_periodic_thread(profiles: pd.DataFrame) -> pd.Series | None:
     """The thread a benchmark would time: the periodic one with the highest real-time priority, then the
     most wake-ups."""
@@ -153,11 +163,7 @@ def system_figures(
             for figure, unit in (
                 ("XRUNs (deadline misses)", ""),
                 ("XRUN rate (deadline misses)", "/hour"),
-                ("Delay rate (> spare time)", "/hour"),
-                ("Delay rate (> 1000 us)", "/hour"),
-                ("Delay maximum", "us"),
-                ("Cycle maximum", "us"),
-                ("Average DSP load", "%"),
+                *WAKEUP_FIGURES,
             ):
                 add(figure, np.nan, unit, reason)
         else:
@@ -176,13 +182,7 @@ def system_figures(
                     f"unknown: read every {interval / 1e6:.3g} ms, {who} woke every {period / 1e6:.3g} ms: "
                     "/proc cannot time its wake-ups"
                 )
-                for figure, unit in (
-                    ("Delay rate (> spare time)", "/hour"),
-                    ("Delay rate (> 1000 us)", "/hour"),
-                    ("Delay maximum", "us"),
-                    ("Cycle maximum", "us"),
-                    ("Average DSP load", "%"),
-                ):
+                for figure, unit in WAKEUP_FIGURES:
                     add(figure, np.nan, unit, reason)
             elif len(clean):
                 delay = clean["delay_ns"].to_numpy()
