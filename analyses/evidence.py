@@ -234,8 +234,11 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
                 else f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} in the windows around its {_ms(waited)} "
                 "wait (longer than it)"
             )
+            # Windows longer than the wait hold more than it: whether what ran in them held the CPU meanwhile,
+            # or something outside the capture did, they cannot tell.
+            rest = f"the rest {outside}" if all_on <= waited else "the windows cannot tell what held the CPU"
             if on * 10 < waited:
-                suspects[i] = f"{ran}; the rest {outside}"
+                suspects[i] = f"{ran}; {rest}"
             elif not could:
                 assert victim is not None
                 suspects[i] = (
@@ -243,7 +246,7 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
                     f"waiting; the CPU {outside}"
                 )
             else:
-                suspects[i] = f"{ran} (the most, {who}: {_ms(on)}); the rest {outside}"
+                suspects[i] = f"{ran} (the most, {who}: {_ms(on)}); {rest}"
             continue
         where = f" on CPU {cpu}" if row.verdict == "runqueue" else ""
         suspects[i] = f"meanwhile {who} ran {_ms(on)}{where}"
