@@ -226,17 +226,18 @@ def add_suspects(cap: Capture, episodes: pd.DataFrame, interval: int, only: np.n
         if row.verdict == "runqueue" and not (could and runqueue_suspect_held(on, waited)):
             # Wording, not a verdict: the busiest is worth a name where it ran a tenth of the wait or more.
             outside = "went to something the capture does not hold (another process, interrupts, the hypervisor)"
-            # The windows around the wait may be longer than it (a sampler that missed ticks): what ran in them
-            # is then not a share of the wait.
-            ran = (
-                f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} of the {_ms(waited)} it waited"
-                if all_on <= waited
-                else f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} in the windows around its {_ms(waited)} "
-                "wait (longer than it)"
-            )
-            # Windows longer than the wait hold more than it: whether what ran in them held the CPU meanwhile,
-            # or something outside the capture did, they cannot tell.
-            rest = f"the rest {outside}" if all_on <= waited else "the windows cannot tell what held the CPU"
+            if all_on <= waited:
+                ran = f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} of the {_ms(waited)} it waited"
+                rest = f"the rest {outside}"
+            else:
+                # The windows around the wait are longer than it (a sampler that missed ticks): what ran in them
+                # is not a share of the wait, and whether it or something outside the capture held the CPU
+                # meanwhile they cannot tell.
+                ran = (
+                    f"recorded threads ran {_ms(all_on)} on CPU {row.cpus} in the windows around its "
+                    f"{_ms(waited)} wait (longer than it)"
+                )
+                rest = "the windows cannot tell what held the CPU"
             if on * 10 < waited:
                 suspects[i] = f"{ran}; {rest}"
             elif not could:

@@ -168,23 +168,25 @@ def system_figures(
                 add(figure, np.nan, unit, reason)
         else:
             period = float(main["period_ns"])
-            est = proc_cycles(cap, int(main["tid"]), t_range=t_range)
-            clean = est[~est["ambiguous"].to_numpy(dtype=bool)]
-            span = float(main["wall_ns"])
-            per_hour = HOUR_NS / span if span > 0 else np.nan
             who = f"{main['comm']} ({int(main['tid'])})"
-            source = f"/proc estimate, {who}, {len(clean)} wake-ups"
             add("XRUNs (deadline misses)", np.nan, "", "unknown: needs cycle ends (lab cycles)")
             add("XRUN rate (deadline misses)", np.nan, "/hour", "unknown: needs cycle ends (lab cycles)")
             interval = capture_interval_ns(cap)
-            if np.isfinite(period) and not wakeups_timed(period, interval):
+            untimed = np.isfinite(period) and not wakeups_timed(period, interval)
+            # Its wake-ups' windows, only where they can time them.
+            est = proc_cycles(cap, int(main["tid"]), t_range=t_range) if not untimed else None
+            clean = est[~est["ambiguous"].to_numpy(dtype=bool)] if est is not None else None
+            span = float(main["wall_ns"])
+            per_hour = HOUR_NS / span if span > 0 else np.nan
+            if untimed:
                 reason = (
                     f"unknown: read every {interval / 1e6:.3g} ms, {who} woke every {period / 1e6:.3g} ms: "
                     "/proc cannot time its wake-ups"
                 )
                 for figure, unit in WAKEUP_FIGURES:
                     add(figure, np.nan, unit, reason)
-            elif len(clean):
+            elif clean is not None and len(clean):
+                source = f"/proc estimate, {who}, {len(clean)} wake-ups"
                 delay = clean["delay_ns"].to_numpy()
                 # A thread asked for by --tid may have no period: no spare time, no DSP load.
                 aperiodic = bool(tids) and not np.isfinite(period)

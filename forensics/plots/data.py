@@ -214,29 +214,25 @@ def timeline_data(
         cycles_label = f"callback end after its cycle began (lab cycles, exact; {int(lab['missed'].sum())} late)"
     else:
         main = main_periodic_thread(profiles)
-        if (
-            main is not None
-            and not pd.isna(main["period_ns"])
-            and not wakeups_timed(float(main["period_ns"]), interval)
-        ):
+        if main is not None and not pd.isna(main["period_ns"]):
             period = float(main["period_ns"])
             deadline = period
             deadline_label = f"deadline = period of {main['comm']} {period / 1e6:.3f} ms (from its wake-ups)"
-            cycles_label = (
-                f"{main['comm']}: no per-wake-up estimate: read every {interval / 1e6:.3g} ms, it woke every "
-                f"{period / 1e6:.3g} ms (a window holds several wake-ups; record with eBPF or a shorter --interval)"
-            )
-        elif main is not None and not pd.isna(main["period_ns"]):
-            est = proc_cycles(cap, int(main["tid"]), t_range=t_range)
-            est = est[~est["ambiguous"].to_numpy(dtype=bool)]
-            period = float(main["period_ns"])
-            busy = (est["delay_ns"] + est["cycle_ns"]).to_numpy(dtype=np.float64)
-            cycles = pd.DataFrame({"t_ns": est["start_ns"].to_numpy(), "value_ns": busy, "missed": busy > period})
-            deadline = period
-            deadline_label = f"deadline = period of {main['comm']} {period / 1e6:.3f} ms (from its wake-ups)"
-            cycles_label = (
-                f"{main['comm']}: scheduling delay + CPU per wake-up (estimate from /proc, to one sampling interval)"
-            )
+            if not wakeups_timed(period, interval):
+                cycles_label = (
+                    f"{main['comm']}: no per-wake-up estimate: read every {interval / 1e6:.3g} ms, it woke every "
+                    f"{period / 1e6:.3g} ms (a window holds several wake-ups; record with eBPF or a shorter "
+                    "--interval)"
+                )
+            else:
+                est = proc_cycles(cap, int(main["tid"]), t_range=t_range)
+                est = est[~est["ambiguous"].to_numpy(dtype=bool)]
+                busy = (est["delay_ns"] + est["cycle_ns"]).to_numpy(dtype=np.float64)
+                cycles = pd.DataFrame({"t_ns": est["start_ns"].to_numpy(), "value_ns": busy, "missed": busy > period})
+                cycles_label = (
+                    f"{main['comm']}: scheduling delay + CPU per wake-up (estimate from /proc, to one sampling "
+                    "interval)"
+                )
     mapping, slow = core_type_map(cap.cpus)
     cpus_meta = cap.cpus.get("online") or sorted(set(windows["cpu"].astype(int).tolist()))
     host = cap.host
