@@ -635,6 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     # drain thread keeps the pipe empty even when this process gets less CPU.
     with contextlib.suppress(OSError):
         os.nice(10)
+    _hold_freed_memory()
     sink = CaptureSink(paths[0], ebpf=pump, ring=ring)
     for fd in engine_fds:
         sink.follow_engine(fd)
@@ -670,6 +671,29 @@ def _why(err: BaseException, output: str) -> str:
     if err.errno in (errno.ENOSPC, errno.EDQUOT):
         text += " (the file system is full: free space, or record to another disk with -o)"
     return text
+
+
+# glibc's mallopt(3) parameters: below M_MMAP_THRESHOLD a block comes from the heap, and the heap's free top is
+# handed back once it exceeds M_TRIM_THRESHOLD.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+HELD_MMAP_BELOW = 64 << 20
+HELD_TRIM_ABOVE = 256 << 20
+
+
+def _hold_freed_memory() -> None:
+    """Keep what a chunk frees for the next one instead of handing it back to the kernel. Each chunk allocates
+    and frees the same few megabytes (numpy's columns, Arrow's buffers); handed back, every chunk faults them in
+    again, zeroed: Arrow's mimalloc purges its freed 2 MiB huge pages after 10 ms, glibc unmaps each block over
+    its mmap threshold. Those faults were 17 % of the writer's CPU on the Bitwig shape (perf, bench/writer_replay.py
+    --paced), 0.2 % with Arrow on the system allocator and these two thresholds. The writer's memory then stays
+    at its peak (a chunk's: FLUSH_ROWS rows)."""
+    import ctypes
+
+    pa.set_memory_pool(pa.system_memory_pool())
+    with contextlib.suppress(OSError, AttributeError):  # not glibc (musl has no mallopt): the defaults
+        libc = ctypes.CDLL(None)
+        libc.mallopt(_M_MMAP_THRESHOLD, HELD_MMAP_BELOW)
+        libc.mallopt(_M_TRIM_THRESHOLD, HELD_TRIM_ABOVE)
 
 
 def _import_ahead() -> None:

@@ -290,8 +290,10 @@ def test_a_thread_on_a_cpu_or_runnable_is_decoded_every_tick() -> None:
     samples = columns["samples"]
     per_tid = {tid: int(np.count_nonzero(samples["tid"] == tid)) for tid in (11, 12, 13)}
     assert per_tid[11] == per_tid[12] == 49  # each tick's read moves them
-    assert per_tid[13] == 3  # the first row and its keyframes (ticks 12 and 37: tick + tid a multiple of 25)
-    assert rows.decoded_rows == 49 + 49 + 3  # the asleep thread's other 46 slots were never decoded
+    # The first row and its keyframes (tick + tid a multiple of KEYFRAME_TICKS)
+    asleep = 1 + sum((tick + 13) % KEYFRAME_TICKS == 0 for tick in range(2, 50))
+    assert per_tid[13] == asleep
+    assert rows.decoded_rows == 49 + 49 + asleep  # the asleep thread's other slots were never decoded
     assert (np.diff(samples["run_ns"][samples["tid"] == 11]) == TICK_NS).all()
 
 

@@ -415,8 +415,10 @@ STAT_SLOW_NS = 250_000_000
 STAT_REFRESH_NS = 1_000_000_000
 # A thread's row is stored at least this often even when nothing in it changed (samplers/ebpf/sampler_rows.py):
 # the longest run of ticks the analyses fill from one stored row, so a thread that exited is shown for at most
-# this long after its last change. In the metadata (ebpf_sampler.keyframe_ticks) for analyses/source.py.
-KEYFRAME_TICKS = 25
+# this long after its last change (250 ms; each chunk's first tick stores every thread anyway). At 25 ticks the
+# sleepers' keyframes were a fifth of the rows the writer stored on the Bitwig shape (290 213 -> 229 037 rows in
+# 8 s at 125; bench/writer_replay.py). In the metadata (ebpf_sampler.keyframe_ticks) for analyses/source.py.
+KEYFRAME_TICKS = 125
 STAT_BYTES = 1024
 SCHEDSTAT_BYTES = 128
 # A whole slot frame at least this often (1 s at 2 ms), the frames between carrying only the slots that changed:
