@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -475,7 +476,11 @@ def test_catch_load_starting_jackd_keeps_its_log_lines_and_follows_its_clients(t
         _, err = rec.communicate(timeout=60)
         for stale in Path("/dev/shm").glob(f"jack_sem.{os.getuid()}_{name}_*"):  # clients of the dead server
             stale.unlink(missing_ok=True)
-    assert rec.returncode == 0, err
+    # catch-load fails as its command failed (128 + N when killed by N). jackd 1.9.21 stopped by SIGTERM can
+    # die of SIGPIPE writing a notification to a client that already left ("Cannot write socket ... Broken
+    # pipe", a clean-clone CI run): jackd's exit, passed on as it should be, not the recording's.
+    died_of_its_pipe = rec.returncode == 128 + signal.SIGPIPE and "Broken pipe" in err
+    assert rec.returncode == 0 or died_of_its_pipe, err
     assert "JACK server starting in realtime mode" in err  # jackd's own output still reaches the terminal
     spins = [json.loads(line) for line in truth.read_text().splitlines() if '"spin"' in line]
     capture = load(out)

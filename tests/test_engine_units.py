@@ -138,6 +138,32 @@ def test_late_without_a_seen_finish_is_still_late() -> None:
     assert _late(cycles, nodes, PERIOD_US)[t1] is True
 
 
+def test_a_finish_of_a_cycle_the_poller_never_saw_is_not_given_to_the_cycle_before() -> None:
+    """The poller, held off the CPU (a FIFO hog on every CPU, test_incidents_real), sees a client woken for a
+    cycle, then nothing for 13 ms: meanwhile the driver ran a late cycle the poller never saw start, and the
+    client's slot holds that cycle's wake-up and finish. The finish is the wake-up's beside it (jack2 stamps
+    both in order), not the earlier cycle's: given to it, the client ran 13 ms there, a late link the kernel
+    had asleep between two 30 us runs (its switch records)."""
+    asm = CycleAssembler(0, to_ns=lambda us: us)
+    t1 = 10_000
+    missed = t1 + 13_050  # the late cycle after the stall: its start never read
+    t2 = missed + 170  # the next one, read
+    for start, client in [
+        (t1, (t1 + 200, t1 + 230, t1 - 2_000, 2)),  # woken for t1, still in its callback at this read
+        (t2, (t2 + 5, missed + 150, missed + 170, 1)),  # after the stall: the missed cycle's wake-up and finish
+        (t2, (t2 + 5, t2 + 30, t2 + 60, 3)),
+    ]:
+        asm.observe(_slots(start, client), [2])
+    cycles, nodes = asm.take(10**9, PERIOD_US, {}, flush=True)
+    by_cycle = {n["t_ns"]: n for n in nodes}
+    assert by_cycle[t1]["awake_ns"] == t1 + 230 and by_cycle[t1]["finish_ns"] is None
+    # Its slot had a finish newer than that wake-up by the time it was signalled again: not unfinished. When it
+    # finished is unknown, and so is whether it was late (late before: it ran 13 ms).
+    assert by_cycle[t1]["finish_at_resignal_ns"] == missed + 170
+    assert _late(cycles, nodes, PERIOD_US)[t1] is None
+    assert by_cycle[t2]["finish_ns"] == t2 + 60
+
+
 def test_the_rows_the_source_writes_read_back_with_the_late_cycle_derived(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The assembler's rows through a capture file, as the JACK source writes them: they hold no late
     flag (the `xrun` column is null), and the analysis derives it: the cycle whose client was signalled

@@ -3,7 +3,8 @@
 Each slot holds only the latest signaled/awake/finished times of its client; a poll every quarter
 period sees each value at least once while the cycle runs. A value belongs to the cycle whose start
 (the driver's fFinishedAt) precedes it; a finish that comes late (after the next cycle re-signaled
-the client) belongs to the client's latest record that woke before it and has no finish yet. A poller
+the client) belongs to the client's latest record that woke before it and has no finish yet, and only to
+the wake-up its slot holds beside it when that one is not newer (a finish of a cycle never seen is none's). A poller
 late by more than a period misses a cycle's start: a signal of that cycle is placed in none (counted in
 `unplaced`), never in the cycle before it.
 
@@ -107,6 +108,14 @@ class CycleAssembler:
                     if n.awake_us is not None and n.awake_us <= f:
                         finished = n
                         break
+                # jack2 stamps a client's wake-up, then its finish, in its slot (JackConnectionManager
+                # SuspendRefNum, ResumeRefNum): a finish not older than the slot's own wake-up is that wake-up's.
+                # A poller held off the CPU for a few cycles saw such a pair of a cycle whose start and signal it
+                # never saw; given to the last record it had, the client's wake-up before the stall and its
+                # finish after it made one run 13 ms long, a `late` link where the kernel had it asleep
+                # between two short runs (tests/test_engine_units.py; test_incidents_real's /proc view).
+                if finished is not None and a and a <= f and finished.awake_us != a:
+                    finished = None
                 if finished is not None:
                     finished.finish_us = f
             if client.records:
