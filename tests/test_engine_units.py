@@ -164,6 +164,34 @@ def test_a_finish_of_a_cycle_the_poller_never_saw_is_not_given_to_the_cycle_befo
     assert by_cycle[t2]["finish_ns"] == t2 + 60
 
 
+def test_a_wake_up_read_after_a_hole_in_the_polls_is_not_given_to_a_cycle_signalled_before_it() -> None:
+    """The poller read a client signalled by the driver at a cycle's start, then nothing for 13 ms (a FIFO hog
+    on every CPU, test_incidents_real): the client woke and finished in that cycle, and again in a late cycle
+    whose start the poller never saw; the next read shows the late cycle's wake-up and finish. Given to the
+    cycle it saw, the client was woken 13 ms late, the first late link of the starvation (the kernel had it
+    run at once, and asleep after). After a hole of a period or more, a value read is the cycle's before it
+    only when the cycle was signalled inside the hole: here none is, and the cycle's wake-up is unknown."""
+    period = 2_667
+    t1 = 10_000
+    missed = t1 + 13_100  # the late cycle after the stall: its start never read
+    t2 = missed + 190
+    polls = [
+        (t1 + 50, t1, (t1, t1 - 2_600, t1 - 2_550, 1)),  # signalled by the driver at the start, not yet awake
+        (t2 + 20, t2, (t2, missed + 160, missed + 180, 1)),  # after the stall: the missed cycle's stamps
+        (t2 + 700, t2, (t2 + 40, t2 + 60, t2 + 90, 3)),
+    ]
+    for held in (False, True):
+        asm = CycleAssembler(0, to_ns=lambda us: us)
+        for now, start, client in polls:
+            asm.observe(_slots(start, client), [2], now_us=now if held else None, period_us=period)
+        _, nodes = asm.take(10**9, period, {}, flush=True)
+        first = {n["t_ns"]: n for n in nodes}[t1]
+        if held:
+            assert first["awake_ns"] is None and first["finish_ns"] is None and asm.holes == 1
+        else:  # without the poll times the hole is not known: the missed cycle's wake-up lands here
+            assert first["awake_ns"] == missed + 160
+
+
 def test_the_rows_the_source_writes_read_back_with_the_late_cycle_derived(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The assembler's rows through a capture file, as the JACK source writes them: they hold no late
     flag (the `xrun` column is null), and the analysis derives it: the cycle whose client was signalled

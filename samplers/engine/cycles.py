@@ -6,7 +6,8 @@ period sees each value at least once while the cycle runs. A value belongs to th
 the client) belongs to the client's latest record that woke before it and has no finish yet, and only to
 the wake-up its slot holds beside it when that one is not newer (a finish of a cycle never seen is none's). A poller
 late by more than a period misses a cycle's start: a signal of that cycle is placed in none (counted in
-`unplaced`), never in the cycle before it.
+`unplaced`), never in the cycle before it, and a wake-up or finish it reads then goes to no record signalled
+before that hole (whole cycles may have run in it unseen): unknown, not another cycle's.
 
 A cycle is emitted when it is EMIT_AFTER_US old. Its end is the latest finish of its clients, null
 when one of them was never seen finishing. This records what the slots said, and decides no lateness:
@@ -57,9 +58,24 @@ class CycleAssembler:
         self.clients: dict[int, _Client] = {}
         self.polls = 0
         self.unplaced = 0  # values whose cycle start was never seen (the poller was late): not recorded
+        self.last_poll_us: int | None = None  # when the poll before read the slots (jack_get_time)
+        self.holes = 0  # polls that came a period or more after the one before (the poller held off)
 
-    def observe(self, slots: np.ndarray, refnums: list[int]) -> None:
+    def observe(
+        self, slots: np.ndarray, refnums: list[int], now_us: int | None = None, period_us: float | None = None
+    ) -> None:
+        """One poll's snapshot of the slots. `now_us` (jack_get_time just before the read) and `period_us`: a
+        poll a period or more after the one before follows a hole in which a whole cycle may have run unseen,
+        its start and its signals too; a wake-up or finish first seen then is given only to a record
+        signalled during the hole, never to one signalled before it: whose it is cannot be told."""
         self.polls += 1
+        # After a hole, the signal a record must be newer than to take a wake-up or finish read now.
+        hole_from = -1
+        if now_us is not None:
+            if period_us and self.last_poll_us is not None and now_us - self.last_poll_us >= period_us:
+                hole_from = self.last_poll_us
+                self.holes += 1
+            self.last_poll_us = now_us
         start = int(slots[self.driver]["finished"])
         if start and (not self.starts or start > self.starts[-1]):
             self.starts.append(start)
@@ -98,7 +114,7 @@ class CycleAssembler:
             if a and a != la:
                 # The newest node signalled by then, if it is not yet awake (records are in signal order).
                 woken = next((n for _, n in reversed(client.records) if n.signal_us <= a), None)
-                if woken is not None and woken.awake_us is None:
+                if woken is not None and woken.awake_us is None and woken.signal_us > hole_from:
                     woken.awake_us = a
             if f and f != lf:
                 finished = None
@@ -115,6 +131,8 @@ class CycleAssembler:
                 # finish after it made one run 13 ms long, a `late` link where the kernel had it asleep
                 # between two short runs (tests/test_engine_units.py; test_incidents_real's /proc view).
                 if finished is not None and a and a <= f and finished.awake_us != a:
+                    finished = None
+                if finished is not None and finished.signal_us <= hole_from:
                     finished = None
                 if finished is not None:
                     finished.finish_us = f

@@ -481,7 +481,10 @@ class JackSource:
         while self.stop_reason is None:
             now = time.monotonic_ns()
             if self.assembler is not None:
-                self.assembler.observe(self.timing.read(self.driver_refnum), self._client_refnums())
+                polled_us = int(self.get_time())
+                self.assembler.observe(
+                    self.timing.read(self.driver_refnum), self._client_refnums(), polled_us, self.last[0]
+                )
             while True:
                 try:
                     kind, t_ns, args = self.events.get_nowait()
@@ -585,6 +588,7 @@ class JackSource:
         if self.assembler is not None:
             self.meta["cycle_polls"] = self.assembler.polls
             self.meta["cycle_values_unplaced"] = self.assembler.unplaced
+            self.meta["cycle_poll_holes"] = self.assembler.holes  # polls a period or more after the one before
         self.meta["clock_offset_drift_ns"] = max(self.offsets) - min(self.offsets) if self.offsets else None
         if self.attachments and self.attachments[-1][1] is None:
             self.attachments[-1][1] = time.monotonic_ns()
