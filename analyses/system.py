@@ -167,41 +167,9 @@ def system_figures(
             ):
                 add(figure, np.nan, unit, reason)
         else:
-            period = float(main["period_ns"])
-            who = f"{main['comm']} ({int(main['tid'])})"
             add("XRUNs (deadline misses)", np.nan, "", "unknown: needs cycle ends (lab cycles)")
             add("XRUN rate (deadline misses)", np.nan, "/hour", "unknown: needs cycle ends (lab cycles)")
-            interval = capture_interval_ns(cap)
-            untimed = np.isfinite(period) and not wakeups_timed(period, interval)
-            # Its wake-ups' windows, only where they can time them.
-            est = proc_cycles(cap, int(main["tid"]), t_range=t_range) if not untimed else None
-            clean = est[~est["ambiguous"].to_numpy(dtype=bool)] if est is not None else None
-            span = float(main["wall_ns"])
-            per_hour = HOUR_NS / span if span > 0 else np.nan
-            if untimed:
-                reason = (
-                    f"unknown: read every {interval / 1e6:.3g} ms, {who} woke every {period / 1e6:.3g} ms: "
-                    "/proc cannot time its wake-ups"
-                )
-                for figure, unit in WAKEUP_FIGURES:
-                    add(figure, np.nan, unit, reason)
-            elif clean is not None and len(clean):
-                source = f"/proc estimate, {who}, {len(clean)} wake-ups"
-                delay = clean["delay_ns"].to_numpy()
-                # A thread asked for by --tid may have no period: no spare time, no DSP load.
-                aperiodic = bool(tids) and not np.isfinite(period)
-                if aperiodic:
-                    add("Delay rate (> spare time)", np.nan, "/hour", f"unknown: {who} is not periodic")
-                else:
-                    spare = period - float(np.median(clean["cycle_ns"]))
-                    add("Delay rate (> spare time)", float((delay > spare).sum()) * per_hour, "/hour", source)
-                add("Delay rate (> 1000 us)", float((delay > 1_000_000).sum()) * per_hour, "/hour", source)
-                add("Delay maximum", float(delay.max()) / 1e3, "us", source)
-                add("Cycle maximum", float(clean["cycle_ns"].max()) / 1e3, "us", source)
-                if aperiodic:
-                    add("Average DSP load", np.nan, "%", f"unknown: {who} is not periodic")
-                else:
-                    add("Average DSP load", 100.0 * float(clean["cycle_ns"].mean()) / period, "%", source)
+            _proc_wakeup_figures(cap, main, bool(tids), t_range, add)
     _engine_figures(cap, t_range, add)
     loads = cpu_loads(cap, t_range)
     labels = {
@@ -274,6 +242,50 @@ def _engine_cycle_figures(
         for figure, unit in (("Cycle maximum", "us"), ("Average DSP load", "%")):
             add(figure, np.nan, unit, "unknown: no engine cycle seen fully finished")
     return True
+
+
+def _proc_wakeup_figures(
+    cap: Capture,
+    main: pd.Series,
+    asked: bool,
+    t_range: tuple[int | None, int | None] | None,
+    add: Callable[[str, float, str, str], None],
+) -> None:
+    """The figures timed wake-up by wake-up, from the /proc windows of `main` (the thread timed; `asked`: given
+    by --tid): unknown, and why, where its windows hold several wake-ups each."""
+    who = f"{main['comm']} ({int(main['tid'])})"
+    period = float(main["period_ns"])
+    interval = capture_interval_ns(cap)
+    if np.isfinite(period) and not wakeups_timed(period, interval):
+        reason = (
+            f"unknown: read every {interval / 1e6:.3g} ms, {who} woke every {period / 1e6:.3g} ms: "
+            "/proc cannot time its wake-ups"
+        )
+        for figure, unit in WAKEUP_FIGURES:
+            add(figure, np.nan, unit, reason)
+        return
+    est = proc_cycles(cap, int(main["tid"]), t_range=t_range)
+    clean = est[~est["ambiguous"].to_numpy(dtype=bool)]
+    if not len(clean):
+        return
+    span = float(main["wall_ns"])
+    per_hour = HOUR_NS / span if span > 0 else np.nan
+    source = f"/proc estimate, {who}, {len(clean)} wake-ups"
+    delay = clean["delay_ns"].to_numpy()
+    # A thread asked for by --tid may have no period: no spare time, no DSP load.
+    aperiodic = asked and not np.isfinite(period)
+    if aperiodic:
+        add("Delay rate (> spare time)", np.nan, "/hour", f"unknown: {who} is not periodic")
+    else:
+        spare = period - float(np.median(clean["cycle_ns"]))
+        add("Delay rate (> spare time)", float((delay > spare).sum()) * per_hour, "/hour", source)
+    add("Delay rate (> 1000 us)", float((delay > 1_000_000).sum()) * per_hour, "/hour", source)
+    add("Delay maximum", float(delay.max()) / 1e3, "us", source)
+    add("Cycle maximum", float(clean["cycle_ns"].max()) / 1e3, "us", source)
+    if aperiodic:
+        add("Average DSP load", np.nan, "%", f"unknown: {who} is not periodic")
+    else:
+        add("Average DSP load", 100.0 * float(clean["cycle_ns"].mean()) / period, "%", source)
 
 
 def _engine_figures(

@@ -678,7 +678,7 @@ class _StatusLine:
         if taken * options.interval_ns < LIVE_MISSED_AFTER_NS or status.missed_ticks < LIVE_MISSED_SHARE * taken:
             return
         self.clear()
-        tips = "--sampler ebpf (root)" + ("" if options.slow_interval_ns else " or --slow-interval 20ms")
+        tips = " or ".join(f"{flag} ({short})" if short else flag for flag, short, _ in _interval_keepers(options))
         click.echo(
             f"catch-load: {status.missed_ticks / taken:.0%} of ticks missed so far: the reads of {status.threads} "
             f"threads do not fit in {fmt_ns(options.interval_ns)} (the capture stays readable); to keep it, "
@@ -790,10 +790,17 @@ def _missed_hint(missed: int, ticks: int, recorder: Recorder, cpu_share: float) 
         f"  the /proc reads of {recorder.threads_seen} threads did not fit in {fmt_ns(options.interval_ns)} "
         f"({cpu_share:.0%} of a core): the analyses take the windows as they came (`forensics stalls` says so)"
     ]
-    tips = ["--sampler ebpf (root: the kernel takes the tick and keeps 2 ms for 2000 threads)"]
-    if not options.slow_interval_ns:
-        tips.append("--slow-interval 20ms (threads that sleep are read less often)")
+    tips = [f"{flag} ({why})" for flag, _, why in _interval_keepers(options)]
     return [*lines, "  to keep the interval, try " + "; ".join(tips)]
+
+
+def _interval_keepers(options: RecorderOptions) -> list[tuple[str, str, str]]:
+    """What would keep the interval of a /proc recording whose reads did not fit, said live (say_missing) and in
+    the summary (_missed_hint): (option, a short note, why). The eBPF sampler always; read tiers unless on."""
+    keepers = [("--sampler ebpf", "root", "root: the kernel takes the tick and keeps 2 ms for 2000 threads")]
+    if not options.slow_interval_ns:
+        keepers.append(("--slow-interval 20ms", "", "threads that sleep are read less often"))
+    return keepers
 
 
 def _split_lab(argv: list[str]) -> list[str]:
