@@ -39,7 +39,7 @@ from samplers.writer_process import CaptureSink  # noqa: E402
 
 def top(profile: cProfile.Profile, n: int = 18) -> str:
     out = io.StringIO()
-    pstats.Stats(profile, stream=out).sort_stats("tottime").print_stats(n)
+    pstats.Stats(profile, stream=out).sort_stats(os.environ.get("SORT", "tottime")).print_stats(n)
     return "\n".join(line for line in out.getvalue().splitlines() if line.strip())
 
 

@@ -8,7 +8,8 @@ queryable by other tools. So it is a small versioned container of standard colum
                the CRC covers the tag, the length and the payload (version 2); version 1's covered
                the payload only, so a flipped bit in a tag went unseen
                META  JSON object; later META records update earlier keys (the recorder adds to it)
-               TABL  u16 name length | table name (UTF-8) | one Parquet file: a chunk of that table
+               TABL  u16 name length | table name (UTF-8) | a chunk of that table: one Arrow IPC file
+                     (version 3), one Parquet file (versions 1 and 2); capture/chunks.py
                TRLR  JSON object: achieved timing and counts. Written last, and only by a clean end.
 
 All integers are little-endian. Chunks are appended as recording goes, each flushed to the kernel when
@@ -22,9 +23,9 @@ is right but whose content is not what its tag says (hand-made, or a bug) is ski
 A capture without a trailer reads back with a warning: the figures the trailer would hold (achieved
 interval, missed ticks) are then unknown.
 
-Each Parquet chunk holds cumulative counters exactly as read; sorted by (tid, tick) inside a chunk,
-the delta encoding then stores a mostly idle thread in a few bits per sample. `forensics export
---format parquet` writes plain Parquet files for DuckDB or Spark.
+Each chunk holds cumulative counters exactly as read, sorted by (tid, tick) inside it, so that a mostly
+idle thread's values lie together and compress to a few bits per sample. `forensics export --format
+parquet` writes plain Parquet files for DuckDB or Spark.
 
 Version policy: readers read every version from 1 up to FORMAT_VERSION and refuse others (newer, or
 the never-written 0) with a plain message. Adding a table or a nullable column does not bump the
@@ -36,7 +37,6 @@ from __future__ import annotations
 import bisect
 import collections
 import functools
-import io
 import json
 import mmap
 import os
@@ -53,8 +53,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from capture.chunks import chunk_head, encode_chunk, read_chunk_columns
 from capture.errors import CaptureFormatError, CaptureWarning
 from capture.shape import META, REQUIRED_COLUMNS, TRAILER, Obj, conform
 from capture.vocabulary import file_kind
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 # start-up stays light (README "Recording: catch-load"; bench/recorder_startup.py measures it).
 
 MAGIC = b"\x89SSF\r\n\x1a\n"  # PNG-style: a high byte and CR/LF/^Z catch text-mode and 7-bit damage.
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 OLDEST_VERSION = 1
 _HEADER = struct.Struct("<8sHH")
 _RECORD = struct.Struct("<4sII")
@@ -522,38 +522,6 @@ SCHEMAS.update(
 # Writing
 
 
-def _in_order(first: pa.ChunkedArray, then: pa.ChunkedArray) -> bool:
-    """Whether the rows are already sorted by (first, then), no nulls: sort_by would keep them as they are."""
-    import pyarrow.compute as pc
-
-    n = len(first)
-    if n < 2 or first.null_count or then.null_count:
-        return n < 2
-    a0, a1, b0, b1 = first.slice(0, n - 1), first.slice(1), then.slice(0, n - 1), then.slice(1)
-    ahead = pc.or_(pc.less(a0, a1), pc.and_(pc.equal(a0, a1), pc.less_equal(b0, b1)))
-    return bool(pc.all(ahead).as_py())
-
-
-def _encode_chunk(table: pa.Table) -> bytes:
-    """One Parquet file in memory. Integer columns are delta-encoded: counters as read are cumulative."""
-    if "tid" in table.column_names and ("tick" in table.column_names or "t_ns" in table.column_names):
-        order = "tick" if "tick" in table.column_names else "t_ns"
-        if not _in_order(table["tid"], table[order]):  # the eBPF writer's rows come sorted: a sort is 15 % of a chunk
-            table = table.sort_by([("tid", "ascending"), (order, "ascending")])
-    delta_columns = [f.name for f in table.schema if pa.types.is_integer(f.type) and table.num_rows > 0]
-    buf = io.BytesIO()
-    pq.write_table(
-        table,
-        buf,
-        compression="zstd",
-        compression_level=3,
-        use_dictionary=[f.name for f in table.schema if pa.types.is_dictionary(f.type)],
-        column_encoding=dict.fromkeys(delta_columns, "DELTA_BINARY_PACKED") or None,
-        write_statistics=False,
-    )
-    return buf.getvalue()
-
-
 def _to_arrow(name: str, data: pa.Table | pd.DataFrame | Mapping[str, Any]) -> pa.Table:
     schema = SCHEMAS.get(name)
     if isinstance(data, pa.Table):
@@ -627,7 +595,7 @@ class CaptureWriter:
         """`table` as one chunk of the table `name`, as it is: `append` first gives it its schema's columns
         and types. For a table of another recorder, or a chunk made by hand to see what a reader does."""
         encoded_name = name.encode()
-        self._record(TAG_TABLE, struct.pack("<H", len(encoded_name)) + encoded_name + _encode_chunk(table))
+        self._record(TAG_TABLE, struct.pack("<H", len(encoded_name)) + encoded_name + encode_chunk(table))
         self.rows_written[name] = self.rows_written.get(name, 0) + table.num_rows
 
     def name_lost(self) -> str | None:
@@ -950,12 +918,13 @@ def _table_record(payload: bytes, body_offset: int, offset: int, contents: _Cont
     name_len = len(name.encode())
     chunk = payload[2 + name_len :]
     try:
-        parquet = pq.ParquetFile(pa.BufferReader(chunk))
-        rows = parquet.metadata.num_rows
-        schema = parquet.schema_arrow
+        head = chunk_head(chunk)
     except (pa.ArrowException, OSError, ValueError, TypeError):
-        contents.warnings.append(f"the {name} chunk at byte {offset} is not a readable Parquet file: skipped")
+        contents.warnings.append(
+            f"the {name} chunk at byte {offset} is not a readable Arrow IPC or Parquet file: skipped"
+        )
         return
+    rows, schema = head.rows, head.schema
     wrong = _schema_mismatch(name, schema)
     if wrong:
         contents.warnings.append(f"the {name} chunk at byte {offset} has {wrong}: skipped")
@@ -1108,7 +1077,7 @@ def _copy(payload: bytes, length: int, crc: int, offset: int, buf: mmap.mmap, co
         if buf[start : start + length] == payload:
             name = _table_name(payload) or "unnamed"
             try:
-                rows = pq.ParquetFile(pa.BufferReader(payload[2 + len(name.encode()) :])).metadata.num_rows
+                rows = chunk_head(payload[2 + len(name.encode()) :]).rows
             except (pa.ArrowException, OSError, ValueError, TypeError):
                 rows = 0
             counts = contents.copies.setdefault(name, [0, 0])
@@ -1136,11 +1105,10 @@ def _chunk_span(fh: BinaryIO, start: int, length: int) -> _Span | None:
     fh.seek(start)
     data = fh.read(length)
     try:
-        parquet = pq.ParquetFile(pa.BufferReader(data))
-        column = next((c for c in _TIME_COLUMNS if c in parquet.schema_arrow.names), None)
+        column = next((c for c in _TIME_COLUMNS if c in chunk_head(data).schema.names), None)
         if column is None:
             return None
-        times = parquet.read(columns=[column]).column(column).drop_null().cast(pa.int64())
+        times = read_chunk_columns(data, [column]).column(column).drop_null().cast(pa.int64())
     except (pa.ArrowException, OSError, ValueError, TypeError):
         return None
     if len(times) == 0:
@@ -1323,16 +1291,15 @@ def _read_chunk(name: str, data: bytes, columns: list[str] | None) -> tuple[pa.T
     """One chunk as its table's schema says: every column of the schema (or the asked-for ones), those it
     lacks (an older capture) as nulls of their type, each cast to its schema's type; and without the rows
     that have a null in a required column (capture/shape.py), whose names come back beside the table."""
-    parquet = pq.ParquetFile(pa.BufferReader(data))
-    present = parquet.schema_arrow.names
     known = SCHEMAS.get(name)
-    if columns is None:
-        columns = list(dict.fromkeys([*(known.names if known is not None else []), *present]))
     # One thread: the caller decodes on a worker of its own (_read_arrow_chunks), and Arrow's pool, a task
     # per column of a 50 000-row chunk, cost more than it saved: a 16-column pass over the 30 M-sample
     # capture took 3.1-3.6 s of CPU and 7-12 s of wall time on the loaded 2-core VM, 1.9-2.1 and 2.8-3.3 s
-    # without (issue 12: analyses speed).
-    table = parquet.read(columns=[c for c in columns if c in present], use_threads=False)
+    # without (issue 12: analyses speed). Only the columns asked for are decoded (capture/chunks.py).
+    table = read_chunk_columns(data, columns)
+    present = table.column_names
+    if columns is None:
+        columns = list(dict.fromkeys([*(known.names if known is not None else []), *present]))
     for column in columns:
         if column not in present:
             dtype = known.field(column).type if known is not None and column in known.names else pa.null()

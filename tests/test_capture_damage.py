@@ -18,6 +18,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import pandas.testing as pd_testing
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -31,6 +32,7 @@ from capture.format import (
     TAG_TABLE,
     TAG_TRAILER,
     Capture,
+    CaptureWriter,
     Damage,
     load,
     record_crc,
@@ -96,11 +98,46 @@ def test_version_1_samples_still_read_and_new_captures_are_version_2(v2_clean: P
     for sample in SAMPLES:
         cap, messages = read_all(sample)
         assert cap is not None and cap.complete and messages == []
-    assert FORMAT_VERSION == 2
     original, _ = read_all(REPO / "captures" / "lab-clean.ssf")  # what v2_clean was made from
     again, messages = read_all(v2_clean)
     assert again is not None and messages == [] and original is not None
     assert rows(again) == rows(original)
+
+
+def test_version_3_chunks_are_arrow_ipc_files_that_read_back_as_the_parquet_ones_did(tmp_path: Path) -> None:
+    """Version 3 stores each table chunk as an Arrow IPC file (capture/chunks.py); versions 1 and 2 stored
+    Parquet files, and read as before. A sample capture whose chunks are re-encoded reads back every table
+    value for value, dtypes included; new captures are version 3 with Arrow chunks."""
+    from capture.chunks import ARROW_MAGIC, PARQUET_MAGIC, encode_chunk, read_chunk_columns
+
+    assert FORMAT_VERSION == 3
+    for name in ("lab-clean.ssf", "lab-ebpf.ssf", "jack-starved-proc.ssf"):
+        source = REPO / "captures" / name
+        _, recs = records(source.read_bytes())
+        body = []
+        for _, tag, payload in recs:
+            if tag == TAG_TABLE:
+                (n,) = struct.unpack_from("<H", payload)
+                assert payload[2 + n : 2 + n + 4] == PARQUET_MAGIC
+                payload = payload[: 2 + n] + encode_chunk(read_chunk_columns(payload[2 + n :]))
+                assert payload[2 + n : 2 + n + 6] == ARROW_MAGIC
+            body.append((tag, payload))
+        path = tmp_path / name
+        path.write_bytes(encode(3, body))
+        original, _ = read_all(source)
+        again, messages = read_all(path)
+        assert original is not None and again is not None and messages == []
+        assert rows(again) == rows(original)
+        for table in original.table_names:
+            pd_testing.assert_frame_equal(again.table(table), original.table(table))
+        assert again.threads.equals(original.threads)
+    written = tmp_path / "new.ssf"
+    with CaptureWriter(written, {"sources": {}}) as writer:
+        writer.append("events", {"t_ns": [1], "kind": ["marker"], "pid": [1], "tid": [1], "text": ["x"]})
+        writer.close({"duration_ns": 1})
+    version, recs = records(written.read_bytes())
+    table_payloads = [payload for _, tag, payload in recs if tag == TAG_TABLE]
+    assert version == 3 and table_payloads and all(ARROW_MAGIC in p[:16] for p in table_payloads)
 
 
 def test_version_0_is_refused_like_a_future_one(tmp_path: Path) -> None:
@@ -154,10 +191,9 @@ def test_reading_goes_on_after_a_damaged_record_and_names_the_hole(v2_clean: Pat
     path.write_bytes(damaged)
     cap, messages = read_all(path)
     assert cap is not None and cap.complete  # the trailer after the hole was found
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from capture.chunks import read_chunk_columns
 
-    lost_times = pq.read_table(pa.BufferReader(lost[2 + 7 :])).column("t_ns").to_pylist()
+    lost_times = read_chunk_columns(lost[2 + 7 :]).column("t_ns").to_pylist()
     assert len(cap.samples) == len(intact.samples) - len(lost_times)  # every other chunk read back
     # The hole is named from the samples' own rows around it: the last read before, the first after.
     before = intact.samples["t_ns"][intact.samples["t_ns"] < min(lost_times)].max()
@@ -243,8 +279,7 @@ def _original(name: str) -> bytes:
 
 def _expected_rows(data: bytes, untouched: set[int]) -> dict[str, int]:
     """Rows of the table records among `untouched` (record offsets): those must read back."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    from capture.chunks import chunk_head
 
     _, recs = records(data)
     out: dict[str, int] = {}
@@ -252,7 +287,7 @@ def _expected_rows(data: bytes, untouched: set[int]) -> dict[str, int]:
         if tag == TAG_TABLE and offset in untouched:
             (n,) = struct.unpack_from("<H", payload)
             name = payload[2 : 2 + n].decode()
-            out[name] = out.get(name, 0) + pq.read_table(pa.BufferReader(payload[2 + n :])).num_rows
+            out[name] = out.get(name, 0) + chunk_head(payload[2 + n :]).rows
     return out
 
 

@@ -159,18 +159,17 @@ def test_info_fits_100_columns_even_with_a_long_command_line(run_module) -> None
 
 
 def test_a_chunk_is_stored_sorted_by_thread_then_time_whether_or_not_it_came_sorted() -> None:
-    """_encode_chunk sorts a table by (tid, tick) unless it is already in that order (the eBPF writer's rows
+    """encode_chunk sorts a table by (tid, tick) unless it is already in that order (the eBPF writer's rows
     are: the check costs a tenth of the sort): rows sorted by tid but not by tick within one are sorted, and
     a sorted table is stored as it came."""
-    import io
-
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
-    from capture.format import _encode_chunk, _in_order
+    from capture.chunks import encode_chunk, in_order, read_chunk_columns
+
+    _in_order = in_order
 
     def stored(tid: list[int], tick: list[int]) -> list[tuple[int, int]]:
-        table = pq.read_table(io.BytesIO(_encode_chunk(pa.table({"tid": tid, "tick": tick}))))
+        table = read_chunk_columns(encode_chunk(pa.table({"tid": tid, "tick": tick})))
         return list(zip(table["tid"].to_pylist(), table["tick"].to_pylist(), strict=True))
 
     assert _in_order(pa.chunked_array([[1, 1, 2]]), pa.chunked_array([[5, 6, 1]]))

@@ -19,9 +19,9 @@ import zlib
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
+from capture.chunks import read_chunk_columns
 from capture.format import _CHECKPOINT, _HEADER, _RECORD, TAG_TABLE, TAG_TRAILER, Capture, crc_shift, load
 from tests.damaged import crafted, crc_bytes_counted, encode, many_holes
 from tests.helpers import REPO, child_env
@@ -42,7 +42,7 @@ def records(data: bytes) -> list[tuple[int, bytes, bytes]]:
 
 def chunk(payload: bytes) -> tuple[str, pa.Table]:
     n = int.from_bytes(payload[:2], "little")
-    return payload[2 : 2 + n].decode(), pq.read_table(pa.BufferReader(payload[2 + n :]))
+    return payload[2 : 2 + n].decode(), read_chunk_columns(payload[2 + n :])
 
 
 def loaded(data: bytes, path: Path) -> tuple[Capture, list[str]]:
