@@ -492,18 +492,16 @@ def load_samples(
 
 
 def asked_interval_ns(cap: Capture) -> int:
-    """The interval asked for (meta), else the median spacing of ticks seen in the samples."""
+    """The interval asked for (meta), else the trailer's median tick spacing, else that of the ticks in the
+    capture's first samples (_tick_spacing_ns: each tick's first read, not one thread's rows, which the eBPF
+    writer stores only where they change), else 2 ms."""
     if cap.interval_ns:
         return cap.interval_ns
     trailer = cap.trailer or {}
     if trailer.get("interval_p50_ns"):
         return int(trailer["interval_p50_ns"])
-    head = next(iter_samples(cap, ["t_ns"], batch_rows=200_000), None)
-    if head is None or len(head) < 2:
-        return 2_000_000
-    first_tid = head["tid"].iloc[0]
-    t = np.sort(head.loc[head["tid"] == first_tid, "t_ns"].to_numpy())
-    return int(np.median(np.diff(t))) if len(t) > 1 else 2_000_000
+    spacing = _tick_spacing_ns(cap)
+    return int(spacing) if spacing else 2_000_000
 
 
 def capture_interval_ns(cap: Capture) -> int:

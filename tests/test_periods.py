@@ -163,3 +163,23 @@ def test_a_thread_woken_in_every_window_of_a_recorder_that_missed_most_ticks_get
     # Without a trailer (the writer not done yet, or killed with the recorder) the ticks read say the same.
     unfinished = Capture.from_frames(meta=asked, samples=samples, threads=synth.threads_table([tl], T0))
     assert thread_profiles(unfinished).set_index("tid").loc[2010, "period_ns"] == pytest.approx(PERIOD_NS, rel=0.02)
+
+
+def test_a_capture_that_does_not_say_its_interval_is_judged_by_its_ticks_not_by_one_threads_rows():
+    """No interval in the metadata and no trailer (another recorder's capture, or one whose writer was killed):
+    the interval is the ticks' spacing in its first samples. The first thread's rows are no measure: the eBPF
+    writer stores a thread's row only where it changed, so a sleeper's rows lie 250 ms apart (they gave 10 ms
+    here, a row every fifth tick, where the ticks were 2 ms apart)."""
+    from analyses.source import asked_interval_ns, capture_interval_ns
+
+    seconds = 1
+    sleeper = Timeline(tid=1500, comm="sleeper", policy=0, cpu=1)
+    audio = Timeline(tid=2010, comm="audio-0", policy=1, rtprio=10, cpu=0)
+    synth.periodic(audio, t0=T0, duration_ns=seconds * 1_000_000_000, period_ns=PERIOD_NS, work_ns=10 * US)
+    samples = synth.sample([sleeper, audio], t0=T0, duration_ns=seconds * 1_000_000_000, interval_ns=2_000_000)
+    thinned = samples[(samples["tid"] != 1500) | (samples["tick"] % 5 == 0)].reset_index(drop=True)
+    meta = {k: v for k, v in synth.meta(2_000_000).items() if k != "recording"}
+    cap = Capture.from_frames(meta=meta, samples=thinned, threads=synth.threads_table([sleeper, audio], T0))
+    assert cap.interval_ns is None and not cap.trailer
+    assert asked_interval_ns(cap) == pytest.approx(2_000_000, rel=0.01)
+    assert capture_interval_ns(cap) == pytest.approx(2_000_000, rel=0.01)
