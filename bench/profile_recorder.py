@@ -7,6 +7,8 @@ cProfile. Prints the top functions of each and the CPU per thread-sample of each
     python bench/profile_recorder.py --threads 200 --seconds 5 [--fast REGEX] [--slow 20ms|off]
     python bench/profile_recorder.py --bitwig --seconds 5 --slow 20ms   # bench/bitwig_shape.c 121/408/4
 
+SORT=cumulative (any pstats key) orders the functions otherwise than by their own time.
+
 cProfile's own overhead inflates what calls many small functions (the tick's per-thread loop): read the
 split between functions, and take the costs from bench/sampler_bench.py.
 """
@@ -67,6 +69,10 @@ def main() -> None:
                 slow_interval_ns=0 if args.slow == "off" else int(float(args.slow.removesuffix("ms")) * 1e6),
                 fast=re.compile(args.fast) if args.fast else None,
                 sampler=args.sampler,
+                # catch-load's defaults under --sampler ebpf (forensics/cli/catch_load.py): no per-thread /proc
+                # sched or taskstats reads, which the eBPF tick replaces (with them, the profile showed a scan of
+                # every thread's policy every 250 ms that a recording never makes)
+                **({"sched": "none", "taskstats": "none"} if args.sampler == "ebpf" else {}),
             )
             recorder = Recorder(TargetSpec(pids=[target.pid]), options)
             fd = os.open(frames_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
