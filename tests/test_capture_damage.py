@@ -364,3 +364,31 @@ def test_fuzzed_captures_end_in_warnings_or_one_line(tmp_path: Path, name: str, 
         assert got.get(table, 0) >= count, (table, got.get(table, 0), count, messages)
     if kind != "insert" and mutated[_HEADER.size :] != data[_HEADER.size :]:
         assert messages  # damage to any record (or a cut) is said, never silent
+
+
+def test_an_arrow_chunk_whose_buffers_point_outside_its_data_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    """An Arrow IPC chunk (format 3) is taken as its buffers say: a hand-made one whose dictionary indices point
+    past the dictionary (a capture from someone else's bug report) would have pandas read memory that is not
+    the column's. Full validation on reading refuses it: a warning, the chunk skipped, the rest read."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    table = pa.table({"tid": pa.array([7] * 64, pa.int32()), "letter": pa.array(["a", "b"] * 32).dictionary_encode()})
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema) as writer:  # uncompressed: the indices' bytes are there to change
+        writer.write_table(table)
+    good = sink.getvalue().to_pybytes()
+    indices = np.array([0, 1] * 32, dtype="<i4").tobytes()
+    assert good.count(indices) == 1
+    bad = good.replace(indices, np.array([0, 1] * 31 + [0, 1_000_000], dtype="<i4").tobytes())
+    path = tmp_path / "hostile-arrow.ssf"
+    body = [(TAG_META, json.dumps({"sources": {}}).encode())]
+    body += [(TAG_TABLE, table_record("letters", bad)), (TAG_TABLE, table_record("letters", good))]
+    path.write_bytes(encode(3, body))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        letters = load(path).table("letters")
+    messages = [str(w.message) for w in caught]
+    assert len(letters) == 64 and set(letters["letter"]) == {"a", "b"}  # the good chunk only
+    assert any("letters chunk at byte" in m and "does not decode" in m and "out of bounds" in m for m in messages)
