@@ -297,6 +297,35 @@ def test_a_thread_on_a_cpu_or_runnable_is_decoded_every_tick() -> None:
     assert (np.diff(samples["run_ns"][samples["tid"] == 11]) == TICK_NS).all()
 
 
+def test_a_thread_not_seen_by_the_probes_yet_whose_stat_says_r_is_stored_every_tick() -> None:
+    """A worker busy on a CPU from before its first switch has no phase yet (no probe event) and its slot does not
+    move, but its stat line says R: it is on a CPU or a run queue at every tick until a switch gives it a phase.
+    The analyses never copy a row in R to the next tick (analyses/source.py _Fill), so it is stored at every tick
+    (a CI run under load had such a worker without rows at ticks 1-4). One whose stat says S is stored as an
+    asleep thread is: its first row and keyframes."""
+    rng = random.Random(2)
+    spinning, idle = _Thread(21, "busy", rng), _Thread(22, "sleeper", rng)  # both phase unknown, never switched
+    rows = EbpfRows(DEFAULT_RULES)
+    rows.layout({"id": 1, "tids": [21, 22], "pids": [PID] * 2, "slots": [0, 1]})
+    texts = [stat_line(21, PID, state="R").encode(), stat_line(22, PID, state="S").encode()]
+    header = frames.EBPF_TICK_HEADER.pack(1, 1, 1_000_000_000, 2)
+    lengths = np.asarray([len(t) for t in texts], dtype="<u4").tobytes()
+    rows.stat(header + np.arange(2, dtype="<u4").tobytes() + lengths + b"".join(texts))
+    raw = spinning.slot() + idle.slot()
+    for tick in range(1, 30):
+        rows.tick(frames.EBPF_TICK_HEADER.pack(tick, 1, 1_000_000_000 + tick * TICK_NS, len(raw)) + raw)
+        if tick == 14:  # a take between: the stat read is carried to the next chunk
+            columns, _ = rows.take()
+            assert columns is not None
+            first = columns["samples"]
+    columns, _ = rows.take()
+    assert columns is not None
+    samples = {k: np.concatenate([first[k], columns["samples"][k]]) for k in ("tid", "tick")}
+    assert sorted(samples["tick"][samples["tid"] == 21].tolist()) == list(range(1, 30))
+    idle_ticks = samples["tick"][samples["tid"] == 22].tolist()
+    assert idle_ticks == sorted({1, 15} | {t for t in range(1, 30) if (t + 22) % KEYFRAME_TICKS == 0})
+
+
 def test_a_stat_line_is_stored_at_the_first_tick_taken_after_it_was_read() -> None:
     """Under the kernel's tick the recorder reads the stat lines at a wake-up, then drains the ticks the kernel
     took since the last one: the frame is numbered as the first of them, but a value read at T (a major fault,

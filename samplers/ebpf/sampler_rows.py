@@ -219,6 +219,7 @@ class EbpfRows:
         if not self.ticks:
             return None, slow
         pinned = self._stat_reads()
+        running = self._running_by_stat()
         parts: list[_GroupRows] = []
         end_tick, end_tids = -2, np.zeros(0, dtype=np.int64)  # the last tick of the run before, its threads' tids
         run_start = 0
@@ -227,7 +228,7 @@ class EbpfRows:
             first = self.ticks[run_start]
             if end < len(self.ticks) and self.ticks[end][0] == first[0] and self.ticks[end][3] == first[3]:
                 continue
-            part = self._group(self.ticks[run_start:end], pinned, end_tick, end_tids)
+            part = self._group(self.ticks[run_start:end], pinned, running, end_tick, end_tids)
             run_start = end
             parts.append(part)
             end_tick, end_tids = part.end_tick, part.end_tids
@@ -269,7 +270,24 @@ class EbpfRows:
         run = self._never_back(tid_col, starts, run, self.last_run)
         wait = self._never_back(tid_col, starts, wait, self.last_wait)
         self._remember(tid_col, starts, run, wait)
-        values = (run, wait, fields["switches"], fields["faults"], fields["cpu"], phase, fields["prev_state"], at)
+        # A thread the probes have not seen yet (phase unknown) whose stat line said R has not left the CPU or its
+        # run queue since (a switch would have given it a phase): stored at every tick as a thread with that phase
+        # is, though nothing in its row moves (no probe event says since when it runs). The analyses never copy a
+        # row in R to the next tick (analyses/source.py _Fill): without these, a worker busy on a CPU from before
+        # its first switch had no row at the ticks until then.
+        unknown_running = (phase == PHASE_UNKNOWN) & (self.s_state[at] == "R")
+        forced = np.where(unknown_running, tick_col, -1)
+        values = (
+            run,
+            wait,
+            fields["switches"],
+            fields["faults"],
+            fields["cpu"],
+            phase,
+            fields["prev_state"],
+            at,
+            forced,
+        )
         stored = changes(tid_col, tick_col, starts, values, follows=follow_col)
         # Every row decoded is stored, nearly always (_group decodes only the rows that may change): no copy.
         keep: np.ndarray | slice = slice(None) if stored.all() else stored
@@ -302,7 +320,12 @@ class EbpfRows:
         return {"samples": columns, "sampler_ticks": {"tick": tick_ids.astype(np.uint32), "t_ns": tick_times}}, slow
 
     def _group(
-        self, group: list[Any], pinned: tuple[np.ndarray, np.ndarray], before_tick: int, before_tids: np.ndarray
+        self,
+        group: list[Any],
+        pinned: tuple[np.ndarray, np.ndarray],
+        running: np.ndarray,
+        before_tick: int,
+        before_tids: np.ndarray,
     ) -> _GroupRows:
         """The rows of one run of ticks of one layout and slot count that may be stored, decoded, from its slot
         records: each thread's at the run's first tick and after a missed tick, and where its slot changed, where
@@ -312,7 +335,8 @@ class EbpfRows:
         _never_back, holds; the stat read is the same): `changes` would drop it, and only needs to know which
         rows follow such rows (`follows`). No (ticks x slots) array: the work grows with what changed
         (DESIGN.md "The eBPF sampler"). `before_tick`, `before_tids`: the last tick of the run taken before in
-        this take and the threads of it there (their rows there repeat their last decoded ones)."""
+        this take and the threads of it there (their rows there repeat their last decoded ones). `running`: the
+        tids whose stat line said R (_running_by_stat): not seen by the probes yet, they are decoded every tick."""
         layout_tids, layout_pids, slots = self.layouts[group[0][0]]
         records = slot_records(group, self.last_words)
         n, used = len(group), records.used
@@ -343,7 +367,8 @@ class EbpfRows:
             i = np.tile(np.arange(n), m)
             j = np.repeat(np.arange(m), n)
         else:
-            i, j = self._candidates(records, ticks, tids, record_column, mine, phase, steps, pinned)
+            unknown_running = (phase == PHASE_UNKNOWN) & np.isin(fields["tid"], running)
+            i, j = self._candidates(records, ticks, tids, record_column, mine, phase, unknown_running, steps, pinned)
         self.slot_rows += n * m
         at = records.at(i, at_slot[j])
         row_mine = (fields["tid"][at] == tids[j]) & ~gone[at]
@@ -390,6 +415,7 @@ class EbpfRows:
         record_column: np.ndarray,
         mine: np.ndarray,
         phase: np.ndarray,
+        unknown_running: np.ndarray,
         steps: np.ndarray,
         pinned: tuple[np.ndarray, np.ndarray],
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -402,8 +428,9 @@ class EbpfRows:
         changed = records.changed()
         listed = changed & (record_column >= 0) & (records.tick >= 1)
         keys.append(record_column[listed] * n + records.tick[listed])
-        # On a CPU or runnable: from its record to the slot's next one.
-        live = mine & ((phase == PHASE_ON_CPU) | (phase == PHASE_RUNNABLE))
+        # On a CPU or runnable (or, not seen by the probes yet, R by its stat line): from its record to the slot's
+        # next one.
+        live = mine & ((phase == PHASE_ON_CPU) | (phase == PHASE_RUNNABLE) | unknown_running)
         start, stop = records.spans(live)
         lengths = stop - start
         offsets = np.repeat(np.cumsum(lengths) - lengths - start, lengths)
@@ -432,6 +459,14 @@ class EbpfRows:
             wanted[part] = True
         key = np.flatnonzero(wanted)
         return key % n, key // n
+
+    def _running_by_stat(self) -> np.ndarray:
+        """The tids whose latest stat line before this take, or one read in it, says R: of these, a thread not seen
+        by the probes yet is on a CPU or a run queue (take()). More than that is harmless: a row decoded that does
+        not change is not stored."""
+        parts = [self.carry_tid[self.carry_state == "R"]]
+        parts += [tid[states == "R"] for tid, _, _, states in self._unmerged]
+        return np.unique(np.concatenate(parts).astype(np.int64))
 
     def _stat_reads(self) -> tuple[np.ndarray, np.ndarray]:
         """(tick, tid) of the stat reads not yet merged (this take's), by tick: a row there is never skipped."""
