@@ -108,22 +108,23 @@ def test_version_3_chunks_are_arrow_ipc_files_that_read_back_as_the_parquet_ones
     """Version 3 stores each table chunk as an Arrow IPC file (capture/chunks.py); versions 1 and 2 stored
     Parquet files, and read as before. A sample capture whose chunks are re-encoded reads back every table
     value for value, dtypes included; new captures are version 3 with Arrow chunks."""
-    from capture.chunks import ARROW_MAGIC, PARQUET_MAGIC, encode_chunk, read_chunk_columns
+    from capture.chunks import ARROW_MAGIC, PARQUET_MAGIC
+
+    def chunks(data: bytes) -> list[bytes]:
+        out = []
+        for _, tag, payload in records(data)[1]:
+            if tag == TAG_TABLE:
+                (n,) = struct.unpack_from("<H", payload)
+                out.append(payload[2 + n :])
+        return out
 
     assert FORMAT_VERSION == 3
     for name in ("lab-clean.ssf", "lab-ebpf.ssf", "jack-starved-proc.ssf"):
         source = REPO / "captures" / name
-        _, recs = records(source.read_bytes())
-        body = []
-        for _, tag, payload in recs:
-            if tag == TAG_TABLE:
-                (n,) = struct.unpack_from("<H", payload)
-                assert payload[2 + n : 2 + n + 4] == PARQUET_MAGIC
-                payload = payload[: 2 + n] + encode_chunk(read_chunk_columns(payload[2 + n :]))
-                assert payload[2 + n : 2 + n + 6] == ARROW_MAGIC
-            body.append((tag, payload))
         path = tmp_path / name
-        path.write_bytes(encode(3, body))
+        path.write_bytes(as_arrow_chunks(source.read_bytes()))
+        assert all(chunk[:4] == PARQUET_MAGIC for chunk in chunks(source.read_bytes()))
+        assert all(chunk[:6] == ARROW_MAGIC for chunk in chunks(path.read_bytes()))
         original, _ = read_all(source)
         again, messages = read_all(path)
         assert original is not None and again is not None and messages == []
@@ -268,13 +269,29 @@ def test_unreadable_paths_are_one_line(tmp_path: Path, kind: str) -> None:
 
 # -- fuzzing ----------------------------------------------------------------------------------------
 
-_ORIGINALS: dict[str, bytes] = {}
+_ORIGINALS: dict[tuple[str, int], bytes] = {}
 
 
-def _original(name: str) -> bytes:
-    if name not in _ORIGINALS:
-        _ORIGINALS[name] = as_version((REPO / "captures" / name).read_bytes(), 2)
-    return _ORIGINALS[name]
+def as_arrow_chunks(data: bytes) -> bytes:
+    """A capture as format 3 writes it: each table chunk an Arrow IPC file (capture/chunks.py)."""
+    from capture.chunks import encode_chunk, read_chunk_columns
+
+    _, recs = records(data)
+    body = []
+    for _, tag, payload in recs:
+        if tag == TAG_TABLE:
+            (n,) = struct.unpack_from("<H", payload)
+            payload = payload[: 2 + n] + encode_chunk(read_chunk_columns(payload[2 + n :]))
+        body.append((tag, payload))
+    return encode(3, body)
+
+
+def _original(name: str, version: int) -> bytes:
+    """A sample capture as `version` writes it (1: as stored)."""
+    if (name, version) not in _ORIGINALS:
+        data = (REPO / "captures" / name).read_bytes()
+        _ORIGINALS[name, version] = {1: data, 2: as_version(data, 2), 3: as_arrow_chunks(data)}[version]
+    return _ORIGINALS[name, version]
 
 
 def _expected_rows(data: bytes, untouched: set[int]) -> dict[str, int]:
@@ -317,10 +334,10 @@ mutation = st.one_of(
     derandomize=True,  # the same cases in CI every time: a failure reproduces
     database=None,
 )
-@given(name=st.sampled_from(["lab-clean.ssf", "lab-episodes.ssf", "lab-ebpf.ssf"]), version=st.sampled_from([1, 2]),
+@given(name=st.sampled_from(["lab-clean.ssf", "lab-episodes.ssf", "lab-ebpf.ssf"]), version=st.sampled_from([1, 2, 3]),
        change=mutation)  # fmt: skip
 def test_fuzzed_captures_end_in_warnings_or_one_line(tmp_path: Path, name: str, version: int, change: tuple) -> None:
-    data = _original(name) if version == 2 else (REPO / "captures" / name).read_bytes()
+    data = _original(name, version)
     _, recs = records(data)
     spans = [(offset, offset + _RECORD.size + len(payload)) for offset, _, payload in recs]
     kind, arg = change
