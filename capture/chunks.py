@@ -59,10 +59,15 @@ def encode_chunk(table: pa.Table) -> bytes:
     return sink.getvalue().to_pybytes()
 
 
+def _is_arrow(data: bytes | memoryview) -> bool:
+    """Whether the chunk is an Arrow IPC file (format 3 on), else taken for a Parquet file (formats 1 and 2)."""
+    return bytes(data[: len(ARROW_MAGIC)]) == ARROW_MAGIC
+
+
 def chunk_head(data: bytes | memoryview) -> ChunkHead:
     """The chunk's row count and schema (raises pa.ArrowException, OSError or ValueError for bytes that are
     neither format, or a damaged footer)."""
-    if bytes(data[: len(ARROW_MAGIC)]) == ARROW_MAGIC:
+    if _is_arrow(data):
         reader = ipc.open_file(pa.BufferReader(data))
         return ChunkHead(reader.count_rows(), reader.schema)
     import pyarrow.parquet as pq
@@ -74,12 +79,13 @@ def chunk_head(data: bytes | memoryview) -> ChunkHead:
 def read_chunk_columns(data: bytes | memoryview, columns: list[str] | None = None) -> pa.Table:
     """The chunk's columns of `columns` that it has, in its own order (None: all); only those are decoded.
     One thread: the caller decodes on a worker of its own (capture/format.py _read_arrow_chunks)."""
-    if bytes(data[: len(ARROW_MAGIC)]) == ARROW_MAGIC:
-        if columns is None:
+    wanted = None if columns is None else set(columns)
+    if _is_arrow(data):
+        if wanted is None:
             options = ipc.IpcReadOptions(use_threads=False)
         else:
             names = ipc.open_file(pa.BufferReader(data)).schema.names
-            fields = [i for i, name in enumerate(names) if name in set(columns)]
+            fields = [i for i, name in enumerate(names) if name in wanted]
             options = ipc.IpcReadOptions(included_fields=fields, use_threads=False)
         table = ipc.open_file(pa.BufferReader(data), options=options).read_all()
         # An IPC file's buffers are taken as they are (offsets, dictionary indices): a capture from someone
@@ -91,13 +97,12 @@ def read_chunk_columns(data: bytes | memoryview, columns: list[str] | None = Non
 
     parquet = pq.ParquetFile(pa.BufferReader(data))
     present = parquet.schema_arrow.names
-    wanted = present if columns is None else [c for c in present if c in set(columns)]
-    return parquet.read(columns=wanted, use_threads=False)
+    return parquet.read(columns=[c for c in present if wanted is None or c in wanted], use_threads=False)
 
 
 def parquet_chunk(table: pa.Table) -> bytes:
-    """`table` as versions 1 and 2 wrote a chunk (one Parquet file, integers delta-encoded, zstd): for tests and
-    benchmarks that read old captures, never written by the recorder now."""
+    """`table` as versions 1 and 2 wrote a chunk (one Parquet file, integers delta-encoded, zstd): for the
+    benchmark that compares the two (bench/chunk_codecs.py), never written by the recorder now."""
     import pyarrow.parquet as pq
 
     delta_columns = [f.name for f in table.schema if pa.types.is_integer(f.type) and table.num_rows > 0]

@@ -166,17 +166,15 @@ def test_a_chunk_is_stored_sorted_by_thread_then_time_whether_or_not_it_came_sor
 
     from capture.chunks import encode_chunk, in_order, read_chunk_columns
 
-    _in_order = in_order
-
     def stored(tid: list[int], tick: list[int]) -> list[tuple[int, int]]:
         table = read_chunk_columns(encode_chunk(pa.table({"tid": tid, "tick": tick})))
         return list(zip(table["tid"].to_pylist(), table["tick"].to_pylist(), strict=True))
 
-    assert _in_order(pa.chunked_array([[1, 1, 2]]), pa.chunked_array([[5, 6, 1]]))
-    assert not _in_order(pa.chunked_array([[1, 1, 2]]), pa.chunked_array([[6, 5, 1]]))  # tick back within a tid
-    assert not _in_order(pa.chunked_array([[2, 1]]), pa.chunked_array([[1, 2]]))
-    assert not _in_order(pa.chunked_array([[1, None]]), pa.chunked_array([[1, 2]]))  # nulls: sort_by decides
-    assert _in_order(pa.chunked_array([[7]]), pa.chunked_array([[1]]))
+    assert in_order(pa.chunked_array([[1, 1, 2]]), pa.chunked_array([[5, 6, 1]]))
+    assert not in_order(pa.chunked_array([[1, 1, 2]]), pa.chunked_array([[6, 5, 1]]))  # tick back within a tid
+    assert not in_order(pa.chunked_array([[2, 1]]), pa.chunked_array([[1, 2]]))
+    assert not in_order(pa.chunked_array([[1, None]]), pa.chunked_array([[1, 2]]))  # nulls: sort_by decides
+    assert in_order(pa.chunked_array([[7]]), pa.chunked_array([[1]]))
     assert stored([1, 1, 2], [6, 5, 1]) == [(1, 5), (1, 6), (2, 1)]
     assert stored([2, 1, 1], [1, 6, 5]) == [(1, 5), (1, 6), (2, 1)]
     assert stored([1, 1, 2], [5, 6, 1]) == [(1, 5), (1, 6), (2, 1)]
