@@ -351,7 +351,9 @@ class Recorder:
             except (OSError, ValueError):
                 first = None
             if self.ebpf_ticker is not None:
-                self.ebpf_ticker.add(tid, thread.fd_schedstat, first.minflt if first else 0)
+                self.ebpf_ticker.add(
+                    tid, thread.fd_schedstat, first.minflt if first else 0, first.majflt if first else 0
+                )
             process, cmdline = self._process_names.get(pid, (None, None))
             self.tiers.add(tid, pid, (comm or "?").rstrip("\n"), first.policy if first else None, t_ns)
             self._send(

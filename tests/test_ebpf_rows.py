@@ -38,6 +38,7 @@ class _Thread:
         self.tid, self.kind, self.rng = tid, kind, rng
         self.run = self.wait = self.since = self.event = 0
         self.switches = self.faults = self.prev_state = self.cpu = 0
+        self.majflt = 0  # task_struct.maj_flt as copied at the last switch-out (and as the stat line shows it)
         self.phase = PHASE_UNKNOWN
         self.period = rng.randint(2, 5)
         self.utime = 0
@@ -62,6 +63,8 @@ class _Thread:
         self.run += rng.randint(1_000, 200_000)
         self.wait += rng.randint(0, 50_000)
         self.cpu = rng.randint(0, 1)
+        if self.switches % 7 == 0:
+            self.majflt += 1  # a major fault before this switch-out (no draw: the streams stay as they were)
         if self.kind == "busy":
             self.phase, self.since = PHASE_ON_CPU, self.event
         elif self.kind == "waiter" and rng.random() < 0.5:
@@ -83,12 +86,18 @@ class _Thread:
             self.cpu,
             self.phase,
             0,
-            0,
+            self.majflt,
         )
 
     def stat(self) -> bytes:
         return stat_line(
-            self.tid, PID, state="S", utime=self.utime, policy=self.policy, rtprio=self.policy * 10
+            self.tid,
+            PID,
+            state="S",
+            majflt=self.majflt,
+            utime=self.utime,
+            policy=self.policy,
+            rtprio=self.policy * 10,
         ).encode()
 
 
@@ -324,6 +333,39 @@ def test_a_thread_not_seen_by_the_probes_yet_whose_stat_says_r_is_stored_every_t
     assert sorted(samples["tick"][samples["tid"] == 21].tolist()) == list(range(1, 30))
     idle_ticks = samples["tick"][samples["tid"] == 22].tolist()
     assert idle_ticks == sorted({1, 15} | {t for t in range(1, 30) if (t + 22) % KEYFRAME_TICKS == 0})
+
+
+def test_a_major_fault_shows_from_the_switch_out_that_copied_it_not_from_the_next_stat_read() -> None:
+    """The probes copy task_struct.maj_flt at each switch-out (sampler.bpf.c): a major fault shows at the first tick
+    after the switch-out that follows it, where it showed only at the thread's next stat read before (its turn
+    comes every STAT_SLOW_NS: 25-50 ms late on a one-thread target, up to 300 ms on the Bitwig shape). A stat read
+    higher than the copy (a thread still on a CPU since its fault) shows its value: each is a count as of a time
+    at or before the row's, so their maximum never shows a fault before it was taken."""
+    thread = _Thread(11, "sleeper", random.Random(1))
+    thread.phase, thread.prev_state, thread.majflt = PHASE_OFF, 0x1, 5
+    rows = EbpfRows(DEFAULT_RULES)
+    rows.layout({"id": 1, "tids": [11], "pids": [PID], "slots": [0]})
+
+    def stat(tick: int, majflt: int) -> None:
+        text = stat_line(11, PID, majflt=majflt).encode()
+        header = frames.EBPF_TICK_HEADER.pack(tick, 1, 1_000_000_000 + tick * TICK_NS - 1000, 1)
+        rows.stat(header + np.zeros(1, dtype="<u4").tobytes() + np.array([len(text)], "<u4").tobytes() + text)
+
+    stat(1, 5)
+    for tick in range(1, 31):
+        if tick == 10:  # woke, ran, took two major faults, left the CPU asleep: the switch-out copies 7
+            thread.switches, thread.run, thread.majflt = thread.switches + 1, thread.run + 50_000, 7
+            thread.event = thread.since = 1_000_000_000 + tick * TICK_NS - 500_000
+        if tick == 20:
+            stat(20, 9)  # read while on a CPU after two more (its slot, copied at the last switch-out, says 7)
+        raw = thread.slot()
+        rows.tick(frames.EBPF_TICK_HEADER.pack(tick, 1, 1_000_000_000 + tick * TICK_NS, len(raw)) + raw)
+    columns, _ = rows.take()
+    assert columns is not None
+    samples = columns["samples"]
+    shown = dict(zip(samples["tick"].tolist(), samples["majflt"].tolist(), strict=True))
+    assert shown[1] == 5 and shown[10] == 7 and shown[20] == 9
+    assert sorted(shown) == [1, 10, 20]  # stored where it changed (no keyframe of tid 11 in ticks 1-30)
 
 
 def test_a_stat_line_is_stored_at_the_first_tick_taken_after_it_was_read() -> None:

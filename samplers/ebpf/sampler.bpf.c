@@ -4,8 +4,9 @@
 //   SLOTS          number of thread slots (the `stats` array's size)
 //   TIDS           the kernel's pid_max when the sampler started (`slot_of` holds an entry per tid below it)
 //   STATE_MASK     prev_state bits that are sleep states (this kernel's format file); 0 of them = runnable
-//   OFF_SUM_EXEC, OFF_RUN_DELAY, OFF_PCOUNT   byte offsets in struct task_struct of se.sum_exec_runtime,
-//                  sched_info.run_delay and sched_info.pcount, read from this kernel's BTF (btf.py)
+//   OFF_SUM_EXEC, OFF_RUN_DELAY, OFF_PCOUNT, OFF_MAJ_FLT   byte offsets in struct task_struct of
+//                  se.sum_exec_runtime, sched_info.run_delay, sched_info.pcount and maj_flt, read from this
+//                  kernel's BTF (btf.py)
 //   WITH_NEWTASK   the kernel has task:task_newtask: `born` counts the tasks the processes in `targets` create
 //
 // `stats` is an array user space maps into its memory (BPF_F_MMAPABLE): one slot per target thread, read
@@ -27,6 +28,9 @@
 //             which the kernel adds itself only after the tracepoint; while runnable: since_ns..now
 //   switches  sched_info.pcount (switch-ins); +1 at switch-in, as the kernel does just after the tracepoint
 //   faults    user page faults (exceptions:page_fault_user), minor and major
+//   maj_flt   task_struct.maj_flt (what /proc's stat prints as majflt), copied at each switch-out: the kernel
+//             counts a major fault once it is served (mm_account_fault()), before the thread goes on, so the
+//             switch-out after it carries it. Low 32 bits; seeded with the /proc value when added.
 //
 // Store order: a reader that copies a slot while a probe writes it (no lock) may see a mix of old and new
 // fields. The stores are ordered (since_ns first, the phase last) so that a mixed copy can only lag, as
@@ -54,7 +58,7 @@ struct tstat {
     u16 cpu;          // CPU of the last switch-in or wake-up target
     u8 phase;
     u8 pad0;
-    u32 pad1;
+    u32 maj_flt;      // task_struct.maj_flt at the last switch-out (the /proc value until the first)
 };
 
 BPF_F_TABLE("array", u32, struct tstat, stats, SLOTS, (1U << 10) /* BPF_F_MMAPABLE */);
@@ -123,12 +127,15 @@ TRACEPOINT_PROBE(sched, sched_switch) {
         bpf_probe_read_kernel(&delay, sizeof(delay), task + OFF_RUN_DELAY);
         bpf_probe_read_kernel(&pcount, sizeof(pcount), task + OFF_PCOUNT);
 #endif
+        u64 majflt = 0;
+        bpf_probe_read_kernel(&majflt, sizeof(majflt), task + OFF_MAJ_FLT);
         p->since_ns = now;
         BARRIER();
         p->run_ns = run;
         p->wait_ns = delay;
         p->switches = pcount;
         p->prev_state = (u32)state;
+        p->maj_flt = (u32)majflt;
         p->event_ns = now;
         BARRIER();
         if (p->phase != PHASE_EXITED)  // the last switch-out after sched_process_exit keeps it so

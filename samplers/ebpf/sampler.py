@@ -38,17 +38,19 @@ from samplers.ebpf.ringbuf import FixedRecordRing, mmap_reader_supported
 
 SAMPLER_SOURCE = Path(__file__).with_name("sampler.bpf.c")
 # struct tstat of sampler.bpf.c: run_ns wait_ns since_ns switches faults event_ns (u64), tid prev_state
-# (u32), cpu (u16), phase pad0 (u8), pad1 (u32).
+# (u32), cpu (u16), phase pad0 (u8), maj_flt (u32).
 SLOT = struct.Struct("<QQQQQQIIHBBI")
 SLOT_SIZE = SLOT.size  # 64
 DEFAULT_SLOTS = 8192  # threads recorded at once; 512 KiB mapped
 PID_MAX_LIMIT = 4 * 1024 * 1024  # the kernel's largest pid_max (include/linux/threads.h, 64-bit)
 TARGETS = 1024  # processes whose new tasks the probes count (sampler.bpf.c `born`); beyond, every scan lists
-# The scheduler's counters that /proc/<pid>/task/<tid>/schedstat prints, copied at each switch-out.
+# The scheduler's counters that /proc/<pid>/task/<tid>/schedstat prints, and the major faults its stat prints,
+# copied at each switch-out.
 TASK_COUNTERS = {
     "OFF_SUM_EXEC": "se.sum_exec_runtime",
     "OFF_RUN_DELAY": "sched_info.run_delay",
     "OFF_PCOUNT": "sched_info.pcount",
+    "OFF_MAJ_FLT": "maj_flt",
 }
 PHASE_UNKNOWN, PHASE_ON_CPU, PHASE_RUNNABLE, PHASE_OFF, PHASE_EXITED = 0, 1, 2, 3, 4
 # The kernel's tick (sampler.bpf.c KERNEL_TICK): struct tick_rec, one per slot changed and one closing each tick
@@ -68,6 +70,7 @@ class Seed:
     wait_ns: int = 0
     switches: int = 0
     faults: int = 0
+    majflt: int = 0
 
 
 def task_offsets(load: Callable[[str], Any], vmlinux: str, cache_dir: Path | None) -> dict[str, int]:
@@ -302,8 +305,9 @@ class EbpfSampler:
             self.full += 1
             return None
         # The slot first, then the tid's entry: a probe can only find a slot that is ready.
+        majflt = seed.majflt & 0xFFFFFFFF  # the slot keeps the low 32 bits (sampler.bpf.c maj_flt)
         self._mm[index * SLOT_SIZE : (index + 1) * SLOT_SIZE] = SLOT.pack(
-            seed.run_ns, seed.wait_ns, 0, seed.switches, seed.faults, 0, tid, 0, 0, PHASE_UNKNOWN, 0, 0
+            seed.run_ns, seed.wait_ns, 0, seed.switches, seed.faults, 0, tid, 0, 0, PHASE_UNKNOWN, 0, majflt
         )
         assert self._slot_of is not None
         struct.pack_into("<H", self._slot_of, tid * 2, index + 1)
@@ -771,13 +775,13 @@ class EbpfTicker:
             "keyframe_ticks": KEYFRAME_TICKS,
         }
 
-    def add(self, tid: int, fd_schedstat: int, minflt: int) -> None:
+    def add(self, tid: int, fd_schedstat: int, minflt: int, majflt: int = 0) -> None:
         """Start keeping `tid`'s counters, continuing its /proc values of now."""
         try:
             run, wait, switches = (int(v) for v in os.pread(fd_schedstat, SCHEDSTAT_BYTES, 0).split()[:3])
         except (OSError, ValueError):
             run = wait = switches = 0  # exited already: the failed stat read at the next tick says so
-        self.sampler.add(tid, Seed(run, wait, switches, minflt))
+        self.sampler.add(tid, Seed(run, wait, switches, minflt, majflt))
         self._urgent.add(tid)
 
     def remove(self, tid: int) -> None:

@@ -13,7 +13,11 @@ thread's at once). A row per thread of the layout per tick, with the /proc sampl
                              the state it left the CPU in; the stat read's until the first event
     minflt                   user page faults counted by the probes (minor and major), from the stat value
                              when the thread was added
-    majflt utime stime nice rtprio policy blkio_ticks starttime
+    majflt                   task_struct.maj_flt as the probes copied it at the last switch-out (the stat
+                             value when added), or the latest stat read's where that is higher (a thread
+                             still on a CPU since its fault): a major fault shows at the tick after the
+                             switch-out that follows it, not up to a stat read's turn later
+    utime stime nice rtprio policy blkio_ticks starttime
                              the thread's latest stat read (STAT_SLOW_NS old at most, or
                              STAT_REFRESH_NS for a thread asleep since, whose counters have not moved)
 
@@ -48,12 +52,13 @@ SLOT_DTYPE = np.dtype(
         ("cpu", "<u2"),
         ("phase", "u1"),
         ("pad0", "u1"),
-        ("pad1", "<u4"),
+        ("majflt", "<u4"),
     ]
 )
 PHASE_UNKNOWN, PHASE_ON_CPU, PHASE_RUNNABLE, PHASE_OFF, PHASE_EXITED = 0, 1, 2, 3, 4
 _STAT_COLUMNS = list(STAT_NUMERIC)
 _MINFLT = _STAT_COLUMNS.index("minflt")
+_MAJFLT = _STAT_COLUMNS.index("majflt")
 _CPU = _STAT_COLUMNS.index("cpu")
 _WORDS = SLOT_DTYPE.itemsize // 8
 _KEY_SHIFT = np.int64(1 << 34)  # (tid, tick + 1) as one sortable int64: tids < 2**22, ticks < 2**34
@@ -259,8 +264,10 @@ class EbpfRows:
         rec = words.view(SLOT_DTYPE).reshape(-1)
         fields = {
             name: rec[name]
-            for name in ("run_ns", "wait_ns", "since_ns", "switches", "faults", "cpu", "phase", "prev_state")
-        }
+            for name in (
+                "run_ns", "wait_ns", "since_ns", "switches", "faults", "cpu", "phase", "prev_state", "majflt"
+            )
+        }  # fmt: skip
         phase = fields["phase"]
         since = fields["since_ns"].astype(np.int64)
         live = np.where(since > 0, np.maximum(t_col - since, 0), 0)
@@ -285,6 +292,7 @@ class EbpfRows:
             fields["cpu"],
             phase,
             fields["prev_state"],
+            fields["majflt"],
             at,
             forced,
         )
@@ -314,6 +322,9 @@ class EbpfRows:
         for i, name in enumerate(_STAT_COLUMNS):
             columns[name] = numbers[i]
         columns["minflt"] = kept["faults"].astype(np.int64)
+        # The probes' copy at the last switch-out, or the stat read's where higher: each is a count as of a time
+        # at or before the row's tick, so their maximum never shows a fault before it was taken.
+        columns["majflt"] = np.maximum(numbers[_MAJFLT], kept["majflt"].astype(np.int64))
         columns["cpu"] = np.where(phase != PHASE_UNKNOWN, kept["cpu"].astype(np.int64), numbers[_CPU])
         blkio = columns["blkio_ticks"]
         columns["blkio_ticks"] = pa.array(blkio, mask=blkio < 0)
