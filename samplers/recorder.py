@@ -201,6 +201,8 @@ class Recorder:
         self._last_marker: tuple[int, str] | None = None
         self.engines = EngineSources(options.pipewire, self.procfs, spec.exclude, engine_rows_fds, options.engine)
         self.ebpf_ticker: Any = None  # samplers.ebpf.sampler.EbpfTicker under --sampler ebpf
+        self._ebpf_meta: dict[str, Any] = {}  # what its start() said, for the metadata
+        self._ebpf_stopped = False
         # The eBPF sampler reads every thread's kernel counters in one copy: no read tiers under it.
         slow_interval_ns = options.slow_interval_ns if options.sampler == "proc" else 0
         self.tiers = Tiers(options.interval_ns, slow_interval_ns, options.fast)
@@ -702,6 +704,28 @@ class Recorder:
         )
 
     # the run ----------------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Start what is slow and needs no target: under --sampler ebpf, the sampler's compile and attach (0.5-0.8
+        s). catch-load calls it before it launches the command to record, so that the command's first moments are
+        recorded: when run() did it, a launched command's first row came 0.4 s after its first action (its
+        /proc counterpart, 3 ms before). run() calls it otherwise. Raises EbpfUnavailable (one line, why)."""
+        opts = self.options
+        if opts.sampler != "ebpf" or self.ebpf_ticker is not None:
+            return
+        from samplers.ebpf.sampler import EbpfTicker
+
+        wake_ns = KERNEL_TICK_WAKE_NS if opts.ebpf_tick == "kernel" else None
+        ticker = EbpfTicker(opts.interval_ns, wake_ns=wake_ns, cpu=opts.cpu or 0)
+        self._ebpf_meta = ticker.start()
+        self.ebpf_ticker = ticker
+
+    def release(self) -> None:
+        """Undo prepare() where the recording ends before or without run()'s own end (an error, or a command that
+        could not be launched): the probes detached, tracefs unmounted if the sampler mounted it."""
+        if self.ebpf_ticker is not None and not self._ebpf_stopped:
+            self._ebpf_stopped = True
+            self.ebpf_ticker.stop()
+
     def run(self, writer_pipe: int, base_meta: dict[str, Any]) -> dict[str, Any]:
         """Record until the end. Returns the trailer; `finish` sends it (after any extra tables)."""
         self._pipe = writer_pipe
@@ -716,11 +740,8 @@ class Recorder:
             self._open_taskstats()
         sampler_meta: dict[str, Any] = {}
         if opts.sampler == "ebpf":
-            from samplers.ebpf.sampler import EbpfTicker
-
-            wake_ns = KERNEL_TICK_WAKE_NS if opts.ebpf_tick == "kernel" else None
-            self.ebpf_ticker = EbpfTicker(opts.interval_ns, wake_ns=wake_ns, cpu=opts.cpu or 0)
-            sampler_meta = {"ebpf_sampler": self.ebpf_ticker.start()}  # EbpfUnavailable: one line, why
+            self.prepare()  # done already when catch-load launched a command; EbpfUnavailable: one line, why
+            sampler_meta = {"ebpf_sampler": self._ebpf_meta}
         base_meta = {
             **base_meta,
             "recording": {**base_meta.get("recording", {}), "sampler_policy": sampler_policy, "sampler": opts.sampler},
@@ -963,6 +984,7 @@ class Recorder:
             self.taskstats_client.close()
         if self.ebpf_ticker is not None:
             self.reads += self.ebpf_ticker.reads
+            self._ebpf_stopped = True
             self.ebpf_sampler_end = self.ebpf_ticker.stop()
         # Each source writes its last rows and its end to the writer, which reads every pipe to its end
         # before the trailer; a stop by signal leaves them a share of WRITER_END_BUDGET_NS (session.py).

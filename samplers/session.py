@@ -175,6 +175,7 @@ class RecordingSession:
     def abandon(self) -> None:
         """Close the pipe without a trailer (an error ended the recording): keep what was written."""
         self.recorder.engines.stop(timeout_s=2.0)
+        self.recorder.release()
         if self.writer.stdin is not None:
             with contextlib.suppress(OSError):
                 self.writer.stdin.close()

@@ -535,6 +535,11 @@ def _record(
     signal.signal(signal.SIGUSR1, lambda *_: recorder.add_marker("SIGUSR1"))
 
     session.wait_ready()  # a launched command must not start before the recording can
+    try:
+        recorder.prepare()  # the eBPF sampler's compile and attach: before the command starts, not after
+    except ForensicsError:
+        session.abandon()
+        raise
     if command:
         try:
             launched = subprocess.Popen(
