@@ -523,6 +523,30 @@ def test_a_launched_command_is_recorded_from_its_first_moments(
 
 @pytest.mark.needs_root
 @pytest.mark.needs_bcc
+def test_a_sampler_that_cannot_start_stops_catch_load_before_the_command_runs(tmp_path: Path) -> None:
+    """The sampler starts before the command is launched (Recorder.prepare): where it cannot (here BCC is sent
+    to kernel headers that do not exist), catch-load ends with one line saying why and the command never runs.
+    It was launched first, then terminated once the compile had failed."""
+    from tests.recording import catch_load_argv
+
+    ran = tmp_path / "ran"
+    out = tmp_path / "x.ssf"
+    result = subprocess.run(
+        catch_load_argv("-q", "-o", str(out), "--sampler", "ebpf", "--", "sh", "-c", f"touch {ran}; sleep 5"),
+        env=child_env(BCC_KERNEL_SOURCE=str(tmp_path / "no-headers")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("catch-load: error: the eBPF sampler"), result.stderr
+    assert not ran.exists(), "the command ran though the recording could not"
+    assert not out.exists()
+
+
+@pytest.mark.needs_root
+@pytest.mark.needs_bcc
 def test_a_thread_started_late_is_recorded_though_scans_list_only_after_a_new_task(tmp_path: Path) -> None:
     """The recorder lists a target's threads only when the probes counted a new task: one started a second
     into the recording is found and read like the others."""
