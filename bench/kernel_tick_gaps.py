@@ -158,16 +158,15 @@ def main() -> None:
             target.wait()
 
     ticks = np.array(taken, dtype=np.int64)
-    spans = [int(m["now"]) for m in map(_LINE.match, lines) if m is not None and int(m["cpu"]) == args.cpu]
+    # The tick CPU's expiries, each line parsed once.
+    expiries_seen = [(m, line) for line in lines if (m := _LINE.match(line)) is not None and int(m["cpu"]) == args.cpu]
+    spans = [int(match["now"]) for match, _ in expiries_seen]
     if spans:  # the ticks over the trace's span only (it starts after the tick does, and stops before the count)
         ticks = ticks[(ticks >= min(spans)) & (ticks <= max(spans) + TAKEN_WITHIN_NS)]
     by_task: collections.Counter[tuple[bool, str]] = collections.Counter()
     expiries = missed = 0
     missed_examples: list[str] = []
-    for line in lines:
-        match = _LINE.match(line)
-        if match is None or int(match["cpu"]) != args.cpu:
-            continue
+    for match, line in expiries_seen:
         now = int(match["now"])
         if not len(ticks) or now < ticks[0] or now > ticks[-1]:
             continue  # outside the span the ring was drained over

@@ -202,7 +202,6 @@ class Recorder:
         self.engines = EngineSources(options.pipewire, self.procfs, spec.exclude, engine_rows_fds, options.engine)
         self.ebpf_ticker: Any = None  # samplers.ebpf.sampler.EbpfTicker under --sampler ebpf
         self._ebpf_meta: dict[str, Any] = {}  # what its start() said, for the metadata
-        self._ebpf_stopped = False
         # The eBPF sampler reads every thread's kernel counters in one copy: no read tiers under it.
         slow_interval_ns = options.slow_interval_ns if options.sampler == "proc" else 0
         self.tiers = Tiers(options.interval_ns, slow_interval_ns, options.fast)
@@ -721,9 +720,9 @@ class Recorder:
 
     def release(self) -> None:
         """Undo prepare() where the recording ends before or without run()'s own end (an error, or a command that
-        could not be launched): the probes detached, tracefs unmounted if the sampler mounted it."""
-        if self.ebpf_ticker is not None and not self._ebpf_stopped:
-            self._ebpf_stopped = True
+        could not be launched): the probes detached, tracefs unmounted if the sampler mounted it. After run()'s
+        own stop, nothing more: EbpfSampler.stop() does each part only once."""
+        if self.ebpf_ticker is not None:
             self.ebpf_ticker.stop()
 
     def run(self, writer_pipe: int, base_meta: dict[str, Any]) -> dict[str, Any]:
@@ -984,7 +983,6 @@ class Recorder:
             self.taskstats_client.close()
         if self.ebpf_ticker is not None:
             self.reads += self.ebpf_ticker.reads
-            self._ebpf_stopped = True
             self.ebpf_sampler_end = self.ebpf_ticker.stop()
         # Each source writes its last rows and its end to the writer, which reads every pipe to its end
         # before the trailer; a stop by signal leaves them a share of WRITER_END_BUDGET_NS (session.py).
