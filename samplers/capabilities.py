@@ -334,16 +334,15 @@ def probe_bcc() -> tuple[str, str]:
         headers = configure_bcc_environment()
     except (StubUnavailable, OSError) as err:
         return BAD, f"BCC {version} importable but {err}"
-    from samplers.ebpf.collector import _stderr_captured
+    from samplers.ebpf.collector import _output_captured, compiler_reason
 
     try:
-        with _stderr_captured() as output:
+        with _output_captured() as output:
             prog = bcc.BPF(text=_PROBE_PROGRAM.encode())
             prog.load_func(b"ssf_doctor_probe", bcc.BPF.TRACEPOINT)
             prog.cleanup()
     except Exception as err:  # BCC raises bare Exception
-        first = next((line for line in output if "error" in line.lower()), str(err))
-        return BAD, f"BCC {version} importable but a probe does not compile/load: {first.strip()}"
+        return BAD, f"BCC {version} importable but a probe does not compile/load: {compiler_reason(output) or err}"
     how = "stub headers from the kernel config" if "stub" in headers else headers
     return GOOD, f"BCC {version}: a probe compiles and loads ({how})"
 

@@ -526,7 +526,9 @@ def test_a_launched_command_is_recorded_from_its_first_moments(
 def test_a_sampler_that_cannot_start_stops_catch_load_before_the_command_runs(tmp_path: Path) -> None:
     """The sampler starts before the command is launched (Recorder.prepare): where it cannot (here BCC is sent
     to kernel headers that do not exist), catch-load ends with one line saying why and the command never runs.
-    It was launched first, then terminated once the compile had failed."""
+    It was launched first, then terminated once the compile had failed. The line carries libbcc's reason, which
+    libbcc prints on stdout ("Unable to find kernel headers", twice: the kernel's tick, then the fallback):
+    printed there, it came before the error line and said nothing of the sampler."""
     from tests.recording import catch_load_argv
 
     ran = tmp_path / "ran"
@@ -539,8 +541,11 @@ def test_a_sampler_that_cannot_start_stops_catch_load_before_the_command_runs(tm
         timeout=120,
     )
     assert result.returncode != 0
-    last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("catch-load: error: the eBPF sampler"), result.stderr
+    assert result.stdout == "", result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("catch-load: error: the eBPF sampler"), result.stderr
+    assert "kernel headers" in lines[0], result.stderr
     assert not ran.exists(), "the command ran though the recording could not"
     assert not out.exists()
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import struct
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Iterator
@@ -470,29 +471,45 @@ def program_run_stats(bcc: Any, bpf: Any) -> dict[str, dict[str, int]]:
 
 
 def compile_bpf(bcc: Any, source: Path, cflags: list[str], what: str, then: str = "") -> Any:
-    """bcc.BPF of `source`; a compile or load failure is EbpfUnavailable naming `what` and the compiler's
-    first error line (BCC raises bare Exception and prints the reason on fd 2)."""
+    """bcc.BPF of `source`; a compile or load failure is EbpfUnavailable naming `what` and the reason libbcc
+    printed (BCC raises a bare Exception and prints why on fd 2, or on fd 1 for missing kernel headers)."""
     try:
-        with _stderr_captured() as compiler_output:
+        with _output_captured() as compiler_output:
             return bcc.BPF(text=source.read_bytes(), cflags=cflags)
     except Exception as err:
-        first_error = next((line for line in compiler_output if "error" in line.lower()), "")
-        detail = f": {first_error.strip()}" if first_error else ""
+        reason = compiler_reason(compiler_output)
+        detail = f": {reason}" if reason else ""
         raise EbpfUnavailable(f"{what} did not compile or load ({err}{detail}){then}") from err
 
 
+def compiler_reason(printed: list[str]) -> str:
+    """What libbcc printed that says why a compile or load failed: its first line mentioning an error, else its
+    first own line ("Unable to find kernel headers..."; not the shell's "sh: 1: modprobe: not found" from its
+    attempt to load kheaders), else ""."""
+    lines = [line.strip() for line in printed if line.strip()]
+    own = [line for line in lines if not line.startswith("sh: ")]
+    return next((line for line in lines if "error" in line.lower()), (own or lines or [""])[0])
+
+
 @contextlib.contextmanager
-def _stderr_captured() -> Iterator[list[str]]:
-    """libbcc prints compiler and verifier messages on fd 2: keep them to explain a failure in one line."""
+def _output_captured() -> Iterator[list[str]]:
+    """libbcc prints compiler and verifier messages on fd 2, and "Unable to find kernel headers" on fd 1
+    (std::cout, src/cc/frontends/clang/kbuild_helper.cc): kept, both, to explain a failure in one line. Fd 1
+    is also the writer process's pipe to the recorder (its ready signal and report), where a line of libbcc's
+    would break the protocol."""
     lines: list[str] = []
-    saved = os.dup(2)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
     with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 1)
         os.dup2(tmp.fileno(), 2)
         try:
             yield lines
         finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
             tmp.seek(0)
             lines.extend(tmp.read().decode(errors="replace").splitlines())
 
