@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from samplers import frames
-from samplers.session import F_SETPIPE_SZ
+from samplers.session import F_SETPIPE_SZ, writer_env
 from samplers.writer_process import CaptureSink
 
 
@@ -97,7 +97,7 @@ def paced(stream: list[tuple[int, bytes]], wake_ns: int, output: Path) -> dict:
             wakes.append(b"".join(part))
             part = []
     wakes.append(b"".join(part))
-    env = dict(os.environ, PYTHONPATH=str(Path(frames.__file__).resolve().parent.parent))  # this checkout
+    env = writer_env()  # as a recording starts it (this checkout's code, its memory pool)
     writer = subprocess.Popen(
         [sys.executable, "-m", "samplers.writer_process", str(output)],
         stdin=subprocess.PIPE,

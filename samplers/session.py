@@ -26,6 +26,18 @@ from samplers import package_env
 from samplers.recorder import CALM_END_NS, Recorder, RecorderOptions, Status
 from samplers.targets import TargetSpec
 
+
+def writer_env() -> dict[str, str]:
+    """The writer process's environment: package_env(), with Arrow's C++ default memory pool on the system
+    allocator unless the user chose one. pa.set_memory_pool() in the writer (_hold_freed_memory) moves only
+    what pyarrow allocates; the IPC writer's compressed buffers come from the C++ default, mimalloc, which
+    purges its freed 2 MiB huge pages and faults them in again, zeroed: 3-4 % of the live writer's samples on the
+    Bitwig shape (perf -p, 2026-12-06), none with this."""
+    env = package_env()
+    env.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    return env
+
+
 F_SETPIPE_SZ = 1031  # fcntl.h: a 1 MiB pipe holds ~25 ticks of 100 threads if the writer stalls
 # From a stop request to the writer's exit (END_DRAIN_NS of it for the hand-over): a stop ends the whole
 # recording within about 2 s whatever the writer does. A writer still busy then finishes on its own.
@@ -65,7 +77,7 @@ class RecordingSession:
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=package_env(),
+            env=writer_env(),
             pass_fds=tuple(read_end for read_end, _ in engine_pipes.values()),
             # Its own process group: Ctrl-C and the terminal's SIGHUP reach the recorder alone (even
             # while the writer is still importing), and the writer ends on EOF after the trailer.

@@ -1,14 +1,17 @@
-"""The environment of the toolkit's own child processes (samplers.package_env): the writer, the engine sources,
-the flight watcher and the lab's workload."""
+"""The environment of the toolkit's own child processes (samplers.package_env): the writer (session.writer_env),
+the engine sources, the flight watcher and the lab's workload."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from samplers import package_env
-from tests.helpers import REPO
+from samplers.session import writer_env
+from tests.helpers import REPO, child_env, stop_process
 
 
 def test_a_child_runs_this_checkout() -> None:
@@ -26,3 +29,36 @@ def test_a_child_starts_no_blas_threads_unless_the_user_asked() -> None:
     env = package_env({k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"})
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
+
+
+def test_the_writer_s_arrow_allocations_all_go_to_the_system_allocator(tmp_path: Path) -> None:
+    """The writer moves pyarrow's pool to the system allocator (_hold_freed_memory), but the C++ side's own
+    allocations (the IPC writer's compressed buffers) follow ARROW_DEFAULT_MEMORY_POOL: mimalloc by default,
+    whose purged huge pages were faulted in again, zeroed, at each chunk. A recording's writer has it set."""
+    from tests.recording import catch_load_argv
+
+    assert writer_env()["ARROW_DEFAULT_MEMORY_POOL"] == "system"
+    assert writer_env()["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
+    target = subprocess.Popen(["sleep", "30"])
+    recorder = subprocess.Popen(
+        catch_load_argv("-q", "-p", str(target.pid), "-d", "20s", "-o", str(tmp_path / "x.ssf")),
+        env=child_env(),
+    )
+    try:
+        environ = b""
+        deadline = time.monotonic() + 30
+        while not environ and time.monotonic() < deadline and recorder.poll() is None:
+            for child in Path(f"/proc/{recorder.pid}/task/{recorder.pid}/children").read_text().split():
+                cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
+                if b"samplers.writer_process" in cmdline:
+                    environ = Path(f"/proc/{child}/environ").read_bytes()
+            time.sleep(0.05)
+        assert b"\0ARROW_DEFAULT_MEMORY_POOL=system\0" in b"\0" + environ, "no writer found, or not set"
+        # What the variable does: Arrow's C++ default pool in a child started with it.
+        code = "import pyarrow; print(pyarrow.default_memory_pool().backend_name)"
+        backend = subprocess.run([sys.executable, "-c", code], env=writer_env(), capture_output=True, text=True)
+        assert backend.stdout.strip() == "system", backend.stderr
+    finally:
+        stop_process(recorder)
+        target.kill()
+        target.wait()
