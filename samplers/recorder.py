@@ -88,7 +88,7 @@ class RecorderOptions:
     taskstats: str = "none"  # all | rt | none: per-thread netlink taskstats at the tick (root)
     ebpf: bool = False  # the writer process attaches the eBPF probes (root, BCC)
     sampler: str = "proc"  # proc | ebpf: the tick reads /proc, or the kernel counters of samplers/ebpf/sampler.py
-    # Under --sampler ebpf: "kernel": a BPF program takes the tick and the recorder drains them every 50 ms
+    # Under --sampler ebpf: "kernel": a BPF program takes the tick and the recorder drains them every 100 ms
     # (the recorder's own tick where that cannot be had); "recorder": the recorder's own tick.
     ebpf_tick: str = "kernel"
     cpu: int | None = None
