@@ -48,8 +48,8 @@ HANDOVER_NS = 10_000_000  # frames go to the writer in batches this far apart
 # Under the eBPF sampler's kernel tick the recorder wakes this often to drain the ticks (and hands them over at
 # each wake-up): its cost is mostly per wake-up, each numpy call running cold after the sleep (in-process on the
 # Bitwig shape, alternating, 10 s each: 6.5-7.4 % of a core at 10 ms, 5.1-5.6 % at 20; the whole tool, nine
-# rounds: recorder 3.3-4.6 % at 20 ms, 2.4-3.8 at 40, 2.1-3.1 at 50; alternating pairs of 2026-12-06: 2.5-2.7
-# at 100 against 3.3-3.7 at 50, the whole tool 9.0-9.9 against 10.1-10.7, README "The eBPF sampler"). Bounded
+# rounds: recorder 3.3-4.6 % at 20 ms, 2.4-3.8 at 40, 2.1-3.1 at 50; seven alternating pairs of 2026-12-06:
+# 2.5-3.4 at 100 against 3.2-4.0 at 50, the whole tool 9.0-12.0 against 10.1-12.5, README "The eBPF sampler"). Bounded
 # by: the ring (TICK_RING_PAGES, 26 000 records) holds ~0.95 s of the Bitwig shape's ticks (55 records a tick,
 # a 100 ms drain 4 000 at most); the stat lines are stored at the first tick after their read whatever this is
 # (EbpfRows.stat); a wake-up is at most one SLEEP_SLICE_NS, so a stop is seen as soon; the flight watcher

@@ -70,7 +70,7 @@ LIVE_MODULES = frozenset(
     for name in (
         "accuracy_lab", "discovery", "doctor", "ebpf_live", "ebpf_sampler", "engine_jack", "engine_sources",
         "exact_accuracy_lab", "flight_lab", "flight_live", "incident_causes_real",
-        "incidents_real", "lab", "markers", "output_safety", "periods", "pipewire_live", "record_e2e",
+        "incidents_real", "lab", "markers", "output_safety", "package_env", "periods", "pipewire_live", "record_e2e",
         "record_exact", "small_lies", "stop_signals", "sysctl_guard", "taskstats", "tid_reuse", "tiers",
         "writer_errors",
     )
