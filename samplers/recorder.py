@@ -48,15 +48,16 @@ HANDOVER_NS = 10_000_000  # frames go to the writer in batches this far apart
 # Under the eBPF sampler's kernel tick the recorder wakes this often to drain the ticks (and hands them over at
 # each wake-up): its cost is mostly per wake-up, each numpy call running cold after the sleep (in-process on the
 # Bitwig shape, alternating, 10 s each: 6.5-7.4 % of a core at 10 ms, 5.1-5.6 % at 20; the whole tool, nine
-# rounds: recorder 3.3-4.6 % at 20 ms, 2.4-3.8 at 40, 2.1-3.1 at 50; seven alternating pairs of 2026-12-06:
-# 2.5-3.4 at 100 against 3.2-4.0 at 50, the whole tool 9.0-12.0 against 10.1-12.5, README "The eBPF sampler"). Bounded
-# by: the ring (TICK_RING_PAGES, 26 000 records) holds ~0.95 s of the Bitwig shape's ticks (55 records a tick,
-# a 100 ms drain 4 000 at most); the stat lines are stored at the first tick after their read whatever this is
+# rounds: recorder 3.3-4.6 % at 20 ms, 2.4-3.8 at 40, 2.1-3.1 at 50; pairs of 2026-12-06: 2.5-3.4 at 100
+# against 3.2-4.0 at 50 (seven), 0.6 point less at 125 than at 100 at the median (eleven), README "The eBPF
+# sampler"). 125 ms is two wake-ups a stat turn (STAT_SLOW_NS, 250 ms; EbpfTicker.stat_frame). Bounded by: the
+# ring (TICK_RING_PAGES, 26 000 records) holds ~0.95 s of the Bitwig shape's ticks (55 records a tick, a 125 ms
+# drain 5 000 at most); the stat lines are stored at the first tick after their read whatever this is
 # (EbpfRows.stat); a wake-up is at most one SLEEP_SLICE_NS, so a stop is seen as soon; the flight watcher
 # waits FLUSH_LAG_NS (2 s) for late rows; the last drain at the end is of one wake-up's ticks. The periodic
 # work of the loop comes at its wake-ups: a followed process's new threads are listed within this of the
-# probes counting them, /proc/stat and PSI are read at 10 Hz.
-KERNEL_TICK_WAKE_NS = 100_000_000
+# probes counting them, /proc/stat and PSI are read at 8 Hz.
+KERNEL_TICK_WAKE_NS = 125_000_000
 SLEEP_SLICE_NS = 50_000_000  # a long wait for the next tick wakes this often to see a stop request
 # What may wait for a writer that does not keep up (stopped, slow disk) on top of the pipe's 1 MiB;
 # beyond it, new ticks are dropped and counted as lost (the trailer says so), so memory stays bounded.
@@ -88,7 +89,7 @@ class RecorderOptions:
     taskstats: str = "none"  # all | rt | none: per-thread netlink taskstats at the tick (root)
     ebpf: bool = False  # the writer process attaches the eBPF probes (root, BCC)
     sampler: str = "proc"  # proc | ebpf: the tick reads /proc, or the kernel counters of samplers/ebpf/sampler.py
-    # Under --sampler ebpf: "kernel": a BPF program takes the tick and the recorder drains them every 100 ms
+    # Under --sampler ebpf: "kernel": a BPF program takes the tick and the recorder drains them every 125 ms
     # (the recorder's own tick where that cannot be had); "recorder": the recorder's own tick.
     ebpf_tick: str = "kernel"
     cpu: int | None = None

@@ -205,7 +205,7 @@ TRACEPOINT_PROBE(exceptions, page_fault_user) {
 // The tick taken by the kernel (sampler.py KernelTicks): `kernel_tick` runs every TICK_NS on a CPU-clock
 // software perf event of one CPU (it fires in idle too), and writes into the ring buffer `ticks` one record
 // per slot whose bytes differ from those it sent last (`sent`), then one record closing the tick. The
-// recorder wakes every 100 ms (recorder.py KERNEL_TICK_WAKE_NS) to drain them: no 2 ms wake-up in Python.
+// recorder wakes every 125 ms (recorder.py KERNEL_TICK_WAKE_NS) to drain them: no 2 ms wake-up in Python.
 //
 // "Changed" is a comparison of the slot's 64 bytes, copied once, with the copy sent last, not a test of
 // event_ns: the fault probe moves `faults` without an event time, and the recorder rewrites slots itself
