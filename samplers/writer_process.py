@@ -687,8 +687,8 @@ def _hold_freed_memory() -> None:
     its mmap threshold. Those faults were 17 % of the writer's CPU on the Bitwig shape (perf, bench/writer_replay.py
     --paced), 0.2 % with Arrow on the system allocator and these two thresholds. The writer's memory then stays
     at its peak (a chunk's: FLUSH_ROWS rows). set_memory_pool() moves only what pyarrow allocates: the C++ side's
-    own (the IPC writer's compressed buffers) follows ARROW_DEFAULT_MEMORY_POOL, which the recorder sets
-    (samplers/session.py writer_env)."""
+    own (the IPC writer's compressed buffers) follows ARROW_DEFAULT_MEMORY_POOL, which the session that starts
+    this process sets (samplers/session.py writer_env)."""
     import ctypes
 
     pa.set_memory_pool(pa.system_memory_pool())

@@ -24,6 +24,20 @@ def catch_load_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "forensics.cli.catch_load", *args]
 
 
+def writer_of(recorder: subprocess.Popen[Any], timeout_s: float = 90) -> int:
+    """The writer process of a catch-load started by a test, as soon as the recorder has started it (it is still
+    importing then)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for child in Path(f"/proc/{recorder.pid}/task/{recorder.pid}/children").read_text().split():
+            with open(f"/proc/{child}/cmdline", "rb") as fh:
+                if b"samplers.writer_process" in fh.read():
+                    return int(child)
+        assert recorder.poll() is None, recorder.communicate()
+        time.sleep(0.002)
+    pytest.fail(f"no writer process in {timeout_s:g} s")
+
+
 def wait_capture_growing(
     path: Path, recorder: subprocess.Popen[str], timeout_s: float, growths: int = 1, poll_s: float = 0.2
 ) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from samplers import package_env
@@ -35,7 +34,7 @@ def test_the_writer_s_arrow_allocations_all_go_to_the_system_allocator(tmp_path:
     """The writer moves pyarrow's pool to the system allocator (_hold_freed_memory), but the C++ side's own
     allocations (the IPC writer's compressed buffers) follow ARROW_DEFAULT_MEMORY_POOL: mimalloc by default,
     whose purged huge pages were faulted in again, zeroed, at each chunk. A recording's writer has it set."""
-    from tests.recording import catch_load_argv
+    from tests.recording import catch_load_argv, writer_of
 
     assert writer_env()["ARROW_DEFAULT_MEMORY_POOL"] == "system"
     assert writer_env()["PYTHONPATH"].split(os.pathsep)[0] == str(REPO)
@@ -45,15 +44,8 @@ def test_the_writer_s_arrow_allocations_all_go_to_the_system_allocator(tmp_path:
         env=child_env(),
     )
     try:
-        environ = b""
-        deadline = time.monotonic() + 30
-        while not environ and time.monotonic() < deadline and recorder.poll() is None:
-            for child in Path(f"/proc/{recorder.pid}/task/{recorder.pid}/children").read_text().split():
-                cmdline = Path(f"/proc/{child}/cmdline").read_bytes()
-                if b"samplers.writer_process" in cmdline:
-                    environ = Path(f"/proc/{child}/environ").read_bytes()
-            time.sleep(0.05)
-        assert b"\0ARROW_DEFAULT_MEMORY_POOL=system\0" in b"\0" + environ, "no writer found, or not set"
+        environ = Path(f"/proc/{writer_of(recorder, timeout_s=30)}/environ").read_bytes()
+        assert b"\0ARROW_DEFAULT_MEMORY_POOL=system\0" in b"\0" + environ, "not set in the writer's environment"
         # What the variable does: Arrow's C++ default pool in a child started with it.
         code = "import pyarrow; print(pyarrow.default_memory_pool().backend_name)"
         backend = subprocess.run([sys.executable, "-c", code], env=writer_env(), capture_output=True, text=True)

@@ -24,22 +24,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO, child_env, one_error_line, stop_process, unprivileged
-from tests.recording import catch_load_argv
+from tests.recording import catch_load_argv, writer_of
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: to run catch-load as another user")
-
-
-def _writer_of(recorder: subprocess.Popen[str], timeout_s: float = 90) -> int:
-    """The writer process, as soon as the recorder has started it (it is still importing then)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for child in Path(f"/proc/{recorder.pid}/task/{recorder.pid}/children").read_text().split():
-            with open(f"/proc/{child}/cmdline", "rb") as fh:
-                if b"samplers.writer_process" in fh.read():
-                    return int(child)
-        assert recorder.poll() is None, recorder.communicate()
-        time.sleep(0.002)
-    pytest.fail("no writer process in 90 s")
 
 
 def _start(prefix: tuple[str, ...], out: Path, *args: str) -> tuple[subprocess.Popen[str], int]:
@@ -52,7 +39,7 @@ def _start(prefix: tuple[str, ...], out: Path, *args: str) -> tuple[subprocess.P
         env=child_env(),
         cwd="/",
     )
-    writer = _writer_of(recorder)
+    writer = writer_of(recorder)
     os.kill(writer, signal.SIGSTOP)
     assert not out.exists(), "the writer created the capture before it could be held"
     return recorder, writer
