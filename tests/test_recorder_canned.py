@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,58 @@ def test_a_writer_behind_at_the_end_still_gets_the_trailer(tmp_path: Path) -> No
     kinds = [kind for kind, _ in frames.read_frames(read_end)]  # to EOF: the child closes its end when done
     os.close(read_end)
     assert kinds == [frames.EVENT] * filled + [frames.TRAILER]
+
+
+CHANGER_PID = 5_000_000  # above pid_max (4194304 at most): the recorder's sched_getscheduler() finds no thread
+MS = 1_000_000
+
+
+@pytest.mark.parametrize("chunk_ns", [None, 2 * MS], ids=["within-a-chunk", "a-chunk-a-tick"])
+def test_a_rename_and_a_policy_change_become_events_and_thread_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_ns: int | None
+) -> None:
+    """What a thread changed about itself, derived by the writer from its stat lines: a new name (an event, and a
+    threads row; a leader's name is its process's too) and a new policy or priority (an event at the first row
+    that shows it). Each is found against the thread's rows before it in the chunk, or at a chunk's first row
+    against the chunk before: here both ways (chunk_ns: one chunk per tick)."""
+    if chunk_ns is not None:
+        monkeypatch.setattr("samplers.writer_process.FLUSH_EVERY_NS", chunk_ns)
+    pid = CHANGER_PID
+    fake = FakeProc(tmp_path / "proc")
+    fake.add_thread(pid, pid, comm="host", process_comm="host")
+    fake.add_thread(pid, pid + 1, comm="worker", run_ns=100)
+    fake.add_thread(pid, pid + 2, comm="steady", run_ns=100)
+    out = tmp_path / "changes.ssf"
+    changed_at: list[int] = []
+
+    def change() -> None:
+        deadline = time.monotonic() + 60
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        changed_at.append(time.monotonic_ns())
+        fake.set_thread(pid, pid + 1, comm="dsp-0", run_ns=200, policy=1, rtprio=50)
+        fake.set_thread(pid, pid, comm="host-2", run_ns=300)
+
+    changer = threading.Thread(target=change)
+    changer.start()
+    try:
+        _record(fake, out, TargetSpec(pids=[pid]), duration_ns=800 * MS, sched="none", rt_priority=0)
+    finally:
+        changer.join()
+    cap = forensics.load(out)
+    events = cap.events
+    renamed = events[events["kind"] == "thread_renamed"]
+    assert sorted(zip(renamed["tid"], renamed["text"], strict=True)) == [
+        (pid, "host -> host-2"),
+        (pid + 1, "worker -> dsp-0"),
+    ]
+    assert (renamed["t_ns"] >= changed_at[0]).all()
+    policy = events[events["kind"] == "policy_changed"]
+    assert list(zip(policy["tid"], policy["text"], strict=True)) == [(pid + 1, "OTHER/0 -> FIFO/50")]
+    worker = cap.samples[cap.samples["tid"] == pid + 1].sort_values("t_ns")
+    assert policy["t_ns"].iloc[0] == worker[worker["policy"] == 1]["t_ns"].iloc[0] >= changed_at[0]
+    threads = cap.table("threads")
+    new_names = threads[threads["t_ns"] >= changed_at[0]]
+    assert sorted(zip(new_names["tid"], new_names["comm"], strict=True)) == [(pid, "host-2"), (pid + 1, "dsp-0")]
+    assert list(new_names[new_names["tid"] == pid]["process"]) == ["host-2"]  # a leader's name is its process's
