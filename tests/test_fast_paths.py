@@ -371,3 +371,28 @@ def test_summarize_in_one_pass_is_its_two(
         assert fast.views["placement"].shape[0] > 0 or not options
         for name, view in fast.views.items():
             pd.testing.assert_frame_equal(view, slow.views[name], check_exact=True, obj=f"{name} {options}")
+
+
+def test_tick_times_of_an_ebpf_sampler_capture_come_from_its_tick_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An eBPF sampler's capture stores a thread's row where it changed and at its keyframes; the analyses fill
+    the rest (source._Fill). tick_start_times reads its sampler_ticks instead of filling every row again (1 ms
+    against 1.7 s on 60 s of the Bitwig shape), and gets what the filled rows give: a missed tick, a thread
+    that ended, each tick's own read time."""
+    keyframe, t0 = 4, 1_000_000_000
+    ticks = np.array([t for t in range(40) if t != 17], dtype=np.int64)  # tick 17 missed
+    times = t0 + ticks * 2_000_000 + (ticks % 3) * 1_000
+    rows = [
+        {"tick": tick, "t_ns": t, "tid": tid, "pid": 100, "state": "S", "run_ns": tick // 5 if tid == 101 else 0}
+        for tid, last in ((101, 39), (102, 39), (103, 20))
+        for tick, t in zip(ticks.tolist(), times.tolist(), strict=True)
+        if tick <= last and ((tick + tid) % keyframe == 0 or (tid == 101 and tick % 5 == 0) or tick == 0)
+    ]
+    samples = pd.DataFrame(rows).astype({"tick": np.uint32, "tid": np.int32, "pid": np.int32})
+    grid = pd.DataFrame({"tick": ticks.astype(np.uint32), "t_ns": times})
+    meta = {"ebpf_sampler": {"keyframe_ticks": keyframe}}
+    filled = forensics.Capture.from_frames(meta, samples=samples, sampler_ticks=grid)
+    by_rows = pd.concat([b.groupby("tick")["t_ns"].min() for b in source.iter_samples(filled, [])])
+    assert sorted(by_rows.index) == ticks.tolist()  # the fill gave every tick but the missed one a row
+    monkeypatch.setattr(source, "iter_samples", None)  # the fast path reads no row
+    got = source.tick_start_times(forensics.Capture.from_frames(meta, samples=samples, sampler_ticks=grid))
+    assert got.tolist() == np.sort(by_rows.groupby(level=0).min().to_numpy()).tolist()
