@@ -190,12 +190,22 @@ def iter_samples(
     pending: list[pd.DataFrame] = []
     rows = 0
     read = wanted if fill is None or "state" in wanted else [*wanted, "state"]  # the fill reads the state
+    keep_times = None
+    if t_range is not None or near is not None:
+        # The filled rows of a tick have its time: only the ticks kept are filled (the add_suspects pass of
+        # `stalls` filled all 60 s of an eBPF capture of the Bitwig shape to keep a few ms around each episode).
+        def keep_times(t_ns: np.ndarray) -> np.ndarray:
+            kept = in_span(t_ns, t_range)
+            if near is not None:
+                kept &= near(t_ns)
+            return kept
+
     for chunk in cap.iter_chunks("samples", columns=read):
         last_tick = int(chunk["tick"].max()) if len(chunk) else None
         if tid_set is not None:
             chunk = chunk[np.isin(chunk["tid"].to_numpy(), tid_set)]
         if fill is not None and last_tick is not None:
-            chunk = fill(chunk, last_tick)
+            chunk = fill(chunk, last_tick, keep_times)
         if len(read) > len(wanted):
             chunk = chunk[wanted]
         if t_range is not None:
@@ -351,7 +361,12 @@ class _Fill:
         ticks = grid["tick"].to_numpy(dtype=np.int64)
         return cls(ticks, grid["t_ns"].to_numpy(dtype=np.int64), int(sampler["keyframe_ticks"]))
 
-    def __call__(self, chunk: pd.DataFrame, last_tick: int) -> pd.DataFrame:
+    def __call__(
+        self, chunk: pd.DataFrame, last_tick: int, keep: Callable[[np.ndarray], np.ndarray] | None = None
+    ) -> pd.DataFrame:
+        """The chunk's rows filled; `keep`, given the ticks' times, says which ticks' rows to make (the others are
+        not made: a reader that keeps some times only, iter_samples' t_range and near, need not fill every tick
+        first; the carry to the next chunk is the same)."""
         lo, hi = np.searchsorted(self.ticks, [self.done + 1, last_tick + 1])
         grid, grid_t = self.ticks[lo:hi], self.times[lo:hi]
         self.done = max(self.done, last_tick)
@@ -365,9 +380,13 @@ class _Fill:
         shift = np.int64(1 << 34)
         keys = tid * shift + tick
         threads = np.unique(tid)
-        at = np.searchsorted(keys, (threads[:, None] * shift + grid[None, :]).ravel(), side="right") - 1
-        want_tid = np.repeat(threads, len(grid))
-        want_tick = np.tile(grid, len(threads))
+        made, made_t = grid, grid_t
+        if keep is not None:
+            kept = keep(grid_t)
+            made, made_t = grid[kept], grid_t[kept]
+        at = np.searchsorted(keys, (threads[:, None] * shift + made[None, :]).ravel(), side="right") - 1
+        want_tid = np.repeat(threads, len(made))
+        want_tick = np.tile(made, len(threads))
         source = np.maximum(at, 0)
         ok = (at >= 0) & (tid[source] == want_tid) & (want_tick - tick[source] < self.keyframe)
         # No copy of a row that has the thread on a CPU or a run queue: the writer extends such a thread's run or
@@ -379,7 +398,7 @@ class _Fill:
         ok &= ~running[source] | (want_tick == tick[source])
         out = rows.take(source[ok]).reset_index(drop=True)
         out["tick"] = want_tick[ok].astype(out["tick"].dtype)
-        out["t_ns"] = np.tile(grid_t, len(threads))[ok]
+        out["t_ns"] = np.tile(made_t, len(threads))[ok]
         last = np.r_[tid[1:] != tid[:-1], True]
         alive = last & (grid[-1] - tick < self.keyframe)
         self.carry = rows[alive].reset_index(drop=True)

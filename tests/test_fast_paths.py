@@ -373,13 +373,12 @@ def test_summarize_in_one_pass_is_its_two(
             pd.testing.assert_frame_equal(view, slow.views[name], check_exact=True, obj=f"{name} {options}")
 
 
-def test_tick_times_of_an_ebpf_sampler_capture_come_from_its_tick_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An eBPF sampler's capture stores a thread's row where it changed and at its keyframes; the analyses fill
-    the rest (source._Fill). tick_start_times reads its sampler_ticks instead of filling every row again (1 ms
-    against 1.7 s on 60 s of the Bitwig shape), and gets what the filled rows give: a missed tick, a thread
-    that ended, each tick's own read time."""
+def _sparse_capture() -> forensics.Capture:
+    """An eBPF sampler's capture in memory: a thread's row stored where it changed and at its keyframes (the
+    analyses fill the rest: source._Fill), a missed tick (17), a thread that ended (103), each tick read at its
+    own time."""
     keyframe, t0 = 4, 1_000_000_000
-    ticks = np.array([t for t in range(40) if t != 17], dtype=np.int64)  # tick 17 missed
+    ticks = np.array([t for t in range(40) if t != 17], dtype=np.int64)
     times = t0 + ticks * 2_000_000 + (ticks % 3) * 1_000
     rows = [
         {"tick": tick, "t_ns": t, "tid": tid, "pid": 100, "state": "S", "run_ns": tick // 5 if tid == 101 else 0}
@@ -389,10 +388,38 @@ def test_tick_times_of_an_ebpf_sampler_capture_come_from_its_tick_table(monkeypa
     ]
     samples = pd.DataFrame(rows).astype({"tick": np.uint32, "tid": np.int32, "pid": np.int32})
     grid = pd.DataFrame({"tick": ticks.astype(np.uint32), "t_ns": times})
-    meta = {"ebpf_sampler": {"keyframe_ticks": keyframe}}
-    filled = forensics.Capture.from_frames(meta, samples=samples, sampler_ticks=grid)
-    by_rows = pd.concat([b.groupby("tick")["t_ns"].min() for b in source.iter_samples(filled, [])])
-    assert sorted(by_rows.index) == ticks.tolist()  # the fill gave every tick but the missed one a row
+    return forensics.Capture.from_frames(
+        {"ebpf_sampler": {"keyframe_ticks": keyframe}}, samples=samples, sampler_ticks=grid
+    )
+
+
+def test_tick_times_of_an_ebpf_sampler_capture_come_from_its_tick_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tick_start_times reads an eBPF sampler's capture's sampler_ticks instead of filling every row again (1 ms
+    against 1.7 s on 60 s of the Bitwig shape), and gets what the filled rows give."""
+    by_rows = pd.concat([b.groupby("tick")["t_ns"].min() for b in source.iter_samples(_sparse_capture(), [])])
+    assert sorted(by_rows.index) == [t for t in range(40) if t != 17]  # the fill gave every tick but the missed one
     monkeypatch.setattr(source, "iter_samples", None)  # the fast path reads no row
-    got = source.tick_start_times(forensics.Capture.from_frames(meta, samples=samples, sampler_ticks=grid))
+    got = source.tick_start_times(_sparse_capture())
     assert got.tolist() == np.sort(by_rows.groupby(level=0).min().to_numpy()).tolist()
+
+
+def test_a_sparse_capture_read_near_some_times_fills_only_those_ticks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading an eBPF sampler's capture with t_range or near (the suspects of `stalls`), only the ticks kept are
+    filled, and the rows are those of filling every tick, then keeping them."""
+    columns = ["pid", "run_ns", "state"]
+    whole = pd.concat(list(source.iter_samples(_sparse_capture(), columns)), ignore_index=True)
+    near = source.Near(np.array([1_010_000_000, 1_060_000_000]), np.array([1_014_000_000, 1_064_000_000]))
+    span = (1_005_000_000, 1_070_000_000)
+    expected = whole[source.in_span(whole["t_ns"].to_numpy(), span) & near(whole["t_ns"].to_numpy())]
+    made: list[int] = []
+    fill_call = source._Fill.__call__
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        out = fill_call(self, *args, **kwargs)
+        made.append(len(out))
+        return out
+
+    monkeypatch.setattr(source._Fill, "__call__", counted)
+    got = pd.concat(list(source.iter_samples(_sparse_capture(), columns, t_range=span, near=near)), ignore_index=True)
+    pd.testing.assert_frame_equal(got, expected.reset_index(drop=True))
+    assert 0 < sum(made) == len(expected) < len(whole) // 4
