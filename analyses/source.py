@@ -191,7 +191,7 @@ def iter_samples(
     rows = 0
     read = wanted if fill is None or "state" in wanted else [*wanted, "state"]  # the fill reads the state
     keep_times = None
-    if t_range is not None or near is not None:
+    if fill is not None and (t_range is not None or near is not None):
         # The filled rows of a tick have its time: only the ticks kept are filled (the add_suspects pass of
         # `stalls` filled all 60 s of an eBPF capture of the Bitwig shape to keep a few ms around each episode).
         def keep_times(t_ns: np.ndarray) -> np.ndarray:
@@ -415,14 +415,16 @@ def tick_start_times(cap: Capture) -> np.ndarray:
     known = _TICK_STARTS.get(cap)
     if known is not None:
         return known
-    if _Fill.of(cap) is not None:
+    fill = _Fill.of(cap)
+    if fill is not None:
         # The eBPF sampler's capture: each row has its tick's time, stored or filled (_Fill), and sampler_ticks
-        # lists the ticks that have rows with their times. Read from it, not from the rows the fill makes: 1 ms
-        # against 1.7 s (60 s of the Bitwig shape, 16 M thread-samples; the same ticks and times).
-        starts = [cap.table("sampler_ticks").groupby("tick")["t_ns"].min()]
+        # (the fill's grid) lists the ticks that have rows with their times. Read from it, not from the rows the
+        # fill makes: 1 ms against 1.7 s (60 s of the Bitwig shape, 16 M thread-samples; the same ticks and times).
+        by_tick = pd.Series(fill.times).groupby(fill.ticks).min()
     else:
         starts = [batch.groupby("tick")["t_ns"].min() for batch in iter_samples(cap, [])]
-    t = np.sort(pd.concat(starts).groupby(level=0).min().to_numpy(np.int64)) if starts else np.zeros(0, np.int64)
+        by_tick = pd.concat(starts).groupby(level=0).min() if starts else pd.Series([], dtype=np.int64)
+    t = np.sort(by_tick.to_numpy(np.int64))
     _TICK_STARTS[cap] = t
     return t
 

@@ -334,10 +334,10 @@ def probe_bcc() -> tuple[str, str]:
         headers = configure_bcc_environment()
     except (StubUnavailable, OSError) as err:
         return BAD, f"BCC {version} importable but {err}"
-    from samplers.ebpf.collector import _output_captured, compiler_reason
+    from samplers.ebpf.collector import compiler_reason, output_captured
 
     try:
-        with _output_captured() as output:
+        with output_captured() as output:
             prog = bcc.BPF(text=_PROBE_PROGRAM.encode())
             prog.load_func(b"ssf_doctor_probe", bcc.BPF.TRACEPOINT)
             prog.cleanup()

@@ -574,7 +574,7 @@ class CaptureSink:
         ends = starts + lengths[text_rows]
         comm_of = self.comm_of
         for tid, row, start, end in zip(
-            np.asarray(last_tids)[read].tolist(), rows[read].tolist(), starts.tolist(), ends.tolist(), strict=True
+            tids[lasts[read]].tolist(), rows[read].tolist(), starts.tolist(), ends.tolist(), strict=True
         ):
             line = stat_blob[start:end]
             comm = line[line.find(b"(") + 1 : line.rfind(b")")].decode(errors="replace")

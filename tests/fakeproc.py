@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
+
+# Tids above the kernel's pid_max (4194304 at most): the recorder's sched_getscheduler() on them finds no real thread.
+PID_ABOVE_MAX = 5_000_000
 
 # A real stat line of kernel 6.18 (52 fields), with the comm replaced by `{comm}` and the fields the
 # tests vary left as placeholders.
@@ -104,6 +109,26 @@ class FakeProc:
         # values were carried until the next slow read (CI beside stress-ng: minflt 3 after the bump to 4).
         _rewrite(task / "stat", stat_line(tid, pid, comm=comm, **stat))  # type: ignore[arg-type]
         _rewrite(task / "schedstat", f"{run_ns} {wait_ns} {slices}\n")
+
+    def change_later(
+        self, out: Path, delay_s: float, *changes: tuple[int, int, dict[str, object]]
+    ) -> tuple[threading.Thread, list[int]]:
+        """set_thread(pid, tid, **fields) of each change, `delay_s` after a recording into `out` started (its
+        capture file exists), from a thread started here; the list gets CLOCK_MONOTONIC just before them."""
+        changed_at: list[int] = []
+
+        def change() -> None:
+            deadline = time.monotonic() + 60
+            while not out.exists() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(delay_s)
+            changed_at.append(time.monotonic_ns())
+            for pid, tid, fields in changes:
+                self.set_thread(pid, tid, **fields)  # type: ignore[arg-type]
+
+        thread = threading.Thread(target=change)
+        thread.start()
+        return thread, changed_at
 
 
 def _rewrite(path: Path, text: str) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from samplers import frames
 from samplers.recorder import Recorder, RecorderOptions
 from samplers.targets import TargetSpec
 from samplers.writer_process import CaptureSink
-from tests.fakeproc import FakeProc
+from tests.fakeproc import PID_ABOVE_MAX, FakeProc
 from tests.helpers import SCHED_SCHEDSTATS_5_10
 
 
@@ -164,7 +163,6 @@ def test_a_writer_behind_at_the_end_still_gets_the_trailer(tmp_path: Path) -> No
     assert kinds == [frames.EVENT] * filled + [frames.TRAILER]
 
 
-CHANGER_PID = 5_000_000  # above pid_max (4194304 at most): the recorder's sched_getscheduler() finds no thread
 MS = 1_000_000
 
 
@@ -178,27 +176,20 @@ def test_a_rename_and_a_policy_change_become_events_and_thread_rows(
     against the chunk before: here both ways (chunk_ns: one chunk per tick)."""
     if chunk_ns is not None:
         monkeypatch.setattr("samplers.writer_process.FLUSH_EVERY_NS", chunk_ns)
-    pid = CHANGER_PID
+    pid = PID_ABOVE_MAX
     fake = FakeProc(tmp_path / "proc")
     fake.add_thread(pid, pid, comm="host", process_comm="host")
     fake.add_thread(pid, pid + 1, comm="worker", run_ns=100)
     fake.add_thread(pid, pid + 2, comm="steady", run_ns=100)
     out = tmp_path / "changes.ssf"
-    changed_at: list[int] = []
-
-    def change() -> None:
-        deadline = time.monotonic() + 60
-        while not out.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(0.3)
-        changed_at.append(time.monotonic_ns())
-        fake.set_thread(pid, pid + 1, comm="dsp-0", run_ns=200, policy=1, rtprio=50)
-        fake.set_thread(pid, pid, comm="host-2", run_ns=300)
-
-    changer = threading.Thread(target=change)
-    changer.start()
+    changer, changed_at = fake.change_later(
+        out,
+        0.3,
+        (pid, pid + 1, {"comm": "dsp-0", "run_ns": 200, "policy": 1, "rtprio": 50}),
+        (pid, pid, {"comm": "host-2", "run_ns": 300}),
+    )
     try:
-        _record(fake, out, TargetSpec(pids=[pid]), duration_ns=800 * MS, sched="none", rt_priority=0)
+        _record(fake, out, TargetSpec(pids=[pid]), duration_ns=800 * MS, sched="none")
     finally:
         changer.join()
     cap = forensics.load(out)

@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,12 +34,12 @@ from samplers.tiers import (
     Tiers,
     busy_ns,
 )
-from tests.fakeproc import FakeProc
+from tests.fakeproc import PID_ABOVE_MAX, FakeProc
 from tests.helpers import SCHED_618, wait_for_quiet_machine
 from tests.recording import record_capture
 from tests.test_recorder_canned import _record
 
-PID = 5_000_000  # above pid_max (4194304 at most): no real thread answers to these tids
+PID = PID_ABOVE_MAX  # no real thread answers to these tids
 MS = 1_000_000
 
 
@@ -111,17 +110,7 @@ def test_off_reads_every_thread_every_tick() -> None:
 
 def _bump_later(fake: FakeProc, out: Path, delay_s: float, **fields: object) -> threading.Thread:
     """Change the sleeper's files `delay_s` after the recording started (its capture file exists)."""
-
-    def bump() -> None:
-        deadline = time.monotonic() + 60
-        while not out.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(delay_s)
-        fake.set_thread(PID, PID + 2, comm="sleeper", **fields)  # type: ignore[arg-type]
-
-    thread = threading.Thread(target=bump)
-    thread.start()
-    return thread
+    return fake.change_later(out, delay_s, (PID, PID + 2, {"comm": "sleeper", **fields}))[0]
 
 
 def test_slow_thread_promoted_when_it_runs_and_the_tier_table_round_trips(tmp_path: Path) -> None:

@@ -474,7 +474,7 @@ def compile_bpf(bcc: Any, source: Path, cflags: list[str], what: str, then: str 
     """bcc.BPF of `source`; a compile or load failure is EbpfUnavailable naming `what` and the reason libbcc
     printed (BCC raises a bare Exception and prints why on fd 2, or on fd 1 for missing kernel headers)."""
     try:
-        with _output_captured() as compiler_output:
+        with output_captured() as compiler_output:
             return bcc.BPF(text=source.read_bytes(), cflags=cflags)
     except Exception as err:
         reason = compiler_reason(compiler_output)
@@ -492,7 +492,7 @@ def compiler_reason(printed: list[str]) -> str:
 
 
 @contextlib.contextmanager
-def _output_captured() -> Iterator[list[str]]:
+def output_captured() -> Iterator[list[str]]:
     """libbcc prints compiler and verifier messages on fd 2, and "Unable to find kernel headers" on fd 1
     (std::cout, src/cc/frontends/clang/kbuild_helper.cc): kept, both, to explain a failure in one line. Fd 1
     is also the writer process's pipe to the recorder (its ready signal and report), where a line of libbcc's
