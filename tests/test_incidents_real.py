@@ -203,15 +203,19 @@ def test_every_incident_is_a_cycle_the_engine_saw_late(starved, name):
         print(f"{int(outside.sum())} roots read as lock from /proc, their suspect outside the graph's links")
         locked = locked[~outside]
     assert len(locked) <= max(1, MAX_ODD_SHARE * len(inside)), locked[["root_comm", "evidence"]]
-    # `unknown` says the analysis could not name a cause, never a wrong one: on this VM, a cycle where every
-    # link only waited and the head shows no late switch-in (the machine's own jitter). Never on a starvation
-    # (each is scored above, rooted at jackd); among the graph's other late cycles, printed, not counted: how
-    # many the machine makes is its own (a clean-clone CI run had 6 besides the 8 starvations, 4 of them
-    # `unknown`; the figure is bench/incident_causes.py's). Each says what the analysis looked for.
-    unknown = inside[inside["root_verdict"] == "unknown"]
+    # `unknown` says the analysis could not name a cause, never a wrong one. On this VM it comes two ways,
+    # both the machine's own jitter: a cycle where every link only waited and the head shows no late
+    # switch-in, or a link held on CPU by the switch record that its own clock did not count (steal or
+    # interrupts: `machine` above; a submission's CI run had 2 such and 1 of the first). Never on a
+    # starvation (each is scored above, rooted at jackd); among the graph's other late cycles, printed, not
+    # counted: how many the machine makes is its own (a clean-clone CI run had 6 besides the 8 starvations,
+    # 4 of them `unknown`; the figure is bench/incident_causes.py's). Each says what the analysis looked for.
+    is_unknown = (inside["root_verdict"] == "unknown").to_numpy()
+    unknown = inside[is_unknown]
     print(unknown[["start_ns", "root_comm", "evidence"]].to_string() if len(unknown) else "no unknown root")
     assert unknown["incident"].isin(score.extra["incident"]).all(), unknown[["root_comm", "evidence"]]
-    assert unknown["evidence"].astype(str).str.contains("the head of the chain").all(), unknown["evidence"].tolist()
+    head_unseen = unknown["evidence"].astype(str).str.contains("the head of the chain").to_numpy()
+    assert (head_unseen | machine[is_unknown]).all(), unknown["evidence"].tolist()
 
 
 def test_the_recording_says_how_it_was_made(starved, tmp_path: Path):
