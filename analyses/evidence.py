@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analyses.data_sources import undecided_for_lack
-from analyses.rules import can_hold_cpu_against, runqueue_suspect_held
+from analyses.rules import can_hold_cpu_against, machine_held, runqueue_suspect_held
 from analyses.source import Near, iter_samples
 from analyses.threads import policy_label, thread_names
 from analyses.windows import window_deltas
@@ -379,7 +379,7 @@ def exact_headline(row: Any) -> str:
         return f"{comm} spent {_ms(row.fault_ns)} taking page faults"
     if verdict == "reclaim":
         return f"{comm} spent {_ms(row.reclaim_ns)} in memory reclaim, thrashing or compaction"
-    if row.uncounted_ns >= row.unknown_ns / 2 and row.uncounted_ns > 0:
+    if machine_held(row.uncounted_ns, row.unknown_ns):
         return (
             f"{comm} was on CPU {_ms(row.uncounted_ns)} by the switch record that its own clock did not count: "
             "the machine's (hypervisor steal or interrupts)"

@@ -637,7 +637,10 @@ def _ms(ns: float) -> str:
 
 
 # What _judge reads of each member's row: its own test, _machine_held, _overlaps and _blamed_tid.
-_JUDGED_COLUMNS = ("tid", "start_ns", "end_ns", "verdict", "evidence", "waker_tid", "ran_instead_tid", "suspect_tid")
+_JUDGED_COLUMNS = (
+    "tid", "start_ns", "end_ns", "verdict", "uncounted_ns", "unknown_ns", "evidence", "waker_tid", "ran_instead_tid",
+    "suspect_tid",
+)  # fmt: skip
 
 
 def _judge(
@@ -760,18 +763,10 @@ def _judge(
     }
 
 
-# analyses.evidence's headline of an exact episode the switch record shows on CPU while the thread's own
-# clock did not count it (its uncounted time is not among the episode columns; the headline says it).
-MACHINE_HELD = "by the switch record that its own clock did not count"
-
-
 def _machine_held(row: pd.Series) -> bool:
-    """An episode the machine held on CPU (hypervisor steal or interrupts, analyses.evidence): the link
-    was not waiting for its upstream, it was itself held up."""
-    evidence = row.get("evidence")
-    return isinstance(evidence, str) and evidence.split("; ")[0].endswith(
-        MACHINE_HELD + ": the machine's (hypervisor steal or interrupts)"
-    )
+    """An unknown episode the machine held on CPU (hypervisor steal or interrupts, rules.machine_held):
+    the link was not waiting for its upstream, it was itself held up."""
+    return row["verdict"] == "unknown" and rules.machine_held(row.get("uncounted_ns"), row.get("unknown_ns"))
 
 
 def _comm_of(cap: Capture, tid: int | None) -> str:

@@ -110,6 +110,23 @@ BLKIO_SLACK_PER_WAIT_NS = 20_000
 # of its run from this much on: the tracepoints' and the rq clock's timestamps differ by a few us per
 # switch (2-4 us measured on a busy SCHED_FIFO thread's 11-20 ms runs).
 UNCOUNTED_MIN_NS = 100_000
+# An unknown episode is the machine's (it held the thread on CPU: hypervisor steal or interrupts) when its
+# uncounted on-CPU time is at least this share of its unknown time (that time counts it, with the
+# undecided off-CPU time and D without block IO: analyses.exact_stalls). Such a chain link was itself held
+# up, not waiting for its upstream (analyses.incidents); its headline says so (analyses.evidence).
+MACHINE_HELD_MIN_SHARE = 0.5
+
+
+def machine_held(uncounted_ns: Any, unknown_ns: Any) -> bool:
+    """One episode's test. Missing figures (None, NaN, NA: a /proc episode has no switch record) are not
+    held."""
+    try:
+        uncounted, unknown = float(uncounted_ns), float(unknown_ns)
+    except (TypeError, ValueError):
+        return False
+    return bool(uncounted > 0 and uncounted >= MACHINE_HELD_MIN_SHARE * unknown)  # NaN compares False
+
+
 # /proc path with taskstats: a D window whose blkio delay covers at least this share of its D time is
 # block IO for all of it (the window's off time is known to the window only).
 BLKIO_COVER_SHARE = 0.5

@@ -311,7 +311,7 @@ def find_stalls(
     episodes = episodes[overlaps_span(episodes["start_ns"], episodes["end_ns"], t_range)].reset_index(drop=True)
     if episodes.empty:
         return empty_stalls(undecided)
-    for column in [*STALL_COLUMNS, "not_block_ns", "uncounted_ns"]:
+    for column in [*STALL_COLUMNS, "not_block_ns"]:
         if column not in episodes:
             episodes[column] = None
     proc = (episodes["basis"] == "proc").to_numpy()
@@ -456,7 +456,7 @@ def _merge_exact(
 STALL_COLUMNS = [
     "tid", "pid", "comm", "start_ns", "end_ns", "duration_ns", "verdict", "stall_ns", "excess_ns", "share",
     "components", "run_ns", "runqueue_ns", "io_ns", "fault_ns", "lock_ns", "reclaim_ns", "unknown_ns",
-    "idle_ns", "minflt", "majflt", "d_reads", "s_reads", "reads", "cpus", "core_types", "policy",
+    "uncounted_ns", "idle_ns", "minflt", "majflt", "d_reads", "s_reads", "reads", "cpus", "core_types", "policy",
     "period_ns", "windows", "blkio_ns", "iowait_ns", "ts_blkio_ns", "invol_switches", "basis", "waker_tid", "waker",
     "priority_inversion", "ran_instead_tid", "ran_instead", "block_requests", "suspect", "suspect_tid", "evidence",
     "sources", "undecided", "why",

@@ -262,3 +262,12 @@ def test_wake_ups_are_timed_from_proc_only_with_windows_no_longer_than_the_perio
     assert rules.wakeups_timed(2_000_000, 2_000_000)  # at most one wake-up a window
     assert not rules.wakeups_timed(1_333_333, 2_000_000)  # 64 frames at 48 kHz, read at 2 ms
     assert not rules.wakeups_timed(5_360_000, 11_242_500)  # the Bitwig shape from /proc, most ticks missed
+
+
+def test_machine_held_is_uncounted_on_cpu_time_at_least_half_the_unknown() -> None:
+    # At the bar, under it, none uncounted, a /proc episode (no switch record: None, NaN, NA).
+    assert rules.machine_held(1 * MS, 2 * MS) and rules.machine_held(2 * MS, 2 * MS)
+    assert not rules.machine_held(1 * MS - 1, 2 * MS)
+    assert not rules.machine_held(0, 0)
+    assert not any(rules.machine_held(u, 2 * MS) for u in (None, np.nan, pd.NA))
+    assert rules.MACHINE_HELD_MIN_SHARE == 0.5

@@ -95,6 +95,9 @@ VERDICTS = pa.schema(
         ("lock_ns", _I64),
         ("reclaim_ns", _I64),
         ("unknown_ns", _I64),
+        # Of unknown_ns: on CPU by the eBPF switch record, not counted by the thread's own clock (steal,
+        # interrupts); null from /proc (no switch record).
+        ("uncounted_ns", _I64),
         ("idle_ns", _I64),
         ("minflt", _I64),
         ("majflt", _I64),
