@@ -142,6 +142,16 @@ def _placed(w: pd.DataFrame, tids: np.ndarray, *, only_tids: bool) -> np.ndarray
     return mine
 
 
+def _labels(column: pd.Series, mine: np.ndarray) -> np.ndarray:
+    """The rows' labels as str, of the rows kept: a categorical's labels by its codes (astype(str) of the rows
+    made one string per row: 0.54 of 11.9 s of `summarize` on 40 s of the Bitwig shape by the eBPF sampler)."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()[mine]
+        labels = np.array([*column.cat.categories.astype(str), "nan"], dtype=object)
+        return labels[np.where(codes < 0, len(labels) - 1, codes)]
+    return column[mine].astype(str).to_numpy()
+
+
 def _batch_sums(w: pd.DataFrame, origin: int, bin_ns: int, mine: np.ndarray) -> _BatchSums:
     tid = w["tid"].to_numpy()
     on = w["run_delta_ns"].to_numpy()
@@ -185,7 +195,7 @@ def _batch_sums(w: pd.DataFrame, origin: int, bin_ns: int, mine: np.ndarray) -> 
             "migrations": (w["cpu"].to_numpy()[mine] != w["cpu_start"].to_numpy()[mine]).astype(np.int64),
         }
     )
-    core = w["core_type"][mine].astype(str).to_numpy()  # only the rows kept: the same labels
+    core = _labels(w["core_type"], mine)
     changed = (w["policy"].to_numpy() != w["policy_start"].to_numpy()) | (
         w["rtprio"].to_numpy() != w["rtprio_start"].to_numpy()
     )
