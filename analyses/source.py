@@ -377,28 +377,31 @@ class _Fill:
         tick = rows["tick"].to_numpy(dtype=np.int64)
         order = np.lexsort((tick, tid))
         rows, tid, tick = rows.take(order).reset_index(drop=True), tid[order], tick[order]
-        shift = np.int64(1 << 34)
-        keys = tid * shift + tick
-        threads = np.unique(tid)
         made, made_t = grid, grid_t
         if keep is not None:
             kept = keep(grid_t)
             made, made_t = grid[kept], grid_t[kept]
-        at = np.searchsorted(keys, (threads[:, None] * shift + made[None, :]).ravel(), side="right") - 1
-        want_tid = np.repeat(threads, len(made))
-        want_tick = np.tile(made, len(threads))
-        source = np.maximum(at, 0)
-        ok = (at >= 0) & (tid[source] == want_tid) & (want_tick - tick[source] < self.keyframe)
         # No copy of a row that has the thread on a CPU or a run queue: the writer extends such a thread's run or
         # wait to each read, so it is stored at every tick it lives (samplers/ebpf/sampler_rows.py). Its row
         # missing at the next tick means it exited there (its slot marked at sched_process_exit, left out);
         # copied, the killed engine's 121 real-time threads were on CPU 3.4 ms each after they died, a `run`
         # episode on every one.
         running = (rows["state"] == "R").to_numpy(dtype=bool) if "state" in rows else np.zeros(len(rows), bool)
-        ok &= ~running[source] | (want_tick == tick[source])
-        out = rows.take(source[ok]).reset_index(drop=True)
-        out["tick"] = want_tick[ok].astype(out["tick"].dtype)
-        out["t_ns"] = np.tile(made_t, len(threads))[ok]
+        # Each stored row stands for its thread's ticks from its own up to the thread's next stored row, fewer
+        # than keyframe ticks on, and only its own when it has the thread in R: the ticks made in that range,
+        # found by two searches per row, not one per thread and tick: the fill of a pass over 40 s of the Bitwig
+        # shape (10.6 M rows made, most threads storing one row in 125 ticks) 0.83-0.84 -> 0.62-0.69 s. A later
+        # row at the same tick takes it (tests/test_fast_paths.py: the fill against its definition).
+        until = tick + np.where(running, 1, self.keyframe)
+        same_next = np.r_[tid[1:] == tid[:-1], False]
+        until = np.where(same_next, np.minimum(until, np.r_[tick[1:], 0]), until)
+        first_made = np.searchsorted(made, tick, side="left")
+        count = np.maximum(np.searchsorted(made, until, side="left") - first_made, 0)
+        source = np.repeat(np.arange(len(rows)), count)
+        index = np.arange(len(source)) - np.repeat(np.cumsum(count) - count - first_made, count)
+        out = rows.take(source).reset_index(drop=True)
+        out["tick"] = made[index].astype(out["tick"].dtype)
+        out["t_ns"] = made_t[index]
         last = np.r_[tid[1:] != tid[:-1], True]
         alive = last & (grid[-1] - tick < self.keyframe)
         self.carry = rows[alive].reset_index(drop=True)

@@ -7,6 +7,7 @@ that was two threads in one batch), and both ways must agree frame for frame.
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from pathlib import Path
 from typing import Any
@@ -423,3 +424,61 @@ def test_a_sparse_capture_read_near_some_times_fills_only_those_ticks(monkeypatc
     got = pd.concat(list(source.iter_samples(_sparse_capture(), columns, t_range=span, near=near)), ignore_index=True)
     pd.testing.assert_frame_equal(got, expected.reset_index(drop=True))
     assert 0 < sum(made) == len(expected) < len(whole) // 4
+
+
+def _fill_by_definition(stored: pd.DataFrame, made: np.ndarray, made_t: np.ndarray, keyframe: int) -> pd.DataFrame:
+    """The fill as DESIGN.md ("Storing") says it, thread by thread and tick by tick: at each tick made, the
+    thread's last stored row at or before it (the later of two at one tick), if under `keyframe` ticks old, and
+    not a row that has the thread in R unless at that row's own tick."""
+    out = []
+    for _, rows in stored.groupby("tid", sort=True):
+        rows = rows.sort_values("tick", kind="stable")
+        ticks = rows["tick"].to_numpy()
+        for m, m_t in zip(made.tolist(), made_t.tolist(), strict=True):
+            at = int(np.searchsorted(ticks, m, side="right")) - 1
+            if at < 0 or m - ticks[at] >= keyframe:
+                continue
+            row = rows.iloc[at]
+            if row["state"] == "R" and ticks[at] != m:
+                continue
+            out.append({**row.to_dict(), "tick": m, "t_ns": m_t})
+    return pd.DataFrame(out, columns=stored.columns)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_fill_of_stored_rows_is_its_definition(seed: int) -> None:
+    """_Fill (ranges of ticks per stored row) against _fill_by_definition on random sparse rows: threads that
+    start late and end early, rows in R, two rows of a thread at one tick, ticks the kernel missed, the rows cut
+    into chunks at random ticks, some ticks not kept (iter_samples' t_range and near)."""
+    rng = np.random.default_rng(seed)
+    keyframe, n = 7, 60
+    missed = rng.choice(np.arange(1, n - 1), size=6, replace=False)  # ticks the kernel did not take
+    grid = np.setdiff1d(np.arange(n), missed).astype(np.int64)
+    grid_t = 1_000_000_000 + grid * 2_000_000 + rng.integers(0, 1000, len(grid))
+    parts = []
+    for tid in range(100, 112):
+        ticks = np.sort(rng.choice(grid, size=int(rng.integers(1, 20)), replace=True))
+        parts.append(
+            pd.DataFrame(
+                {
+                    "tick": ticks, "t_ns": 0, "tid": tid, "pid": 7,
+                    "run_ns": rng.integers(0, 10**6, len(ticks)), "state": rng.choice(["R", "S", "D"], len(ticks)),
+                }
+            )
+        )  # fmt: skip
+    stored = pd.concat(parts, ignore_index=True).sort_values(["tick", "tid"], kind="stable", ignore_index=True)
+    stored["tick"] = stored["tick"].astype(np.int64)
+    kept_times = np.sort(rng.choice(grid_t, size=len(grid_t) * 2 // 3, replace=False))
+    for keep in (None, lambda times: np.isin(times, kept_times)):
+        fill = source._Fill(grid, grid_t, keyframe)
+        # Chunks end at ticks taken (each holds some: the writer's chunks end at ticks it stored).
+        cuts = [-1, *np.sort(rng.choice(grid[5:-5], size=3, replace=False)).tolist(), n - 1]
+        chunks = [stored[(stored["tick"] > a) & (stored["tick"] <= b)] for a, b in itertools.pairwise(cuts)]
+        got = pd.concat([fill(chunk, int(chunk_end), keep) for chunk, chunk_end in zip(chunks, cuts[1:], strict=True)])
+        made = grid if keep is None else grid[keep(grid_t)]
+        made_t = grid_t if keep is None else grid_t[keep(grid_t)]
+        expected = _fill_by_definition(stored, made, made_t, keyframe)
+        order = ["tid", "tick"]
+        got = got.sort_values(order, ignore_index=True)
+        expected = expected.sort_values(order, ignore_index=True).astype(got.dtypes.to_dict())
+        pd.testing.assert_frame_equal(got, expected)
