@@ -379,7 +379,7 @@ def exact_headline(row: Any) -> str:
         return f"{comm} spent {_ms(row.fault_ns)} taking page faults"
     if verdict == "reclaim":
         return f"{comm} spent {_ms(row.reclaim_ns)} in memory reclaim, thrashing or compaction"
-    if machine_held(row.uncounted_ns, row.unknown_ns):
+    if machine_held(verdict, row.uncounted_ns, row.unknown_ns):
         return (
             f"{comm} was on CPU {_ms(row.uncounted_ns)} by the switch record that its own clock did not count: "
             "the machine's (hypervisor steal or interrupts)"

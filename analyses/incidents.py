@@ -766,7 +766,7 @@ def _judge(
 def _machine_held(row: pd.Series) -> bool:
     """An unknown episode the machine held on CPU (hypervisor steal or interrupts, rules.machine_held):
     the link was not waiting for its upstream, it was itself held up."""
-    return row["verdict"] == "unknown" and rules.machine_held(row.get("uncounted_ns"), row.get("unknown_ns"))
+    return rules.machine_held(row["verdict"], row.get("uncounted_ns"), row.get("unknown_ns"))
 
 
 def _comm_of(cap: Capture, tid: int | None) -> str:

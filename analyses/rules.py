@@ -117,9 +117,11 @@ UNCOUNTED_MIN_NS = 100_000
 MACHINE_HELD_MIN_SHARE = 0.5
 
 
-def machine_held(uncounted_ns: Any, unknown_ns: Any) -> bool:
+def machine_held(verdict: Any, uncounted_ns: Any, unknown_ns: Any) -> bool:
     """One episode's test. Missing figures (None, NaN, NA: a /proc episode has no switch record) are not
     held."""
+    if verdict != "unknown":
+        return False
     try:
         uncounted, unknown = float(uncounted_ns), float(unknown_ns)
     except (TypeError, ValueError):

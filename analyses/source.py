@@ -402,8 +402,7 @@ class _Fill:
         out = rows.take(source).reset_index(drop=True)
         out["tick"] = made[index].astype(out["tick"].dtype)
         out["t_ns"] = made_t[index]
-        last = np.r_[tid[1:] != tid[:-1], True]
-        alive = last & (grid[-1] - tick < self.keyframe)
+        alive = ~same_next & (grid[-1] - tick < self.keyframe)  # each thread's last row, if it can still fill
         self.carry = rows[alive].reset_index(drop=True)
         return out
 

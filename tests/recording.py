@@ -250,7 +250,7 @@ def assert_verdicts_only_on_late_callbacks(cap: forensics.Capture) -> None:
     print(f"callbacks logged late: {len(late)}; slowed {SLOWED_FACTOR}x or more: {len(slowed)}")
     late = pd.concat([late, slowed]).drop_duplicates(["tid", "start_ns"]) if len(slowed) else late
     machine = steal_around(cap.system, stalls) | _the_machines(stalls)  # the host took a vCPU meanwhile
-    print(f"verdicts on lab-audio: {len(stalls)}; callbacks logged late: {len(late)}; the machine's: {machine.sum()}")
+    print(f"verdicts on lab-audio: {len(stalls)}; callbacks late or slowed: {len(late)}; machine: {machine.sum()}")
     for episode, machines in zip(stalls.itertuples(index=False), machine, strict=True):
         near = (late["start_ns"] < episode.end_ns + 6_000_000) & (late["end_ns"] > episode.start_ns - 2_000_000)
         what = f"verdict {episode.verdict} at {episode.start_ns} ({episode.evidence}) on a callback logged on time"

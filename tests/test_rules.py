@@ -266,8 +266,9 @@ def test_wake_ups_are_timed_from_proc_only_with_windows_no_longer_than_the_perio
 
 def test_machine_held_is_uncounted_on_cpu_time_at_least_half_the_unknown() -> None:
     # At the bar, under it, none uncounted, a /proc episode (no switch record: None, NaN, NA).
-    assert rules.machine_held(1 * MS, 2 * MS) and rules.machine_held(2 * MS, 2 * MS)
-    assert not rules.machine_held(1 * MS - 1, 2 * MS)
-    assert not rules.machine_held(0, 0)
-    assert not any(rules.machine_held(u, 2 * MS) for u in (None, np.nan, pd.NA))
+    assert rules.machine_held("unknown", 1 * MS, 2 * MS) and rules.machine_held("unknown", 2 * MS, 2 * MS)
+    assert not rules.machine_held("unknown", 1 * MS - 1, 2 * MS)
+    assert not rules.machine_held("unknown", 0, 0)
+    assert not any(rules.machine_held("unknown", u, 2 * MS) for u in (None, np.nan, pd.NA))
+    assert not rules.machine_held("run", 2 * MS, 2 * MS)  # an episode with another verdict is its own
     assert rules.MACHINE_HELD_MIN_SHARE == 0.5
