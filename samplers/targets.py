@@ -49,20 +49,45 @@ class ProcessInfo:
     why: str  # "pid", "match", "child", "command", "engine client" (samplers/engine/source.py names it)
 
 
+# A process inside execve() has its new memory before its arguments: /proc/<pid>/cmdline reads empty from the
+# memory's swap (exec_mmap) until create_elf_tables() (fs/exec.c, fs/binfmt_elf.c), and its comm is the old
+# one until just after the swap. subprocess.Popen returns inside that window (its error pipe is closed at
+# do_close_on_exec, in begin_new_exec): catch-load's launched command was recorded with an empty command line
+# when the first discovery came that soon (tests/test_record_e2e.py, 3 of 7 runs on a quiet machine). So an
+# empty command line of a process that is not a kernel thread is read again, for up to this long, between
+# ticks; a process whose exec takes longer keeps the empty one.
+EXEC_SETTLE_NS = 10_000_000
+_PF_KTHREAD = 0x00200000  # task flags (stat field 9): a kernel thread's command line is empty for good
+_STAT_FLAGS = 6  # field 9, counted from the state (field 3) as procfs's STAT_* are
+
+
 def read_process(procfs: ProcPaths, pid: int) -> tuple[StatLine, str] | None:
     """(stat, cmdline) of a live process, or None if it is gone or a zombie (nothing left to sample)."""
-    try:
-        stat = parse_stat(procfs.read(pid, "stat"))
-    except (OSError, ValueError):
-        return None
-    if stat.state in ("Z", "X", "x"):
-        return None
-    try:
-        raw = procfs.read(pid, "cmdline")
-    except OSError:
-        raw = b""
+    deadline = time.monotonic_ns() + EXEC_SETTLE_NS
+    while True:
+        try:
+            raw_stat = procfs.read(pid, "stat")
+            stat = parse_stat(raw_stat)
+        except (OSError, ValueError):
+            return None
+        if stat.state in ("Z", "X", "x"):
+            return None
+        try:
+            raw = procfs.read(pid, "cmdline")
+        except OSError:
+            raw = b""
+        if raw or _is_kernel_thread(raw_stat) or time.monotonic_ns() >= deadline:
+            break
+        time.sleep(0.0002)  # inside execve(): its arguments are being set up
     cmdline = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
     return stat, cmdline
+
+
+def _is_kernel_thread(raw_stat: bytes) -> bool:
+    try:
+        return bool(int(raw_stat[raw_stat.rfind(b")") + 2 :].split()[_STAT_FLAGS]) & _PF_KTHREAD)
+    except (IndexError, ValueError):
+        return False
 
 
 def thread_group(procfs: ProcPaths, pid: int) -> int | None:

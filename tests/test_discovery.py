@@ -93,3 +93,38 @@ def test_the_recorders_ancestors_are_never_matched_unless_named_by_pid(tmp_path:
     named_spec = TargetSpec(pids=[450], match=re.compile("jackd"), exclude={500}, recorder_pid=500)
     named = Discovery(named_spec, ProcPaths(str(fake.root)))
     assert {(p.pid, p.why) for p in named.initial()} == {(450, "pid"), (100, "match"), (600, "match")}
+
+
+def test_a_process_inside_exec_is_read_again_until_its_arguments_are_there(tmp_path: Path) -> None:
+    """catch-load's launched command can be found while its execve() sets up its memory: the command line reads
+    empty and the comm is the old one (samplers/targets.py EXEC_SETTLE_NS). Read again, both are the new ones;
+    a kernel thread's empty command line is not waited for."""
+    import threading
+    import time
+
+    from samplers.targets import EXEC_SETTLE_NS, read_process
+
+    fake = _proc(tmp_path)
+    fake.add_thread(400, 400, comm="catch-load", process_comm="catch-load", cmdline="x")
+    (fake.root / "400" / "cmdline").write_bytes(b"")
+
+    def exec_done() -> None:
+        time.sleep(EXEC_SETTLE_NS / 1e9 / 4)
+        (fake.root / "400" / "stat").write_text(stat_line(400, 400, comm="known_work.py"))
+        (fake.root / "400" / "cmdline").write_bytes(b"python3\0known_work.py\0")
+
+    done = threading.Thread(target=exec_done)
+    done.start()
+    found = read_process(ProcPaths(str(fake.root)), 400)
+    done.join()
+    assert found is not None
+    assert (found[0].comm, found[1]) == ("known_work.py", "python3 known_work.py")
+
+    kernel_thread = stat_line(500, 500, comm="kworker/0:1").replace(" 4194368 ", f" {0x00208040} ")
+    fake.add_thread(500, 500, comm="kworker/0:1", process_comm="kworker/0:1", cmdline="x")
+    (fake.root / "500" / "stat").write_text(kernel_thread)
+    (fake.root / "500" / "cmdline").write_bytes(b"")
+    began = time.monotonic_ns()
+    found = read_process(ProcPaths(str(fake.root)), 500)
+    assert found is not None and found[1] == ""
+    assert time.monotonic_ns() - began < EXEC_SETTLE_NS
