@@ -304,17 +304,21 @@ def _chunks(fd: int, bufsize: int, drain_in_thread: bool, gather_s: float) -> It
     # A thread keeps the pipe empty while the consumer parses and compresses a chunk: a full pipe
     # would block the recorder's tick (1 MiB is only ~8 ticks of 300 threads).
     chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+    ended = threading.Event()
 
     def drain() -> None:
         while chunk := os.read(fd, bufsize):
             chunks.put(chunk)
         chunks.put(b"")
+        ended.set()
 
     threading.Thread(target=drain, name="frame-drain", daemon=True).start()
     woke = time.monotonic() - gather_s
     while True:
-        # The consumer wakes at most every gather_s and takes what came meanwhile in one go (read_frames).
-        time.sleep(max(0.0, woke + gather_s - time.monotonic()))
+        # The consumer wakes at most every gather_s and takes what came meanwhile in one go (read_frames); at
+        # the pipe's end at once: the recording's last frames (its trailer, or all a killed recorder sent) are
+        # not held back by a long gather_s.
+        ended.wait(max(0.0, woke + gather_s - time.monotonic()))
         parts = [chunks.get()]
         woke = time.monotonic()
         while parts[-1] and not chunks.empty():

@@ -54,7 +54,7 @@ HANDOVER_NS = 10_000_000  # frames go to the writer in batches this far apart
 # ring (TICK_RING_PAGES, 26 000 records) holds ~0.95 s of the Bitwig shape's ticks (55 records a tick, a 125 ms
 # drain 5 000 at most); the stat lines are stored at the first tick after their read whatever this is
 # (EbpfRows.stat); a wake-up is at most one SLEEP_SLICE_NS, so a stop is seen as soon; the flight watcher
-# waits FLUSH_LAG_NS (2 s) for late rows; the last drain at the end is of one wake-up's ticks. The periodic
+# waits FLUSH_LAG_NS (3 s) for late rows; the last drain at the end is of one wake-up's ticks. The periodic
 # work of the loop comes at its wake-ups: a followed process's new threads are listed within this of the
 # probes counting them, /proc/stat and PSI are read at 8 Hz.
 KERNEL_TICK_WAKE_NS = 125_000_000

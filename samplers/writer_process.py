@@ -44,14 +44,18 @@ from samplers.system import PRESSURE_FILES, system_rows
 from samplers.unseen import UnseenThreads
 
 # At most this much of the recording sits only in the writer's memory. The writer outlives a killed
-# recorder and flushes on EOF; this bounds the loss when both are killed at once to about 1 s (and GATHER_S).
+# recorder and flushes on EOF; this bounds the loss when both are killed at once to about 2 s (this, GATHER_S
+# and the recorder's last hand-over).
 FLUSH_EVERY_NS = 1_000_000_000
 FLUSH_ROWS = 200_000
-# The frames are taken in at most every GATHER_S (the frame-drain thread still empties the pipe as they come):
-# each hand-over's handling runs cold after a sleep, so five of the eBPF sampler's 20 ms hand-overs taken in
-# one go cost less than each on its own (the writer fed at the recorder's pace, 8 s of the Bitwig shape:
-# 361-385 against 417-432 ms of CPU). The chunks end at the same ticks: the capture is the same.
-GATHER_S = 0.1
+# The frames are taken in at most every GATHER_S (the frame-drain thread still empties the pipe as they come,
+# and the pipe's end is taken at once: frames._chunks): each hand-over's handling runs cold after a sleep, so
+# the frames of many hand-overs taken in one go cost less than each on its own. At 0.1 s (five of the eBPF
+# sampler's 20 ms hand-overs, 361-385 against 417-432 ms of CPU for 8 s of the Bitwig shape) it gathered
+# nothing once the recorder handed over every 125 ms (KERNEL_TICK_WAKE_NS); at 1 s, a chunk's frames in one go:
+# the writer 4.0-5.1 against 4.4-6.1 % of a core on the Bitwig shape (README "The eBPF sampler"). The chunks
+# end at the same ticks: the capture is the same. The flight watcher allows for it (FLUSH_LAG_NS).
+GATHER_S = 1.0
 
 
 class CaptureLost(ForensicsError):

@@ -746,3 +746,28 @@ def test_frames_that_arrive_within_the_gather_interval_are_taken_in_one_go() -> 
         3,
     ]
     os.close(read_end)
+
+
+def test_the_pipes_end_is_taken_at_once_whatever_the_gather_interval() -> None:
+    """The writer's last frames (the trailer, or all a killed recorder sent) come out as soon as the pipe ends,
+    not a gather interval later: catch-load's end waits for the writer."""
+    import os
+    import threading
+    import time
+
+    read_end, write_end = os.pipe()
+    sent = [frames.encode(frames.EVENT, json.dumps({"n": n}).encode()) for n in range(3)]
+
+    def feed() -> None:
+        for data in sent:
+            frames.write_all(write_end, data)
+            time.sleep(0.05)
+        os.close(write_end)
+
+    threading.Thread(target=feed, daemon=True).start()
+    began = time.monotonic()
+    taken = [json.loads(p)["n"] for _, p in frames.read_frames(read_end, drain_in_thread=True, gather_s=60.0)]
+    took = time.monotonic() - began
+    os.close(read_end)
+    assert taken == [0, 1, 2]
+    assert took < 30.0, took  # a wait for the gather interval is 60 s; the pipe ended after 0.15 s

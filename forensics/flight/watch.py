@@ -48,9 +48,10 @@ from forensics.flight.triggers import (
 )
 
 POLL_S = 0.5
-# Rows stamped t can reach the segment after the one that was open at t: the writer buffers up to 1 s, and
-# engine and eBPF rows arrive later still. A window is saved once the ring holds this much past its end.
-FLUSH_LAG_NS = 2_000_000_000
+# Rows stamped t can reach the segment after the one that was open at t: the writer buffers up to 1 s
+# (FLUSH_EVERY_NS) and takes its frames in every second (GATHER_S), and engine and eBPF rows arrive later
+# still. A window is saved once the ring holds this much past its end.
+FLUSH_LAG_NS = 3_000_000_000
 # The stall rule analyses each segment with this much of the one before: an episode across the boundary,
 # and the few periods a thread's rhythm needs.
 OVERLAP_NS = 1_000_000_000
