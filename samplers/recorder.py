@@ -680,8 +680,7 @@ class Recorder:
             self._event(t_ns, "marker", None, None, text)
 
     def _status(self, now: int, start: int) -> Status:
-        p50 = self.tick_times.recent_percentile(50)
-        p99 = self.tick_times.recent_percentile(99)
+        p50, p99 = self.tick_times.recent_percentiles((50, 99))
         try:
             size = os.stat(self.options.output).st_size
         except OSError:

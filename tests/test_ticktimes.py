@@ -28,3 +28,19 @@ def test_memory_does_not_grow_with_the_recording() -> None:
         times.append(i * 2_000_000)
     assert len(times.pending) < FOLD and len(times.recent) == 1000
     assert times.histogram.shape == (BINS,) and times.long_gaps == []
+
+
+def test_recent_percentiles_are_numpys_over_the_last_thousand_gaps() -> None:
+    """The live status line's p50 and p99 (recent_percentiles: one sort, np.percentile's linear rule)."""
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 999, 1500):
+        gaps = rng.integers(1_900_000, 2_600_000, n)
+        starts = np.concatenate([[0], np.cumsum(gaps)])
+        times = TickTimes()
+        for s in starts.tolist():
+            times.append(s)
+        got = times.recent_percentiles((0, 50, 99, 99.9, 100))
+        want = np.percentile(gaps[-1000:], (0, 50, 99, 99.9, 100))
+        assert np.allclose(got, want, rtol=0, atol=1e-6), (n, got, want)
+        assert times.recent_percentile(99) == got[2]
+    assert TickTimes().recent_percentiles((50, 99)) == (None, None)
