@@ -54,9 +54,12 @@ class ProcessInfo:
 # one until just after the swap. subprocess.Popen returns inside that window (its error pipe is closed at
 # do_close_on_exec, in begin_new_exec): catch-load's launched command was recorded with an empty command line
 # when the first discovery came that soon (tests/test_record_e2e.py, 3 of 7 runs on a quiet machine). So an
-# empty command line of a process that is not a kernel thread is read again, for up to this long, between
-# ticks; a process whose exec takes longer keeps the empty one.
+# empty command line of a young process (started less than EXEC_YOUNG_S ago: an exec follows its fork) that is
+# not a kernel thread is read again, for up to this long, between ticks; a process whose exec takes longer
+# keeps the empty one. An old process with an empty command line (its arguments blanked, or exiting after its
+# memory was released) is not waited for.
 EXEC_SETTLE_NS = 10_000_000
+EXEC_YOUNG_S = 2.0
 _PF_KTHREAD = 0x00200000  # task flags (stat field 9): a kernel thread's command line is empty for good
 _STAT_FLAGS = 6  # field 9, counted from the state (field 3) as procfs's STAT_* are
 
@@ -76,11 +79,16 @@ def read_process(procfs: ProcPaths, pid: int) -> tuple[StatLine, str] | None:
             raw = procfs.read(pid, "cmdline")
         except OSError:
             raw = b""
-        if raw or _is_kernel_thread(raw_stat) or time.monotonic_ns() >= deadline:
+        if raw or time.monotonic_ns() >= deadline or _is_kernel_thread(raw_stat) or not _young(stat):
             break
         time.sleep(0.0002)  # inside execve(): its arguments are being set up
     cmdline = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
     return stat, cmdline
+
+
+def _young(stat: StatLine) -> bool:
+    # stat field 22 counts clock ticks of CLOCK_BOOTTIME (fs/proc/array.c: task->start_boottime).
+    return time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK - stat.starttime < EXEC_YOUNG_S * _CLK_TCK
 
 
 def _is_kernel_thread(raw_stat: bytes) -> bool:
@@ -246,9 +254,13 @@ class Discovery:
         return None if info is None else self._accept(pid, info, why)
 
     def still_alive(self, pid: int) -> bool:
-        """False once the process exited, became a zombie, or its pid was reused."""
-        info = read_process(self.procfs, pid)
-        return info is not None and info[0].starttime == self.targets.get(pid)
+        """False once the process exited, became a zombie, or its pid was reused (its stat line: its command line
+        is not needed here)."""
+        try:
+            stat = parse_stat(self.procfs.read(pid, "stat"))
+        except (OSError, ValueError):
+            return False
+        return stat.state not in ("Z", "X", "x") and stat.starttime == self.targets.get(pid)
 
     def drop(self, pid: int) -> None:
         self.targets.pop(pid, None)

@@ -95,16 +95,24 @@ def test_the_recorders_ancestors_are_never_matched_unless_named_by_pid(tmp_path:
     assert {(p.pid, p.why) for p in named.initial()} == {(450, "pid"), (100, "match"), (600, "match")}
 
 
-def test_a_process_inside_exec_is_read_again_until_its_arguments_are_there(tmp_path: Path) -> None:
+def test_a_process_inside_exec_is_read_again_until_its_arguments_are_there(tmp_path: Path, monkeypatch) -> None:
     """catch-load's launched command can be found while its execve() sets up its memory: the command line reads
     empty and the comm is the old one (samplers/targets.py EXEC_SETTLE_NS). Read again, both are the new ones;
-    a kernel thread's empty command line is not waited for."""
+    a kernel thread's or an old process's empty command line is not waited for."""
     import threading
     import time
 
+    from samplers import targets
     from samplers.targets import EXEC_SETTLE_NS, read_process
 
     fake = _proc(tmp_path)
+    clock_gettime = time.clock_gettime
+    boot_s = 10.5  # the processes below started 1000 ticks after boot: 0.5 s ago
+
+    def boottime(clock: int) -> float:
+        return boot_s if clock == time.CLOCK_BOOTTIME else clock_gettime(clock)
+
+    monkeypatch.setattr(targets.time, "clock_gettime", boottime)
     fake.add_thread(400, 400, comm="catch-load", process_comm="catch-load", cmdline="x")
     (fake.root / "400" / "cmdline").write_bytes(b"")
 
@@ -120,11 +128,18 @@ def test_a_process_inside_exec_is_read_again_until_its_arguments_are_there(tmp_p
     assert found is not None
     assert (found[0].comm, found[1]) == ("known_work.py", "python3 known_work.py")
 
+    def took_ns(pid: int) -> int:
+        began = time.monotonic_ns()
+        found = read_process(ProcPaths(str(fake.root)), pid)
+        assert found is not None and found[1] == ""
+        return time.monotonic_ns() - began
+
     kernel_thread = stat_line(500, 500, comm="kworker/0:1").replace(" 4194368 ", f" {0x00208040} ")
     fake.add_thread(500, 500, comm="kworker/0:1", process_comm="kworker/0:1", cmdline="x")
     (fake.root / "500" / "stat").write_text(kernel_thread)
     (fake.root / "500" / "cmdline").write_bytes(b"")
-    began = time.monotonic_ns()
-    found = read_process(ProcPaths(str(fake.root)), 500)
-    assert found is not None and found[1] == ""
-    assert time.monotonic_ns() - began < EXEC_SETTLE_NS
+    assert took_ns(500) < EXEC_SETTLE_NS
+    (fake.root / "400" / "cmdline").write_bytes(b"")  # blanked: waited for while young, not once old
+    assert took_ns(400) >= EXEC_SETTLE_NS
+    boot_s = 1000.0
+    assert took_ns(400) < EXEC_SETTLE_NS
