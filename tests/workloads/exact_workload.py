@@ -100,9 +100,25 @@ def main() -> None:
         named("ex-waker")
         for _ in range(args.rounds):
             time.sleep(0.006)
+            blocked_in_read(tids["ex-waiter"])
             t0 = now()
             os.write(write_fd, b"x")
             record("writes", tid=threading.get_native_id(), start_ns=t0, end_ns=now())
+
+    def blocked_in_read(tid: int) -> None:
+        """Until the waiter sleeps in its read of the pipe (its /proc syscall file: "0 0x<fd>", read on that fd):
+        a byte written before it got there is read at once, and its pipe wait is no wait (a CI run beside other
+        work: the waiter, late for the GIL, found the byte there and never slept)."""
+        wanted = ["0", hex(read_fd)]
+        deadline = time.monotonic() + 2.0
+        while time.monotonic() < deadline:
+            try:
+                with open(f"/proc/self/task/{tid}/syscall") as fh:
+                    if fh.read().split()[:2] == wanted:
+                        return
+            except OSError:
+                return  # no such file here: write as before
+            time.sleep(0.0002)
 
     def fsyncer() -> None:
         named("ex-fsync")
