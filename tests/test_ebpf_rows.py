@@ -717,15 +717,14 @@ def test_the_writer_imports_what_its_first_ebpf_frames_and_chunk_need_before_it_
     assert not [name for name in late if name.startswith(("samplers", "capture", "pyarrow"))], late
 
 
-def test_frames_that_arrive_within_the_gather_interval_are_taken_in_one_go() -> None:
-    """read_frames(gather_s=...) (the writer's GATHER_S): the frame-drain thread empties the pipe as frames come,
-    the consumer takes what arrived at most every gather_s, in one go; every frame comes out, in order."""
+def _event_frames_fed_slowly(count: int) -> tuple[int, list[bytes]]:
+    """A pipe's read end, fed `count` EVENT frames 50 ms apart by a thread that then closes it; the frames."""
     import os
     import threading
     import time
 
     read_end, write_end = os.pipe()
-    sent = [frames.encode(frames.EVENT, json.dumps({"n": n}).encode()) for n in range(4)]
+    sent = [frames.encode(frames.EVENT, json.dumps({"n": n}).encode()) for n in range(count)]
 
     def feed() -> None:
         for data in sent:
@@ -734,11 +733,19 @@ def test_frames_that_arrive_within_the_gather_interval_are_taken_in_one_go() -> 
         os.close(write_end)
 
     threading.Thread(target=feed, daemon=True).start()
+    return read_end, sent
+
+
+def test_frames_that_arrive_within_the_gather_interval_are_taken_in_one_go() -> None:
+    """read_frames(gather_s=...) (the writer's GATHER_S): the frame-drain thread empties the pipe as frames come,
+    the consumer takes what arrived at most every gather_s, in one go; every frame comes out, in order."""
+    import os
+
+    read_end, sent = _event_frames_fed_slowly(4)
     taken = list(frames._chunks(read_end, 1 << 20, True, 1.0))  # the first at once, the others gathered
     os.close(read_end)
     assert b"".join(taken) == b"".join(sent) and len(taken) <= 2  # taken one by one: four
-    read_end, write_end = os.pipe()
-    threading.Thread(target=feed, daemon=True).start()
+    read_end, _ = _event_frames_fed_slowly(4)
     assert [json.loads(p)["n"] for _, p in frames.read_frames(read_end, drain_in_thread=True, gather_s=0.5)] == [
         0,
         1,
@@ -752,19 +759,9 @@ def test_the_pipes_end_is_taken_at_once_whatever_the_gather_interval() -> None:
     """The writer's last frames (the trailer, or all a killed recorder sent) come out as soon as the pipe ends,
     not a gather interval later: catch-load's end waits for the writer."""
     import os
-    import threading
     import time
 
-    read_end, write_end = os.pipe()
-    sent = [frames.encode(frames.EVENT, json.dumps({"n": n}).encode()) for n in range(3)]
-
-    def feed() -> None:
-        for data in sent:
-            frames.write_all(write_end, data)
-            time.sleep(0.05)
-        os.close(write_end)
-
-    threading.Thread(target=feed, daemon=True).start()
+    read_end, _ = _event_frames_fed_slowly(3)
     began = time.monotonic()
     taken = [json.loads(p)["n"] for _, p in frames.read_frames(read_end, drain_in_thread=True, gather_s=60.0)]
     took = time.monotonic() - began
