@@ -53,8 +53,8 @@ FLUSH_ROWS = 200_000
 # the frames of many hand-overs taken in one go cost less than each on its own. At 0.1 s (five of the eBPF
 # sampler's 20 ms hand-overs, 361-385 against 417-432 ms of CPU for 8 s of the Bitwig shape) it gathered
 # nothing once the recorder handed over every 125 ms (KERNEL_TICK_WAKE_NS); at 1 s, a chunk's frames in one go:
-# the writer 4.0-5.1 against 4.4-6.1 % of a core on the Bitwig shape (README "The eBPF sampler"). The chunks
-# end at the same ticks: the capture is the same. The flight watcher allows for it (FLUSH_LAG_NS).
+# the writer's median 5.2 -> 4.7 % of a core on the Bitwig shape, eleven pairs (README "The eBPF sampler"). The
+# chunks end at the same ticks: the capture is the same. The flight watcher allows for it (FLUSH_LAG_NS).
 GATHER_S = 1.0
 
 
