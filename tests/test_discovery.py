@@ -116,10 +116,15 @@ def test_a_process_inside_exec_is_read_again_until_its_arguments_are_there(tmp_p
     fake.add_thread(400, 400, comm="catch-load", process_comm="catch-load", cmdline="x")
     (fake.root / "400" / "cmdline").write_bytes(b"")
 
+    def replace(path: Path, data: bytes) -> None:
+        # Whole, as the kernel's files read: a file rewritten in place can be read empty halfway (one CI run).
+        path.with_suffix(".new").write_bytes(data)
+        path.with_suffix(".new").replace(path)
+
     def exec_done() -> None:
         time.sleep(EXEC_SETTLE_NS / 1e9 / 4)
-        (fake.root / "400" / "stat").write_text(stat_line(400, 400, comm="known_work.py"))
-        (fake.root / "400" / "cmdline").write_bytes(b"python3\0known_work.py\0")
+        replace(fake.root / "400" / "stat", stat_line(400, 400, comm="known_work.py").encode())
+        replace(fake.root / "400" / "cmdline", b"python3\0known_work.py\0")
 
     done = threading.Thread(target=exec_done)
     done.start()
