@@ -54,12 +54,11 @@ class ProcessInfo:
 # one until just after the swap. subprocess.Popen returns inside that window (its error pipe is closed at
 # do_close_on_exec, in begin_new_exec): catch-load's launched command was recorded with an empty command line
 # when the first discovery came that soon (tests/test_record_e2e.py, 3 of 7 runs on a quiet machine). So an
-# empty command line of a young process (started less than EXEC_YOUNG_S ago: an exec follows its fork) that is
-# not a kernel thread is read again, for up to this long, between ticks; a process whose exec takes longer
+# empty command line of a young process (_young: an exec follows its fork) that is not a kernel thread is read
+# again, for up to this long, between ticks; a process whose exec takes longer
 # keeps the empty one. An old process with an empty command line (its arguments blanked, or exiting after its
 # memory was released) is not waited for.
 EXEC_SETTLE_NS = 10_000_000
-EXEC_YOUNG_S = 2.0
 _PF_KTHREAD = 0x00200000  # task flags (stat field 9): a kernel thread's command line is empty for good
 _STAT_FLAGS = 6  # field 9, counted from the state (field 3) as procfs's STAT_* are
 
@@ -79,16 +78,18 @@ def read_process(procfs: ProcPaths, pid: int) -> tuple[StatLine, str] | None:
             raw = procfs.read(pid, "cmdline")
         except OSError:
             raw = b""
-        if raw or time.monotonic_ns() >= deadline or _is_kernel_thread(raw_stat) or not _young(stat):
+        if raw or time.monotonic_ns() >= deadline or _is_kernel_thread(raw_stat) or not _young(stat.starttime):
             break
         time.sleep(0.0002)  # inside execve(): its arguments are being set up
     cmdline = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
     return stat, cmdline
 
 
-def _young(stat: StatLine) -> bool:
+def _young(starttime: int) -> bool:
+    """Started at most RECHECK_SCANS discoveries ago (about 2 s): a process that will exec has done it by then
+    (discovery's look again before exec, read_process's wait inside it)."""
     # stat field 22 counts clock ticks of CLOCK_BOOTTIME (fs/proc/array.c: task->start_boottime).
-    return time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK - stat.starttime < EXEC_YOUNG_S * _CLK_TCK
+    return time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK - starttime <= RECHECK_SCANS * _CLK_TCK / 4
 
 
 def _is_kernel_thread(raw_stat: bytes) -> bool:
@@ -232,11 +233,9 @@ class Discovery:
                 else:
                     rest.append((pid, info))
             pending = rest
-        # stat field 22 counts clock ticks of CLOCK_BOOTTIME (fs/proc/array.c: task->start_boottime).
-        now_ticks = time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK
         for pid, info in pending:
-            if pid not in self._recheck and now_ticks - info[0].starttime > RECHECK_SCANS * _CLK_TCK / 4:
-                continue  # not young: it has long exec'd, if it ever will
+            if pid not in self._recheck and not _young(info[0].starttime):
+                continue  # it has long exec'd, if it ever will
             left = self._recheck.get(pid, RECHECK_SCANS + 1) - 1
             if left > 0:
                 self._recheck[pid] = left

@@ -67,9 +67,6 @@ class TickTimes:
         ordered = sorted(self.long_gaps)
         return float(ordered[min(len(ordered) - 1, int(rank - cumulative[-1]))])
 
-    def recent_percentile(self, q: float) -> float | None:
-        return self.recent_percentiles((q,))[0]
-
     def recent_percentiles(self, qs: tuple[float, ...]) -> tuple[float | None, ...]:
         """Percentiles of the last 1000 gaps (the live status line's p50 and p99, every 500 ms), by np.percentile's
         linear rule from one sort: np.percentile itself took 0.4 ms, cold after the recorder's sleeps, the sort
