@@ -336,15 +336,20 @@ def parse_schedstat_batch(raws: Sequence[bytes]) -> np.ndarray:
 _STAT_PICK = np.array(list(STAT_NUMERIC.values()), dtype=np.int64)
 
 
-def parse_stat_blob(blob: bytes, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def parse_stat_blob(
+    blob: bytes, lengths: np.ndarray, extra: int | None = None, extra_rows: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Stat texts joined in `blob`, line i being `lengths[i]` bytes: (states, numbers) as parse_stat_batch.
 
     Vectorised over the whole blob: the last ')' of each line, the spaces after it, then the picked
     tokens parsed together. A line too short for field 42 (kernels before 2.6.18) gets -1 there.
+    `extra` (a token index, STAT_*): numbers gets one more column, that token of the lines `extra_rows`
+    (indices), -1 in the others: the writer's leaders' num_threads, in the same pass over the blob.
     """
     n = len(lengths)
+    width = len(_STAT_PICK) + (extra is not None)
     if n == 0:
-        return np.zeros(0, dtype="<U1"), np.zeros((0, len(STAT_NUMERIC)), dtype=np.int64)
+        return np.zeros(0, dtype="<U1"), np.zeros((0, width), dtype=np.int64)
     buf = np.frombuffer(blob, dtype=np.uint8)
     line_ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
     line_starts = line_ends - lengths
@@ -358,13 +363,17 @@ def parse_stat_blob(blob: bytes, lengths: np.ndarray) -> tuple[np.ndarray, np.nd
     first = np.searchsorted(separators, last_paren, side="left")  # the space right after ')'
     last = np.searchsorted(separators, line_ends, side="left") - 1  # the line's final "\n"
     states = np.frombuffer(buf[separators[first] + 1].tobytes(), dtype="S1").astype("<U1")
-    numbers = np.full((n, len(_STAT_PICK)), -1, dtype=np.int64)
+    numbers = np.full((n, width), -1, dtype=np.int64)
     for column, j in enumerate(_STAT_PICK):
         ok = first + j + 1 <= last  # token j exists: a separator follows it inside the line
         if not ok.any():
             continue
         idx = first[ok] + j
         numbers[ok, column] = tokens_to_int64(buf, separators[idx] + 1, separators[idx + 1])
+    if extra is not None and extra_rows is not None and len(extra_rows):
+        rows = extra_rows[first[extra_rows] + extra + 1 <= last[extra_rows]]
+        idx = first[rows] + extra
+        numbers[rows, -1] = tokens_to_int64(buf, separators[idx] + 1, separators[idx + 1])
     return states, numbers
 
 

@@ -10,6 +10,7 @@ or changed its scheduling policy or priority (stat fields 40 and 41).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import json
@@ -39,7 +40,7 @@ from capture.segments import SegmentedWriter
 from capture.vocabulary import policy_name
 from samplers import frames
 from samplers.engine import merge_sources
-from samplers.procfs import STAT_NUMERIC, parse_sched_batch, parse_schedstat_blob, parse_stat, parse_stat_blob
+from samplers.procfs import STAT_NUM_THREADS, STAT_NUMERIC, parse_sched_batch, parse_schedstat_blob, parse_stat_blob
 from samplers.system import PRESSURE_FILES, system_rows
 from samplers.unseen import UnseenThreads
 
@@ -111,6 +112,9 @@ class CaptureSink:
         self.final: dict[str, Any] = {}
         self.cpu_at_ready = time.process_time_ns()
         self.unseen = UnseenThreads()
+        # Thread rows that came while ticks were pending, as (ticks pending then, pid): UnseenThreads is fed in
+        # the order the frames came, the ticks' thread counts being taken from their stat lines at the flush.
+        self.found_while_pending: list[tuple[int, int]] = []
         # Frames of the engine sources (samplers/engine/source.py), each read from its own pipe by a
         # thread; None marks one pipe's end.
         self.engine_frames: queue.SimpleQueue[tuple[int, bytes] | None] = queue.SimpleQueue()
@@ -167,7 +171,6 @@ class CaptureSink:
         if kind == frames.TICK:
             tick, layout_id, tick_ns, *_ = frames.TICK_HEADER.unpack_from(payload)
             layout = self.layouts[layout_id]
-            self._count_threads(layout, payload)
             self.pending.append((layout, tick, tick_ns, payload))
             self.pending_rows += len(layout.tids)
             if self.pending_since is None:
@@ -225,7 +228,10 @@ class CaptureSink:
             if row.get("policy") is not None:
                 self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
             self.threads.append(row)
-            self.unseen.thread_found(row["pid"])
+            if self.pending:
+                self.found_while_pending.append((len(self.pending), row["pid"]))
+            else:
+                self.unseen.thread_found(row["pid"])
             if self.ebpf is not None:
                 self.ebpf.add_pid(row["pid"])
         elif kind == frames.EVENT:
@@ -275,34 +281,6 @@ class CaptureSink:
                 "bytes": self.writer.bytes_written,
                 "rows": self.writer.rows_written,
             }
-
-    def _count_threads(self, layout: _Layout, payload: bytes) -> None:
-        """Each process leader's num_threads at this tick, against the threads of it the tick read."""
-        if not len(layout.leaders):
-            return
-        n = len(layout.tids)
-        decoded = frames.decode_tick(payload, n)
-        alive = np.ones(n, dtype=bool)
-        alive[decoded.missing] = False
-        lengths = decoded.stat_lengths.astype(np.int64)
-        ends = np.cumsum(lengths)
-        line_of = np.cumsum(alive) - 1  # index among the live rows
-        live_pids = layout.pids[alive]
-        dead_pids = layout.pids[~alive]
-        for index in layout.leaders.tolist():
-            if not alive[index] or not lengths[line_of[index]]:  # gone, or its stat not re-read
-                continue
-            line = int(line_of[index])
-            raw = decoded.stat[int(ends[line] - lengths[line]) : int(ends[line])]
-            try:
-                count = parse_stat(raw).num_threads
-            except ValueError:
-                continue
-            pid = int(layout.pids[index])
-            # A tier phase reads only some of a process's threads: those known are the ones followed.
-            known = layout.known.get(pid)
-            read = known - int(np.count_nonzero(dead_pids == pid)) if known is not None else None
-            self.unseen.tick(pid, count, read if read is not None else int(np.count_nonzero(live_pids == pid)))
 
     def _taskstats(self, payload: bytes) -> None:
         tick, rows = frames.decode_taskstats(payload)
@@ -383,7 +361,7 @@ class CaptureSink:
 
     def _flush_ticks(self) -> None:
         assert self.writer is not None
-        ticks: list[np.ndarray] = []
+        ticks: list[int] = []
         t_ns: list[np.ndarray] = []
         tids: list[np.ndarray] = []
         pids: list[np.ndarray] = []
@@ -391,41 +369,59 @@ class CaptureSink:
         stat_sections: list[bytes] = []
         stat_lengths: list[np.ndarray] = []
         sched_rows: list[tuple[int, int, int, bytes]] = []
-        for layout, tick, _tick_ns, payload in self.pending:
+        rows_of_tick: list[int] = []
+        dead: list[tuple[int, int]] = []  # (position of the tick, pid) of each thread a tick had no row of
+        # No numpy call per tick but decode_tick's where no thread is missing (nearly always): at 2 ms, for a
+        # few threads, the calls were most of the writer's CPU.
+        for position, (layout, tick, _tick_ns, payload) in enumerate(self.pending):
             n = len(layout.tids)
             frame = frames.decode_tick(payload, n)
-            alive = np.ones(n, dtype=bool)
+            times, layout_tids, layout_pids = frame.times, layout.tids, layout.pids
             if len(frame.missing):
+                alive = np.ones(n, dtype=bool)
                 alive[frame.missing] = False
+                times, layout_tids, layout_pids = times[alive], layout_tids[alive], layout_pids[alive]
+                dead += [(position, pid) for pid in layout.pids[frame.missing].tolist()]
             # Lengths, not newlines, split the stat texts: PR_SET_NAME accepts "\n" in a comm and
             # /proc/<pid>/stat prints the comm unescaped (fs/proc/array.c, proc_task_name(..., false)).
             stat_lengths.append(frame.stat_lengths)
             schedstat_sections.append(frame.schedstat)
             stat_sections.append(frame.stat)
-            ticks.append(np.full(n - len(frame.missing), tick, dtype=np.uint32))
-            t_ns.append(frame.times[alive])
-            tids.append(layout.tids[alive])
-            pids.append(layout.pids[alive])
+            ticks.append(tick)
+            rows_of_tick.append(len(layout_tids))
+            t_ns.append(times)
+            tids.append(layout_tids)
+            pids.append(layout_pids)
             for index, text in zip(layout.sched.tolist(), frame.sched, strict=True):
                 if text:
                     sched_rows.append((tick, int(frame.times[index]), int(layout.tids[index]), text))
+        layouts = [entry[0] for entry in self.pending]
         self.pending = []
         self.pending_rows = 0
         self.pending_since = None
 
         tid_col = np.concatenate(tids)
-        tick_col = np.concatenate(ticks)
+        pid_col = np.concatenate(pids)
+        position_col = np.repeat(np.arange(len(rows_of_tick)), rows_of_tick)
+        tick_col = np.asarray(ticks, dtype=np.uint32)[position_col]
         lengths = np.concatenate(stat_lengths).astype(np.int64)
         stat_blob = b"".join(stat_sections)
         schedstat = parse_schedstat_blob(b"".join(schedstat_sections), len(tid_col))
         read = lengths > 0
-        states_read, numbers_read = parse_stat_blob(stat_blob, lengths[read])
+        # A process leader's stat line carries num_threads (field 20): parsed with the rest, for UnseenThreads.
+        leader_lines = np.flatnonzero((tid_col == pid_col)[read])
+        states_read, numbers_read = parse_stat_blob(stat_blob, lengths[read], STAT_NUM_THREADS, leader_lines)
+        self._count_threads(
+            layouts, dead, position_col[read][leader_lines], pid_col[read][leader_lines],
+            numbers_read[leader_lines, -1], position_col, pid_col,
+        )  # fmt: skip
+        numbers_read = numbers_read[:, :-1]
         states, numbers, source, keep = self._carry_stat(tid_col, tick_col, read, states_read, numbers_read)
         columns: dict[str, Any] = {
             "tick": tick_col,
             "t_ns": np.concatenate(t_ns),
             "tid": tid_col,
-            "pid": np.concatenate(pids),
+            "pid": pid_col,
             "run_ns": schedstat[:, 0],
             "wait_ns": schedstat[:, 1],
             "slices": schedstat[:, 2],
@@ -445,6 +441,47 @@ class CaptureSink:
         self.writer.append("samples", columns)
         if sched_rows:
             self._write_sched(sched_rows)
+
+    def _count_threads(
+        self,
+        layouts: list[_Layout],
+        dead: list[tuple[int, int]],
+        leader_positions: np.ndarray,
+        leader_pids: np.ndarray,
+        num_threads: np.ndarray,
+        positions: np.ndarray,
+        pids: np.ndarray,
+    ) -> None:
+        """The flushed ticks' leaders' num_threads (a leader whose stat line was re-read: -1 where the line was
+        too short), each against the threads of its process that its tick read, fed to UnseenThreads in the
+        order the frames came, the thread rows that came between the ticks (found_while_pending) in their
+        places. `positions`, `pids`: every row's tick (its place among the flushed ticks) and process."""
+        found, self.found_while_pending = self.found_while_pending, []
+        rows_read: dict[int, int] = {}
+        if len(leader_positions):
+            # Rows per (tick, process), one key per pair: the ticks' positions above, the pids below.
+            key = positions.astype(np.int64) << 32 | pids.astype(np.int64)
+            pairs, counts = np.unique(key, return_counts=True)
+            leader_keys = leader_positions.astype(np.int64) << 32 | leader_pids.astype(np.int64)
+            rows_read = dict(
+                zip(leader_keys.tolist(), counts[np.searchsorted(pairs, leader_keys)].tolist(), strict=True)
+            )
+        gone = collections.Counter(dead)
+        next_found = 0
+        for position, pid, count in zip(
+            leader_positions.tolist(), leader_pids.tolist(), num_threads.tolist(), strict=True
+        ):
+            while next_found < len(found) and found[next_found][0] <= position:  # came before this tick
+                self.unseen.thread_found(found[next_found][1])
+                next_found += 1
+            if count < 0:
+                continue
+            # A tier phase reads only some of a process's threads: those known are the ones followed.
+            known = layouts[position].known.get(pid)
+            read = known - gone[(position, pid)] if known is not None else rows_read[position << 32 | pid]
+            self.unseen.tick(pid, count, read)
+        for _, pid in found[next_found:]:
+            self.unseen.thread_found(pid)
 
     def _ebpf_tick_taken(self, tick_ns: int) -> None:
         assert self.ebpf_rows is not None

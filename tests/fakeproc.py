@@ -14,7 +14,7 @@ PID_ABOVE_MAX = 5_000_000
 # tests vary left as placeholders.
 STAT_TEMPLATE = (
     "{tid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194368 {minflt} 0 {majflt} 0 {utime} {stime} 0 0 "
-    "{prio} {nice} 3 0 {starttime} 92479488 3389 18446744073709551615 1 1 0 0 0 0 0 16781312 2 0 0 0 "
+    "{prio} {nice} {num_threads} 0 {starttime} 92479488 3389 18446744073709551615 1 1 0 0 0 0 0 16781312 2 0 0 0 "
     "-1 {cpu} {rtprio} {policy} {blkio} 0 0 94755439275440 94755439276056 94755469131776 "
     "140730665576502 140730665576552 140730665576552 140730665578447 0\n"
 )
@@ -35,6 +35,7 @@ def stat_line(
     rtprio: int = 0,
     policy: int = 0,
     blkio: int = 0,
+    num_threads: int = 3,
 ) -> str:
     prio = 20 + nice if policy == 0 else -1 - rtprio
     return STAT_TEMPLATE.format(
@@ -53,6 +54,7 @@ def stat_line(
         rtprio=rtprio,
         policy=policy,
         blkio=blkio,
+        num_threads=num_threads,
     )
 
 
