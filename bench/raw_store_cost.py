@@ -111,27 +111,6 @@ def store_only(output: str) -> int:
     return 0
 
 
-def paced(argv: list[str], wakes: list[bytes], wake_ns: int) -> dict:
-    """Runs `argv` (a writer: "R" when ready, a JSON report at the end), one wake-up's frames every wake_ns."""
-    import fcntl
-
-    from samplers.session import F_SETPIPE_SZ, writer_env
-
-    child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=writer_env(), cwd=REPO)
-    assert child.stdin is not None and child.stdout is not None
-    fcntl.fcntl(child.stdin.fileno(), F_SETPIPE_SZ, 1 << 20)  # as the session sets it
-    if child.stdout.read(1) != b"R":
-        raise SystemExit(f"{argv[-1]}: the writer did not start")
-    start = time.monotonic_ns()
-    for i, data in enumerate(wakes):
-        time.sleep(max(0, start + i * wake_ns - time.monotonic_ns()) / 1e9)
-        frames.write_all(child.stdin.fileno(), data)
-    child.stdin.close()
-    report = json.loads(child.stdout.read() or b"{}")
-    child.wait()
-    return report
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("frames", type=Path, nargs="?")
@@ -144,16 +123,11 @@ def main() -> None:
         raise SystemExit(store_only(args.store_only))
     if args.frames is None:
         ap.error("give the frames file (bench/profile_recorder.py --frames-out FILE)")
+    from writer_replay import feed_paced, wake_parts
+
     with open(args.frames, "rb") as fh:
         stream = list(frames.read_frames(fh.fileno()))
-    wakes: list[bytes] = []
-    part: list[bytes] = []
-    for kind, payload in stream:
-        part.append(frames.encode(kind, payload))
-        if kind == frames.EBPF_TICKS:
-            wakes.append(b"".join(part))
-            part = []
-    wakes.append(b"".join(part))
+    wakes = wake_parts(stream)
     if not any(kind == frames.EBPF_TICKS for kind, _ in stream):
         raise SystemExit(f"{args.frames}: no eBPF sampler frames (record with --sampler ebpf)")
     target = None
@@ -170,14 +144,16 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(args.rounds):
                 out = Path(tmp) / f"writer{i}.ssf"
-                report = paced(
+                report = feed_paced(
                     [sys.executable, "-m", "samplers.writer_process", str(out)], wakes, int(args.wake_ms * 1e6)
                 )
                 writer_ms.append(report["writer_cpu_ns"] / 1e6)
                 sizes["writer"] = out.stat().st_size
                 out.unlink()
                 raw = Path(tmp) / f"raw{i}.bin"
-                report = paced([sys.executable, __file__, "--store-only", str(raw)], wakes, int(args.wake_ms * 1e6))
+                report = feed_paced(
+                    [sys.executable, __file__, "--store-only", str(raw)], wakes, int(args.wake_ms * 1e6)
+                )
                 store_ms.append(report["cpu_ns"] / 1e6)
                 sizes["store-only"] = report["bytes"]
                 raw.unlink()

@@ -87,8 +87,9 @@ def _per_tick(stream: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
     return out
 
 
-def paced(stream: list[tuple[int, bytes]], wake_ns: int, output: Path) -> dict:
-    """The writer process fed `stream` one recorder wake-up every `wake_ns`; its final report (sink.final)."""
+def wake_parts(stream: list[tuple[int, bytes]]) -> list[bytes]:
+    """The stream's frames, encoded, in the recorder's wake-ups: each part ends with an EBPF_TICKS frame (one
+    drain of the kernel's tick)."""
     wakes: list[bytes] = []
     part: list[bytes] = []
     for kind, payload in stream:
@@ -97,17 +98,18 @@ def paced(stream: list[tuple[int, bytes]], wake_ns: int, output: Path) -> dict:
             wakes.append(b"".join(part))
             part = []
     wakes.append(b"".join(part))
-    env = writer_env()  # as a recording starts it (this checkout's code, its memory pool)
-    writer = subprocess.Popen(
-        [sys.executable, "-m", "samplers.writer_process", str(output)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env=env,
-    )
+    return wakes
+
+
+def feed_paced(argv: list[str], wakes: list[bytes], wake_ns: int) -> dict:
+    """Runs `argv`, a writer ("R" on its stdout when ready, a JSON report there at the end), as a recording
+    starts one (this checkout's code, its memory pool, the session's pipe size), handing it one wake-up's
+    frames every `wake_ns`; its report."""
+    writer = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=writer_env())
     assert writer.stdin is not None and writer.stdout is not None
     fcntl.fcntl(writer.stdin.fileno(), F_SETPIPE_SZ, 1 << 20)  # as the session sets it
     if writer.stdout.read(1) != b"R":
-        raise SystemExit("the writer did not start")
+        raise SystemExit(f"{' '.join(argv)}: the writer did not start")
     start = time.monotonic_ns()
     for i, data in enumerate(wakes):
         time.sleep(max(0, start + i * wake_ns - time.monotonic_ns()) / 1e9)
@@ -116,6 +118,11 @@ def paced(stream: list[tuple[int, bytes]], wake_ns: int, output: Path) -> dict:
     report = json.loads(writer.stdout.read() or b"{}")
     writer.wait()
     return report
+
+
+def paced(stream: list[tuple[int, bytes]], wake_ns: int, output: Path) -> dict:
+    """The writer process fed `stream` one recorder wake-up every `wake_ns`; its final report (sink.final)."""
+    return feed_paced([sys.executable, "-m", "samplers.writer_process", str(output)], wake_parts(stream), wake_ns)
 
 
 def main() -> None:
