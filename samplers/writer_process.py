@@ -64,7 +64,7 @@ class CaptureLost(ForensicsError):
 
 
 class _Layout:
-    __slots__ = ("group", "id", "known", "leaders", "pids", "sched", "tids")
+    __slots__ = ("group", "id", "known", "pids", "sched", "tids")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.id = int(spec["id"])
@@ -73,7 +73,6 @@ class _Layout:
         self.tids = np.asarray(spec["tids"], dtype=np.int32)
         self.pids = np.asarray(spec["pids"], dtype=np.int32)
         self.sched = np.asarray(spec["sched"], dtype=np.int64)
-        self.leaders = np.flatnonzero(self.tids == self.pids)  # their stat lines carry num_threads
 
 
 class CaptureSink:
