@@ -25,6 +25,7 @@ import numpy as np
 # 0-based index into the tokens after the last ')': token j is stat field j + 3 (proc(5) numbering).
 STAT_STATE = 0  # field 3
 STAT_PPID = 1  # field 4
+STAT_FLAGS = 6  # field 9: the task's PF_* flags
 STAT_MINFLT = 7  # field 10
 STAT_MAJFLT = 9  # field 12
 STAT_UTIME = 11  # field 14
@@ -60,6 +61,7 @@ class StatLine:
     comm: str
     state: str
     ppid: int
+    flags: int
     minflt: int
     majflt: int
     utime: int
@@ -91,6 +93,7 @@ def parse_stat(raw: bytes) -> StatLine:
         comm=raw[open_ + 1 : close].decode(errors="replace"),
         state=tokens[STAT_STATE].decode(),
         ppid=num(STAT_PPID),
+        flags=num(STAT_FLAGS),
         minflt=num(STAT_MINFLT),
         majflt=num(STAT_MAJFLT),
         utime=num(STAT_UTIME),

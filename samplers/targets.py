@@ -59,26 +59,23 @@ class ProcessInfo:
 # keeps the empty one. An old process with an empty command line (its arguments blanked, or exiting after its
 # memory was released) is not waited for.
 EXEC_SETTLE_NS = 10_000_000
-_PF_KTHREAD = 0x00200000  # task flags (stat field 9): a kernel thread's command line is empty for good
-_STAT_FLAGS = 6  # field 9, counted from the state (field 3) as procfs's STAT_* are
+_PF_KTHREAD = (
+    0x00200000  # task flags (stat field 9, include/linux/sched.h): a kernel thread's command line is empty for good
+)
 
 
 def read_process(procfs: ProcPaths, pid: int) -> tuple[StatLine, str] | None:
     """(stat, cmdline) of a live process, or None if it is gone or a zombie (nothing left to sample)."""
     deadline = time.monotonic_ns() + EXEC_SETTLE_NS
     while True:
-        try:
-            raw_stat = procfs.read(pid, "stat")
-            stat = parse_stat(raw_stat)
-        except (OSError, ValueError):
-            return None
-        if stat.state in ("Z", "X", "x"):
+        stat = _live_stat(procfs, pid)
+        if stat is None:
             return None
         try:
             raw = procfs.read(pid, "cmdline")
         except OSError:
             raw = b""
-        if raw or time.monotonic_ns() >= deadline or _is_kernel_thread(raw_stat) or not _young(stat.starttime):
+        if raw or time.monotonic_ns() >= deadline or stat.flags & _PF_KTHREAD or not _young(stat.starttime):
             break
         time.sleep(0.0002)  # inside execve(): its arguments are being set up
     cmdline = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
@@ -92,11 +89,13 @@ def _young(starttime: int) -> bool:
     return time.clock_gettime(time.CLOCK_BOOTTIME) * _CLK_TCK - starttime <= RECHECK_SCANS * _CLK_TCK / 4
 
 
-def _is_kernel_thread(raw_stat: bytes) -> bool:
+def _live_stat(procfs: ProcPaths, pid: int) -> StatLine | None:
+    """The process's stat line, or None if it is gone or a zombie."""
     try:
-        return bool(int(raw_stat[raw_stat.rfind(b")") + 2 :].split()[_STAT_FLAGS]) & _PF_KTHREAD)
-    except (IndexError, ValueError):
-        return False
+        stat = parse_stat(procfs.read(pid, "stat"))
+    except (OSError, ValueError):
+        return None
+    return None if stat.state in ("Z", "X", "x") else stat
 
 
 def thread_group(procfs: ProcPaths, pid: int) -> int | None:
@@ -255,11 +254,8 @@ class Discovery:
     def still_alive(self, pid: int) -> bool:
         """False once the process exited, became a zombie, or its pid was reused (its stat line: its command line
         is not needed here)."""
-        try:
-            stat = parse_stat(self.procfs.read(pid, "stat"))
-        except (OSError, ValueError):
-            return False
-        return stat.state not in ("Z", "X", "x") and stat.starttime == self.targets.get(pid)
+        stat = _live_stat(self.procfs, pid)
+        return stat is not None and stat.starttime == self.targets.get(pid)
 
     def drop(self, pid: int) -> None:
         self.targets.pop(pid, None)
