@@ -11,7 +11,9 @@ In one run, side by side on the same target process, each for --seconds at 2 ms:
 
 and reports, as % of one core: the recorder, the writer, the eBPF probes (their run time in the kernel with
 kernel.bpf_stats_enabled=1, set for the run and restored: charged to the threads that hit the tracepoints, so
-no rusage shows it), the whole tool (their sum); missed ticks and the interval p99.
+no rusage shows it), the whole tool (their sum); missed ticks and the interval p99; `after`: the writer's CPU
+once the recording has ended (the eBPF sampler's rows are made then, samplers/ebpf/deferred_rows.py), in
+seconds.
 
     sudo python bench/ebpf_sampler_bench.py                  # 20 s per sampler
     sudo python bench/ebpf_sampler_bench.py --seconds 5 --samplers ebpf
@@ -92,6 +94,9 @@ def one_run(name: str, pid: int, seconds: float) -> dict:
         "p99_ms": trailer["interval_p99_ns"] / 1e6,
         "recorder_pct": pct(trailer["sampler_cpu_ns"]),
         "writer_pct": pct(trailer["writer_cpu_ns"]),
+        # The eBPF sampler's rows, made after the recording from the frames kept (samplers/ebpf/deferred_rows.py):
+        # CPU after the recording, not in the whole tool's share of it.
+        "after_s": trailer.get("writer_decode_cpu_ns", 0) / 1e9,
         "probes_pct": pct(probes),
         "probe_runs_per_s": (trailer.get("ebpf_sampler") or {}).get("probe_runs", 0) / (duration / 1e9),
         "bytes_per_sample": size / max(1, trailer["rows"]["samples"]),
@@ -125,13 +130,13 @@ def main() -> None:
     print(f"Bitwig-shaped target, {args.seconds:.0f} s per sampler at 2 ms, load average at start {load:.2f}")
     print(
         f"{'sampler':>10} {'threads':>7} {'missed':>7} {'p99 ms':>7} {'recorder':>9} {'writer':>7} "
-        f"{'probes':>7} {'whole':>7} {'B/sample':>8} {'refused':>7}"
+        f"{'probes':>7} {'whole':>7} {'B/sample':>8} {'refused':>7} {'after':>7}"
     )
     for r in results:
         print(
             f"{r['sampler']:>10} {r['threads']:>7} {r['missed_pct']:>6.2f}% {r['p99_ms']:>7.3f} "
             f"{r['recorder_pct']:>8.1f}% {r['writer_pct']:>6.1f}% {r['probes_pct']:>6.1f}% {r['whole_pct']:>6.1f}% "
-            f"{r['bytes_per_sample']:>8.2f} {r['refused']:>7}"
+            f"{r['bytes_per_sample']:>8.2f} {r['refused']:>7} {r['after_s']:>6.2f}s"
         )
     OUT.mkdir(exist_ok=True)
     (OUT / "ebpf_sampler_bench.json").write_text(json.dumps({"load_at_start": load, "results": results}, indent=2))

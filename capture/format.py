@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
+import fcntl
 import functools
 import json
 import mmap
@@ -565,6 +567,10 @@ class CaptureWriter:
             ) from None
         except OSError as err:
             raise CaptureFormatError(f"cannot write the capture {self.path}: {err.strerror}") from err
+        # Held until the file is closed (or the writer exits): a reader of a file without a trailer can tell
+        # a writer still finishing it (_being_written) from one that was killed.
+        with contextlib.suppress(OSError):
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         self.bytes_written = 0
         self.rows_written: dict[str, int] = {}
         self._write(_HEADER.pack(MAGIC, FORMAT_VERSION, 0))
@@ -993,12 +999,30 @@ def _scan(fh: BinaryIO, path: Path, size: int) -> _Contents:
     if contents.holes:
         _name_holes(fh, contents)
     _check_counts(contents)
-    if contents.trailer is None:
+    if contents.trailer is None and _being_written(fh):
+        contents.warnings.append(
+            "capture is still being written (its writer has it open: a recording, or the rows of the eBPF "
+            "sampler made after one); what was written so far reads back: read it again once it is done"
+        )
+    elif contents.trailer is None:
         contents.warnings.append(
             "capture has no trailer: the recorder did not finish (killed?); what was written reads back, "
             "but the achieved interval and missed ticks are unknown"
         )
     return contents
+
+
+def _being_written(fh: BinaryIO) -> bool:
+    """Whether a CaptureWriter has the file open (its lock, CaptureWriter.__init__); False where no lock can be
+    taken at all (a file system without flock)."""
+    try:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    return False
 
 
 def _scan_records(buf: mmap.mmap, size: int, version: int, contents: _Contents) -> None:

@@ -177,6 +177,7 @@ TRAILER = Obj(
                 "sampler_user_ns",
                 "sampler_system_ns",
                 "writer_cpu_ns",
+                "writer_decode_cpu_ns",
                 "reads",
                 "threads_seen",
                 "processes_seen",

@@ -334,10 +334,15 @@ def _unseen_text(trailer: dict[str, Any]) -> str:
 def _cpu_text(trailer: dict[str, Any]) -> str:
     duration = trailer.get("duration_ns") or 0
     parts = []
-    for key, label in (("sampler_cpu_ns", "sampler"), ("writer_cpu_ns", "writer")):
+    for key, label in (
+        ("sampler_cpu_ns", "sampler"),
+        ("writer_cpu_ns", "writer"),
+        ("writer_decode_cpu_ns", "writer after the recording (the eBPF sampler's rows)"),
+    ):
         value = trailer.get(key)
         if value is None:
             continue
-        pct = f" ({100.0 * value / duration:.1f} % of a core)" if duration else ""
+        during = key != "writer_decode_cpu_ns"  # after the end: no share of the recording's time
+        pct = f" ({100.0 * value / duration:.1f} % of a core)" if duration and during else ""
         parts.append(f"{label} {fmt_ns(value)}{pct}")
     return "; ".join(parts) or "unknown"

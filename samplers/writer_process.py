@@ -84,8 +84,14 @@ class CaptureSink:
         clock: Callable[[], int] = time.monotonic_ns,
         ebpf: Any = None,
         ring: dict[str, int] | None = None,
+        defer_ebpf_rows: bool | None = None,
     ) -> None:
         self.output = output
+        # The eBPF sampler's rows made after the recording (samplers/ebpf/deferred_rows.py), except in a flight
+        # ring, whose watcher reads each segment's rows while the recording goes on.
+        self.defer_ebpf_rows = ring is None if defer_ebpf_rows is None else defer_ebpf_rows
+        self.ebpf_deferred: Any = None  # samplers.ebpf.deferred_rows.DeferredRows when deferred
+        self.flushed_at_ns: int | None = None  # the writer's clock at its last flush (deferred: nothing ticks)
         self.ring = ring  # {"segment_ns", "keep_ns"}: `output` is a ring directory (capture/segments.py)
         self.ebpf = ebpf  # an EbpfPump, started, or None
         self.ebpf_stats: dict[str, Any] | None = None
@@ -177,6 +183,9 @@ class CaptureSink:
             if self.pending_rows >= FLUSH_ROWS or tick_ns - self.pending_since >= FLUSH_EVERY_NS:
                 self.flush()
         elif kind in (frames.EBPF_TICK, frames.EBPF_DELTA, frames.STAT_SLOW, frames.EBPF_TICKS):
+            if self.ebpf_deferred is not None:
+                self._keep_ebpf(kind, payload)
+                return
             assert self.ebpf_rows is not None
             if kind == frames.STAT_SLOW:
                 self.ebpf_rows.stat(payload)
@@ -196,6 +205,8 @@ class CaptureSink:
             layout = _Layout(spec)
             if self.ebpf_rows is not None:
                 self.ebpf_rows.layout(spec)
+            elif self.ebpf_deferred is not None:
+                self.ebpf_deferred.layout(spec, payload)
             in_use = {p[0].id for p in self.pending}
             self.layouts = {
                 layout.id: layout,
@@ -204,10 +215,11 @@ class CaptureSink:
         elif kind == frames.META:
             patch = json.loads(payload)
             self.sources = merge_sources(self.sources, patch.get("sources", {}))
-            if "ebpf_sampler" in patch and self.ebpf_rows is None:
+            ebpf_sampler = patch.get("ebpf_sampler") if self.ebpf_rows is None and self.ebpf_deferred is None else None
+            if ebpf_sampler is not None and not self.defer_ebpf_rows:
                 from samplers.ebpf.sampler_rows import rows_for
 
-                self.ebpf_rows = rows_for(patch["ebpf_sampler"])
+                self.ebpf_rows = rows_for(ebpf_sampler)
             if self.writer is None:
                 self.writer = (
                     CaptureWriter(self.output, patch)
@@ -221,6 +233,10 @@ class CaptureSink:
                     self.writer.update_meta({"sources": self.sources, "ebpf": self.ebpf.meta()})
             else:  # meta patches replace top-level keys: send "sources" whole, merged
                 self.writer.update_meta({**patch, "sources": self.sources} if "sources" in patch else patch)
+            if ebpf_sampler is not None and self.defer_ebpf_rows:  # after the writer: its errors come first
+                from samplers.ebpf.deferred_rows import DeferredRows
+
+                self.ebpf_deferred = DeferredRows(ebpf_sampler, self.output)
         elif kind == frames.THREAD:
             row = json.loads(payload)
             self.comm_of[row["tid"]] = row["comm"]
@@ -258,6 +274,10 @@ class CaptureSink:
             self.take_engine(wait_end_s=10.0)  # the session stopped the source before sending this
             self.stop_ebpf()
             self.flush()
+            # The cost of the recording, not of the imports before it started, nor of the rows made after it.
+            trailer["writer_cpu_ns"] = time.process_time_ns() - self.cpu_at_ready
+            if self.ebpf_deferred is not None:
+                trailer["writer_decode_cpu_ns"] = self._make_deferred_rows()
             if self.ebpf_stats is not None:
                 trailer["ebpf"] = self.ebpf_stats
             if self.ebpf_rows is not None and self.ebpf_rows.deltas_dropped:  # ticks not stored (never expected)
@@ -265,8 +285,6 @@ class CaptureSink:
             unseen = self.unseen.lower_bounds()
             trailer["threads_unseen_min"] = sum(unseen.values())
             trailer["threads_unseen_min_by_pid"] = {str(pid): n for pid, n in unseen.items() if n}
-            # The cost of the recording, not of the imports before it started.
-            trailer["writer_cpu_ns"] = time.process_time_ns() - self.cpu_at_ready
             assert self.writer is not None
             lost = self.writer.name_lost()
             if lost is not None:  # the recording reached no file anyone can open: say so, not "recorded"
@@ -276,6 +294,7 @@ class CaptureSink:
             self.final = {
                 "ebpf": self.ebpf_stats,
                 "writer_cpu_ns": trailer["writer_cpu_ns"],
+                "writer_decode_cpu_ns": trailer.get("writer_decode_cpu_ns"),
                 "threads_unseen_min": trailer["threads_unseen_min"],
                 "bytes": self.writer.bytes_written,
                 "rows": self.writer.rows_written,
@@ -305,10 +324,13 @@ class CaptureSink:
     def flush(self) -> None:
         if self.writer is None:
             return
+        self.flushed_at_ns = self.clock()
         if self.pending:
             self._flush_ticks()
         if self.ebpf_rows is not None:
             self._flush_ebpf_rows()
+        elif self.ebpf_deferred is not None:
+            self._thread_changes_from_stat(self.ebpf_deferred.take_slow())
         if self.taskstats_rows:
             from samplers.taskstats import taskstats_table
 
@@ -493,6 +515,66 @@ class CaptureSink:
         assert self.writer is not None
         columns, slow = self.ebpf_rows.take()
         self.pending_since = None
+        self._thread_changes_from_stat(slow)
+        for name, table in (columns or {}).items():
+            self.writer.append(name, table)
+
+    def _keep_ebpf(self, kind: int, payload: bytes) -> None:
+        """A frame of the eBPF sampler, kept for after the recording; the other tables flushed every
+        FLUSH_EVERY_NS of the writer's clock (no tick is taken to time them)."""
+        if kind == frames.STAT_SLOW:
+            self.ebpf_deferred.stat(payload)
+        else:
+            self.ebpf_deferred.keep(kind, payload)
+        now = self.clock()
+        if self.flushed_at_ns is None:
+            self.flushed_at_ns = now
+        elif now - self.flushed_at_ns >= FLUSH_EVERY_NS:
+            self.flush()
+
+    def _make_deferred_rows(self) -> int:
+        """The eBPF sampler's rows, made from its frames kept during the recording, in the order they came and
+        with the chunk ends they had live (_ebpf_tick_taken's rule); their thread changes were derived as the
+        stat lines came (flush). Returns the CPU it took (ns)."""
+        from samplers.ebpf.sampler_rows import rows_for
+
+        started = time.process_time_ns()
+        deferred, self.ebpf_deferred = self.ebpf_deferred, None
+        writer = self.writer
+        assert writer is not None and deferred is not None
+        rows = self.ebpf_rows = rows_for(deferred.meta)  # its trailer counts (deltas_dropped) as made live
+
+        def take() -> None:
+            columns, _ = rows.take()  # the stat rows' thread changes were taken live
+            for name, table in (columns or {}).items():
+                writer.append(name, table)
+
+        pending_since: int | None = None
+        for kind, payload in deferred.frames():
+            if kind == frames.LAYOUT:
+                rows.layout(json.loads(payload))
+                continue
+            if kind == frames.STAT_SLOW:
+                rows.stat(payload)
+                continue
+            if kind == frames.EBPF_TICKS:
+                times: Any = rows.batch(payload)
+            elif kind == frames.EBPF_DELTA:
+                rows.delta(payload)
+                times = [frames.EBPF_TICK_HEADER.unpack_from(payload)[2]]
+            else:
+                rows.tick(payload)
+                times = [frames.EBPF_TICK_HEADER.unpack_from(payload)[2]]
+            for tick_ns in times:
+                pending_since = tick_ns if pending_since is None else pending_since
+                if rows.rows_pending >= FLUSH_ROWS or tick_ns - pending_since >= FLUSH_EVERY_NS:
+                    take()
+                    pending_since = None
+        take()
+        deferred.close()
+        return time.process_time_ns() - started
+
+    def _thread_changes_from_stat(self, slow: dict[str, Any] | None) -> None:
         if slow is not None:
             names = ("tick", "t_ns", "tid", "pid")
             stat_columns = {name: slow[name] for name in names}
@@ -502,8 +584,6 @@ class CaptureSink:
             line_starts = np.cumsum(lengths) - lengths
             every_row = np.arange(len(lengths))  # each row read its own stat text
             self._derive_thread_changes(slow["blob"], line_starts, lengths, every_row, stat_columns)
-        for name, table in (columns or {}).items():
-            self.writer.append(name, table)
 
     def _carry_stat(
         self, tids: np.ndarray, ticks: np.ndarray, read: np.ndarray, states_read: np.ndarray, numbers_read: np.ndarray
@@ -645,6 +725,9 @@ class CaptureSink:
 
     def abandon(self) -> None:
         """After a write error: close the file as it is (what reached it reads back), write no more."""
+        if self.ebpf_deferred is not None:
+            with contextlib.suppress(OSError):
+                self.ebpf_deferred.close()
         if self.ebpf is not None and self.ebpf_stats is None:
             with contextlib.suppress(Exception):
                 self.ebpf.stop()
@@ -659,6 +742,8 @@ class CaptureSink:
         self.stop_ebpf()
         self.flush()
         if self.writer is not None:
+            if self.ebpf_deferred is not None:
+                self._make_deferred_rows()
             self.writer.close(None)
 
 
@@ -757,13 +842,14 @@ def _hold_freed_memory() -> None:
 
 def _import_ahead() -> None:
     """Import before the ready signal what the first frames and the first chunk would import: the eBPF sampler's
-    rows builder (at its META frame), Arrow's group-by (capture/format.py thread_seen) and the pandas bridge
-    `pa.array` loads for a list of str (letters_column). Imported there, they cost 48-79 ms of CPU and a stall
-    of the first chunk inside the recording (bench/ebpf_sampler_bench.py counts the writer from its ready
-    signal); here, the start-up the recorder waits for anyway, once."""
+    rows builder and its frames' keeper (at its META frame), Arrow's group-by (capture/format.py thread_seen)
+    and the pandas bridge `pa.array` loads for a list of str (letters_column). Imported there, they cost 48-79 ms
+    of CPU and a stall of the first chunk inside the recording (bench/ebpf_sampler_bench.py counts the writer
+    from its ready signal); here, the start-up the recorder waits for anyway, once."""
     import pyarrow.acero
     import pyarrow.pandas_compat  # noqa: F401
 
+    import samplers.ebpf.deferred_rows
     import samplers.ebpf.sampler_rows  # noqa: F401
 
 

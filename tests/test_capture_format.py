@@ -178,3 +178,16 @@ def test_a_chunk_is_stored_sorted_by_thread_then_time_whether_or_not_it_came_sor
     assert stored([1, 1, 2], [6, 5, 1]) == [(1, 5), (1, 6), (2, 1)]
     assert stored([2, 1, 1], [1, 6, 5]) == [(1, 5), (1, 6), (2, 1)]
     assert stored([1, 1, 2], [5, 6, 1]) == [(1, 5), (1, 6), (2, 1)]
+
+
+def test_a_capture_without_a_trailer_whose_writer_still_has_it_open_says_so(tmp_path: Path) -> None:
+    """A writer finishing the file (the eBPF sampler's rows are made after the recording) is not a killed one:
+    its lock (CaptureWriter) tells them apart, and the lock goes with the writer."""
+    path = tmp_path / "c.ssf"
+    writer = CaptureWriter(path, {"interval_ns": 2_000_000})
+    writer.append("events", {"t_ns": [1], "kind": ["marker"], "pid": [None], "tid": [None], "text": ["a"]})
+    with pytest.warns(CaptureWarning, match="still being written"):
+        assert len(load(path).events) == 1
+    writer.close(None)
+    with pytest.warns(CaptureWarning, match="has no trailer: the recorder did not finish"):
+        assert len(load(path).events) == 1

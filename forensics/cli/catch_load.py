@@ -621,6 +621,17 @@ def _record(
     return launched.returncode
 
 
+def _writer_text(trailer: dict[str, Any], duration_ns: int) -> str:
+    """The writer's CPU during the recording, and after it (the eBPF sampler's rows are made then); unknown when
+    the writer had not finished when catch-load returned."""
+    writer_ns = trailer.get("writer_cpu_ns")
+    if writer_ns is None:
+        return "unknown: still finishing the file"
+    after_ns = trailer.get("writer_decode_cpu_ns")
+    after = f", then {after_ns / 1e9:.2f} s of CPU after the end making the eBPF rows" if after_ns else ""
+    return f"{100.0 * writer_ns / max(1, duration_ns):.1f} %{after}"
+
+
 def _own_argv(redact: bool) -> list[str]:
     """The recorder's command line for the metadata; with --redact, without the launched command's."""
     argv = ["catch-load", *sys.argv[1:]]
@@ -748,8 +759,8 @@ def _print_summary(
         f"p99 {fmt_ns(trailer['interval_p99_ns'])}, max {fmt_ns(trailer['interval_max_ns'])}, "
         f"missed {missed} ({100.0 * missed / max(1, ticks + missed):.2f} %)"
         + (f", lost {lost} (read, but the writer fell behind: not in the capture)" if lost else ""),
-        f"  sampler CPU {100.0 * cpu / max(1, duration):.1f} % of a core (writer "
-        f"{100.0 * trailer.get('writer_cpu_ns', 0) / max(1, duration):.1f} %); file {size / 1e6:.2f} MB "
+        f"  sampler CPU {100.0 * cpu / max(1, duration):.1f} % of a core (writer {_writer_text(trailer, duration)}); "
+        f"file {size / 1e6:.2f} MB "
         f"({size / max(1, recorder.sample_rows):.1f} bytes per thread-sample, whole file)",
         *(
             [f"  at least {unseen} short-lived threads started and ended between thread scans, never sampled"]
