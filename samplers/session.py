@@ -148,13 +148,18 @@ class RecordingSession:
     def add_meta(self, patch: dict[str, Any]) -> None:
         self.recorder.add_meta(patch)
 
-    def finish(self, trailer: dict[str, Any]) -> None:
+    def finish(self, trailer: dict[str, Any], say: Callable[[str], None] | None = None) -> None:
+        """Send the trailer and wait for the writer to finish the file; `say`: one line for the user when that
+        takes more than a second (the eBPF sampler's rows are made then)."""
         assert self.writer.stdin is not None
         stopped = self.recorder.stop_requested_ns
         if self.recorder.urgent and stopped is not None:
             deadline = stopped + WRITER_END_BUDGET_NS
-        else:  # the recording ended by itself: the capture must be whole when we return
-            deadline = time.monotonic_ns() + CALM_END_NS
+        else:
+            # The recording ended by itself: the capture must be whole when we return. The eBPF sampler's rows are
+            # made after the recording (samplers/ebpf/deferred_rows.py: 2-3 % of its length in CPU on the Bitwig
+            # shape), so the wait grows with its length.
+            deadline = time.monotonic_ns() + CALM_END_NS + int(trailer.get("duration_ns") or 0) // 10
         try:
             sent = self.recorder.finish(trailer, max(deadline - time.monotonic_ns(), 200_000_000))
             self.writer.stdin.close()
@@ -166,7 +171,7 @@ class RecordingSession:
                 "ends without its trailer (the ticks it holds read back; their count is unknown)"
             )
         try:
-            code = self.writer.wait(timeout=max(0.2, (deadline - time.monotonic_ns()) * 1e-9))
+            code = self._wait_writer(deadline, say)
         except subprocess.TimeoutExpired:
             self.notes.append(
                 f"the capture writer (pid {self.writer.pid}) is still finishing {self.options.output}; "
@@ -183,6 +188,15 @@ class RecordingSession:
             raise ForensicsError(
                 f"the capture writer failed at the end ({why}); {self.options.output} may be incomplete"
             )
+
+    def _wait_writer(self, deadline_ns: int, say: Callable[[str], None] | None) -> int:
+        """The writer's exit status, waited for until deadline_ns (subprocess.TimeoutExpired after it)."""
+        if say is not None and deadline_ns - time.monotonic_ns() > 1_000_000_000:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                return self.writer.wait(timeout=1.0)
+            why = " (making the eBPF sampler's rows from the frames it kept)" if self.options.sampler == "ebpf" else ""
+            say(f"the capture writer is finishing {self.options.output}{why}...")
+        return self.writer.wait(timeout=max(0.2, (deadline_ns - time.monotonic_ns()) * 1e-9))
 
     def abandon(self) -> None:
         """Close the pipe without a trailer (an error ended the recording): keep what was written."""

@@ -607,7 +607,7 @@ def _record(
     finally:
         if truth_path is not None:
             truth_path.unlink(missing_ok=True)
-    session.finish(trailer)
+    session.finish(trailer, say=None if quiet else _say)
     for note in session.notes:
         _say(note)
     flight_status = flight.finish() if flight is not None else None
