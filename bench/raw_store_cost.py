@@ -27,6 +27,10 @@ On an 8 s stream of that target (2026-12-06, 2-core VM, medians of 5 rounds each
 where it changed, in columns that compress better). So the route would take about 4 points off the writer,
 from the whole tool's 7.7-9.0 % (bench/ebpf_sampler_bench.py, same day): the probes 1.5-1.7 and the recorder
 1.9-2.3 are left, with store-only's 1.5-1.7 about 5-5.7 %, at the bar or just above it.
+
+Since then the writer keeps the frames during a plain recording and makes the rows after it
+(samplers/ebpf/deferred_rows.py): `writer` is its CPU during the stream, and the rows' making after the
+trailer is printed apart.
 """
 
 from __future__ import annotations
@@ -139,6 +143,7 @@ def main() -> None:
         target.stdout.readline()  # "ready N"
     writer_ms: list[float] = []
     store_ms: list[float] = []
+    after_ms: list[float] = []  # the writer's CPU after the trailer (the rows made then, deferred_rows.py)
     sizes: dict[str, int] = {}
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -147,7 +152,8 @@ def main() -> None:
                 report = feed_paced(
                     [sys.executable, "-m", "samplers.writer_process", str(out)], wakes, int(args.wake_ms * 1e6)
                 )
-                writer_ms.append(report["writer_cpu_ns"] / 1e6)
+                writer_ms.append(report["writer_cpu_ns"] / 1e6)  # during the stream only
+                after_ms.append((report.get("writer_decode_cpu_ns") or 0) / 1e6)
                 sizes["writer"] = out.stat().st_size
                 out.unlink()
                 raw = Path(tmp) / f"raw{i}.bin"
@@ -172,6 +178,9 @@ def main() -> None:
             f"{name:>10}: median {median:.0f} ms = {100 * median / 1e3 / stream_seconds:.2f} % of a core "
             f"(runs {', '.join(f'{r:.0f}' for r in runs)}), {sizes[name] / 1e6:.2f} MB"
         )
+    if any(after_ms):
+        after = statistics.median(after_ms)
+        print(f"{'':>10}  the writer after the stream's end, making the rows: median {after:.0f} ms")
 
 
 def _seconds(stream: list[tuple[int, bytes]]) -> float:
