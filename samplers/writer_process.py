@@ -206,7 +206,7 @@ class CaptureSink:
             if self.ebpf_rows is not None:
                 self.ebpf_rows.layout(spec)
             elif self.ebpf_deferred is not None:
-                self.ebpf_deferred.layout(spec, payload)
+                self.ebpf_deferred.keep(kind, payload)
             in_use = {p[0].id for p in self.pending}
             self.layouts = {
                 layout.id: layout,
@@ -236,9 +236,11 @@ class CaptureSink:
             if ebpf_sampler is not None and self.defer_ebpf_rows:  # after the writer: its errors come first
                 from samplers.ebpf.deferred_rows import DeferredRows
 
-                self.ebpf_deferred = DeferredRows(ebpf_sampler, self.output)
+                self.ebpf_deferred = DeferredRows(ebpf_sampler, self.output, self.comm_of, self.last_policy)
         elif kind == frames.THREAD:
             row = json.loads(payload)
+            if self.ebpf_deferred is not None:  # the names and policies the stat lines are compared with
+                self.ebpf_deferred.keep(kind, payload)
             self.comm_of[row["tid"]] = row["comm"]
             if row.get("policy") is not None:
                 self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
@@ -329,8 +331,6 @@ class CaptureSink:
             self._flush_ticks()
         if self.ebpf_rows is not None:
             self._flush_ebpf_rows()
-        elif self.ebpf_deferred is not None:
-            self._thread_changes_from_stat(self.ebpf_deferred.take_slow())
         if self.taskstats_rows:
             from samplers.taskstats import taskstats_table
 
@@ -355,10 +355,7 @@ class CaptureSink:
                 {"t_ns": t, "pid": pid, "vsize_kib": size * kib, "rss_kib": resident * kib, "shared_kib": shared * kib},
             )
             self.process_rows = []
-        if self.threads:
-            names = THREADS_SCHEMA.names
-            self.writer.append("threads", {n: [r.get(n) for r in self.threads] for n in names})
-            self.threads = []
+        self._flush_threads_and_events()
         for name, parts in self.engine_rows.items():
             engine_columns = sorted({c for part in parts for c in part})
             n = [len(next(iter(part.values()), [])) for part in parts]
@@ -373,10 +370,6 @@ class CaptureSink:
         if self.tier_rows:
             self.writer.append("tiers", {n: [r.get(n) for r in self.tier_rows] for n in TIERS_SCHEMA.names})
             self.tier_rows = []
-        if self.events:
-            names = ("t_ns", "kind", "pid", "tid", "text")
-            self.writer.append("events", {n: [r.get(n) for r in self.events] for n in names})
-            self.events = []
         if isinstance(self.writer, SegmentedWriter):  # everything received is written: a clean cut
             self.writer.rotate_if_due()
 
@@ -504,6 +497,17 @@ class CaptureSink:
         for _, pid in found[next_found:]:
             self.unseen.thread_found(pid)
 
+    def _flush_threads_and_events(self) -> None:
+        assert self.writer is not None
+        if self.threads:
+            names = THREADS_SCHEMA.names
+            self.writer.append("threads", {n: [r.get(n) for r in self.threads] for n in names})
+            self.threads = []
+        if self.events:
+            names = ("t_ns", "kind", "pid", "tid", "text")
+            self.writer.append("events", {n: [r.get(n) for r in self.events] for n in names})
+            self.events = []
+
     def _ebpf_tick_taken(self, tick_ns: int) -> None:
         assert self.ebpf_rows is not None
         self.pending_since = tick_ns if self.pending_since is None else self.pending_since
@@ -522,10 +526,7 @@ class CaptureSink:
     def _keep_ebpf(self, kind: int, payload: bytes) -> None:
         """A frame of the eBPF sampler, kept for after the recording; the other tables flushed every
         FLUSH_EVERY_NS of the writer's clock (no tick is taken to time them)."""
-        if kind == frames.STAT_SLOW:
-            self.ebpf_deferred.stat(payload)
-        else:
-            self.ebpf_deferred.keep(kind, payload)
+        self.ebpf_deferred.keep(kind, payload)
         now = self.clock()
         if self.flushed_at_ns is None:
             self.flushed_at_ns = now
@@ -534,8 +535,9 @@ class CaptureSink:
 
     def _make_deferred_rows(self) -> int:
         """The eBPF sampler's rows, made from its frames kept during the recording, in the order they came and
-        with the chunk ends they had live (_ebpf_tick_taken's rule); their thread changes were derived as the
-        stat lines came (flush). Returns the CPU it took (ns)."""
+        with the chunk ends they had live (_ebpf_tick_taken's rule), and the renames and policy changes of each
+        chunk's stat lines, compared with the names and policies of the thread rows that came before it.
+        Returns the CPU it took (ns)."""
         from samplers.ebpf.sampler_rows import rows_for
 
         started = time.process_time_ns()
@@ -543,14 +545,22 @@ class CaptureSink:
         writer = self.writer
         assert writer is not None and deferred is not None
         rows = self.ebpf_rows = rows_for(deferred.meta)  # its trailer counts (deltas_dropped) as made live
+        self.comm_of, self.last_policy = deferred.comm_of, deferred.policy_of
 
         def take() -> None:
-            columns, _ = rows.take()  # the stat rows' thread changes were taken live
+            columns, slow = rows.take()
+            self._thread_changes_from_stat(slow)
             for name, table in (columns or {}).items():
                 writer.append(name, table)
 
         pending_since: int | None = None
         for kind, payload in deferred.frames():
+            if kind == frames.THREAD:  # as handle() takes it, for the names and policies
+                row = json.loads(payload)
+                self.comm_of[row["tid"]] = row["comm"]
+                if row.get("policy") is not None:
+                    self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
+                continue
             if kind == frames.LAYOUT:
                 rows.layout(json.loads(payload))
                 continue
@@ -572,6 +582,7 @@ class CaptureSink:
                     pending_since = None
         take()
         deferred.close()
+        self._flush_threads_and_events()
         return time.process_time_ns() - started
 
     def _thread_changes_from_stat(self, slow: dict[str, Any] | None) -> None:
