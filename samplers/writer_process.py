@@ -241,9 +241,7 @@ class CaptureSink:
             row = json.loads(payload)
             if self.ebpf_deferred is not None:  # the names and policies the stat lines are compared with
                 self.ebpf_deferred.keep(kind, payload)
-            self.comm_of[row["tid"]] = row["comm"]
-            if row.get("policy") is not None:
-                self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
+            self._known_as(row)
             self.threads.append(row)
             if self.pending:
                 self.found_while_pending.append((len(self.pending), row["pid"]))
@@ -301,6 +299,12 @@ class CaptureSink:
                 "bytes": self.writer.bytes_written,
                 "rows": self.writer.rows_written,
             }
+
+    def _known_as(self, row: dict[str, Any]) -> None:
+        """A thread row's name and policy: what its next stat line is compared with (_derive_thread_changes)."""
+        self.comm_of[row["tid"]] = row["comm"]
+        if row.get("policy") is not None:
+            self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
 
     def _taskstats(self, payload: bytes) -> None:
         tick, rows = frames.decode_taskstats(payload)
@@ -555,11 +559,8 @@ class CaptureSink:
 
         pending_since: int | None = None
         for kind, payload in deferred.frames():
-            if kind == frames.THREAD:  # as handle() takes it, for the names and policies
-                row = json.loads(payload)
-                self.comm_of[row["tid"]] = row["comm"]
-                if row.get("policy") is not None:
-                    self.last_policy[row["tid"]] = (row["policy"], row["rtprio"])
+            if kind == frames.THREAD:
+                self._known_as(json.loads(payload))
                 continue
             if kind == frames.LAYOUT:
                 rows.layout(json.loads(payload))

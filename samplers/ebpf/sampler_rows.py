@@ -176,8 +176,38 @@ class EbpfRows:
 
     def _slow(self) -> dict[str, Any] | None:
         """The STAT_SLOW rows since the last take: columns, and the stat texts (for renames, policy changes)."""
-        stats, self.stats = self.stats, []
-        return slow_rows(stats, self.layouts)
+        if not self.stats:
+            return None
+        size = frames.EBPF_TICK_HEADER.size
+        # Each one's tick as placed (stat()), its layout, read time and line count.
+        heads = [(tick, *frames.EBPF_TICK_HEADER.unpack_from(payload)[1:]) for tick, payload in self.stats]
+        views = [memoryview(payload) for _, payload in self.stats]
+        indices = np.frombuffer(b"".join(v[size : size + 4 * h[3]] for v, h in zip(views, heads, strict=True)), "<u4")
+        length = np.frombuffer(
+            b"".join(v[size + 4 * h[3] : size + 8 * h[3]] for v, h in zip(views, heads, strict=True)), "<u4"
+        ).astype(np.int64)
+        blob = b"".join(v[size + 8 * h[3] :] for v, h in zip(views, heads, strict=True))
+        self.stats = []
+        counts = [h[3] for h in heads]
+        layout_of = np.repeat(np.array([h[1] for h in heads], dtype=np.int64), counts)
+        tids = np.zeros(len(indices), dtype=np.int64)
+        pids = np.zeros(len(indices), dtype=np.int64)
+        for layout_id in {h[1] for h in heads}:
+            layout_tids, layout_pids, _ = self.layouts[layout_id]
+            mine = layout_of == layout_id
+            tids[mine] = layout_tids[indices[mine]]
+            pids[mine] = layout_pids[indices[mine]]
+        states, numbers = parse_stat_blob(blob, length)
+        return {
+            "tick": np.repeat(np.array([h[0] for h in heads], dtype=np.int64), counts),
+            "t_ns": np.repeat(np.array([h[2] for h in heads], dtype=np.int64), counts),
+            "tid": tids,
+            "pid": pids,
+            "states": states.astype("<U1"),
+            "numbers": numbers,
+            "lengths": length,
+            "blob": blob,
+        }
 
     def _letter(self, prev_state: int) -> str:
         letter = self._letters.get(prev_state)
@@ -514,44 +544,6 @@ class EbpfRows:
             last = np.r_[s_tid[1:] != s_tid[:-1], True]
             self.carry_tid, self.carry_numbers, self.carry_state = s_tid[last], self.s_numbers[last], self.s_state[last]
         return np.where(found, at, 0), found
-
-
-def slow_rows(
-    stats: list[tuple[int, bytes]], layouts: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]
-) -> dict[str, Any] | None:
-    """STAT_SLOW payloads, each with the tick it is placed at (EbpfRows.stat), as rows: columns, and the stat
-    texts (for renames, policy changes); `layouts`: id -> (tids, pids, slots) as EbpfRows keeps them."""
-    if not stats:
-        return None
-    size = frames.EBPF_TICK_HEADER.size
-    # Each one's tick as placed, its layout, read time and line count.
-    heads = [(tick, *frames.EBPF_TICK_HEADER.unpack_from(payload)[1:]) for tick, payload in stats]
-    views = [memoryview(payload) for _, payload in stats]
-    indices = np.frombuffer(b"".join(v[size : size + 4 * h[3]] for v, h in zip(views, heads, strict=True)), "<u4")
-    length = np.frombuffer(
-        b"".join(v[size + 4 * h[3] : size + 8 * h[3]] for v, h in zip(views, heads, strict=True)), "<u4"
-    ).astype(np.int64)
-    blob = b"".join(v[size + 8 * h[3] :] for v, h in zip(views, heads, strict=True))
-    counts = [h[3] for h in heads]
-    layout_of = np.repeat(np.array([h[1] for h in heads], dtype=np.int64), counts)
-    tids = np.zeros(len(indices), dtype=np.int64)
-    pids = np.zeros(len(indices), dtype=np.int64)
-    for layout_id in {h[1] for h in heads}:
-        layout_tids, layout_pids, _ = layouts[layout_id]
-        mine = layout_of == layout_id
-        tids[mine] = layout_tids[indices[mine]]
-        pids[mine] = layout_pids[indices[mine]]
-    states, numbers = parse_stat_blob(blob, length)
-    return {
-        "tick": np.repeat(np.array([h[0] for h in heads], dtype=np.int64), counts),
-        "t_ns": np.repeat(np.array([h[2] for h in heads], dtype=np.int64), counts),
-        "tid": tids,
-        "pid": pids,
-        "states": states.astype("<U1"),
-        "numbers": numbers,
-        "lengths": length,
-        "blob": blob,
-    }
 
 
 @dataclass(frozen=True)
