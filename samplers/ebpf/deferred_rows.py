@@ -13,7 +13,7 @@ at that point, as live. The capture holds the tables made live (tests/test_ebpf_
 eBPF sampler".
 
 What it costs: the file (about 0.23 MB a second on the Bitwig shape) and, after the recording, the making of
-the rows (about 20 ms of CPU per second recorded there), in the trailer as `writer_decode_cpu_ns`. A writer
+the rows (20-30 ms of CPU per second recorded there), in the trailer as `writer_decode_cpu_ns`. A writer
 killed during the recording leaves a capture without the eBPF sampler's rows (the file has no name).
 """
 
