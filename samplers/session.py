@@ -194,7 +194,8 @@ class RecordingSession:
         if say is not None and deadline_ns - time.monotonic_ns() > 1_000_000_000:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 return self.writer.wait(timeout=1.0)
-            why = " (making the eBPF sampler's rows from the frames it kept)" if self.options.sampler == "ebpf" else ""
+            deferred = self.options.sampler == "ebpf" and self.options.ring is None  # writer_process.CaptureSink
+            why = " (making the eBPF sampler's rows from the frames it kept)" if deferred else ""
             say(f"the capture writer is finishing {self.options.output}{why}...")
         return self.writer.wait(timeout=max(0.2, (deadline_ns - time.monotonic_ns()) * 1e-9))
 
