@@ -125,3 +125,14 @@ def test_a_flight_ring_makes_its_rows_live(tmp_path: Path) -> None:
     sink = CaptureSink(str(tmp_path / "ring"), ring={"segment_ns": 2_000_000_000, "keep_ns": 10_000_000_000})
     assert not sink.defer_ebpf_rows
     assert CaptureSink(str(tmp_path / "c.ssf")).defer_ebpf_rows
+
+
+def test_catch_loads_summary_gives_the_writers_cpu_after_the_end_and_unknown_before_it_has_finished() -> None:
+    from forensics.cli.catch_load import _writer_text
+
+    ten_s = 10_000_000_000
+    assert _writer_text({"writer_cpu_ns": 100_000_000, "writer_decode_cpu_ns": 200_000_000}, ten_s) == (
+        "1.0 %, then 0.20 s of CPU after the end making the eBPF rows"
+    )
+    assert _writer_text({"writer_cpu_ns": 100_000_000, "writer_decode_cpu_ns": None}, ten_s) == "1.0 %"
+    assert _writer_text({}, ten_s) == "unknown: still finishing the file"  # catch-load returned first (Ctrl-C)
