@@ -335,6 +335,8 @@ class CaptureSink:
             self._flush_ticks()
         if self.ebpf_rows is not None:
             self._flush_ebpf_rows()
+        elif self.ebpf_deferred is not None:
+            self.ebpf_deferred.spill()
         if self.taskstats_rows:
             from samplers.taskstats import taskstats_table
 

@@ -5,8 +5,10 @@ trailer counts."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -52,9 +54,16 @@ def _frames(seed: int) -> list[tuple[int, bytes]]:
     return out
 
 
+def _clock() -> Callable[[], int]:
+    """The writer's clock, 50 ms on at each reading: the deferred writer flushes (and keeps a block of frames)
+    every 20 frames or so."""
+    now = itertools.count(0, 50_000_000)
+    return lambda: next(now)
+
+
 def _record(path: Path, stream: list[tuple[int, bytes]], defer: bool, trailer: bool) -> tuple[CaptureSink, int]:
     """The stream through a writer; the samples rows it wrote before the recording's end."""
-    sink = CaptureSink(str(path), defer_ebpf_rows=defer)
+    sink = CaptureSink(str(path), defer_ebpf_rows=defer, clock=_clock())
     for kind, payload in stream:
         sink.handle(kind, payload)
     assert sink.writer is not None
@@ -108,12 +117,14 @@ def test_rows_made_after_the_recording_are_those_made_during_it(
 
 def test_the_frames_kept_are_in_a_file_without_a_name_beside_the_capture(tmp_path: Path) -> None:
     """Nothing is left in the capture's directory, during the recording or after it (root-safe: no name to
-    follow or to find)."""
+    follow or to find); the frames are kept compressed, a block at each flush."""
     stream = _frames(0)
-    sink = CaptureSink(str(tmp_path / "c.ssf"))
+    sink = CaptureSink(str(tmp_path / "c.ssf"), clock=_clock())
     for kind, payload in stream:
         sink.handle(kind, payload)
-    assert sink.ebpf_deferred is not None and sink.ebpf_deferred.bytes > 100_000
+    kept = sink.ebpf_deferred
+    assert kept is not None and kept.bytes > 100_000 and kept.blocks > 5
+    assert kept.bytes_kept < kept.bytes / 2  # compressed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.ssf"]
     sink.handle(frames.TRAILER, b'{"end_reason": "duration"}')
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.ssf"]

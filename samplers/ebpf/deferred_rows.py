@@ -12,19 +12,29 @@ and policy changes derived from the stat lines at each chunk's end compare with 
 at that point, as live. The capture holds the tables made live (tests/test_ebpf_deferred.py). DESIGN.md "The
 eBPF sampler".
 
-What it costs: the file (about 0.23 MB a second on the Bitwig shape) and, after the recording, the making of
-the rows (20-30 ms of CPU per second recorded there), in the trailer as `writer_decode_cpu_ns`. A writer
-killed during the recording leaves a capture without the eBPF sampler's rows (the file has no name).
+What it costs: the file (0.29 MB a second on the Bitwig shape, compressed: _CODEC_LEVEL) and, after the
+recording, the making of the rows (20-30 ms of CPU per second recorded there), in the trailer as
+`writer_decode_cpu_ns`. A writer killed during the recording leaves a capture without the eBPF sampler's rows
+(the file has no name).
 """
 
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 from collections.abc import Iterator
 from typing import Any
 
+import pyarrow as pa
+
 from samplers import frames
+
+# The frames are kept in blocks of about a flush (a second), each compressed: 2.05 MB a second as they came on the
+# Bitwig shape, 0.29 MB with zstd at level 1 for 0.34 % of a core (lz4: 0.58 MB, 0.30 %; zstd 3: 0.28 MB,
+# 0.42 %; 8 s of frames, bench/profile_recorder.py --frames-out, 2026-12-06). A 30 min recording keeps ~0.5 GB.
+_CODEC_LEVEL = 1
+_BLOCK = struct.Struct("<II")  # the block's size as kept, then as compressed
 
 
 class DeferredRows:
@@ -40,18 +50,43 @@ class DeferredRows:
         # Beside the capture, on its file system (a tmpfs /tmp would hold a long recording in memory). Open for
         # the whole recording, closed by close() (the writer's abandon() on an error).
         self.file = tempfile.TemporaryFile(dir=directory, prefix=".ebpf-frames-")  # noqa: SIM115
-        self.bytes = 0
+        self.codec = pa.Codec("zstd", compression_level=_CODEC_LEVEL)
+        self.block: list[bytes] = []  # the frames since the last spill()
+        self.bytes = 0  # as they came, and as kept in the file
+        self.bytes_kept = 0
+        self.blocks = 0
 
     def keep(self, kind: int, payload: bytes) -> None:
-        self.file.write(frames.FRAME.pack(kind, len(payload)))
-        self.file.write(payload)
+        self.block.append(frames.FRAME.pack(kind, len(payload)))
+        self.block.append(payload)
         self.bytes += frames.FRAME.size + len(payload)
+
+    def spill(self) -> None:
+        """The frames kept since the last call, to the file as one compressed block (at each writer flush)."""
+        if not self.block:
+            return
+        data = b"".join(self.block)
+        self.block = []
+        packed = self.codec.compress(data, asbytes=True)
+        self.file.write(_BLOCK.pack(len(data), len(packed)))
+        self.file.write(packed)
+        self.bytes_kept += _BLOCK.size + len(packed)
+        self.blocks += 1
 
     def frames(self) -> Iterator[tuple[int, bytes]]:
         """The frames kept, in the order they came (call once, after the last keep)."""
+        self.spill()
         self.file.flush()
         self.file.seek(0)
-        yield from frames.read_frames(self.file.fileno())
+        while head := self.file.read(_BLOCK.size):
+            size, packed_size = _BLOCK.unpack(head)
+            data = self.codec.decompress(self.file.read(packed_size), decompressed_size=size, asbytes=True)
+            offset = 0
+            while offset < len(data):
+                kind, length = frames.FRAME.unpack_from(data, offset)
+                start = offset + frames.FRAME.size
+                yield kind, data[start : start + length]
+                offset = start + length
 
     def close(self) -> None:
         self.file.close()
