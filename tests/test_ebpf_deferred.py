@@ -88,6 +88,8 @@ def _table(path: Path, name: str) -> pd.DataFrame:
 def test_rows_made_after_the_recording_are_those_made_during_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int, trailer: bool
 ) -> None:
+    # The first blocks kept as they came, the others compressed (RAW_BYTES).
+    monkeypatch.setattr("samplers.ebpf.deferred_rows.RAW_BYTES", 100_000)
     # Several chunks in the stream's 0.84 s: their ends (rows carried across, each chunk's first row stored)
     # must be those made live.
     monkeypatch.setattr("samplers.writer_process.FLUSH_EVERY_NS", 100_000_000)
@@ -115,16 +117,19 @@ def test_rows_made_after_the_recording_are_those_made_during_it(
         assert later_trailer == live_trailer
 
 
-def test_the_frames_kept_are_in_a_file_without_a_name_beside_the_capture(tmp_path: Path) -> None:
+def test_the_frames_kept_are_in_a_file_without_a_name_beside_the_capture(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Nothing is left in the capture's directory, during the recording or after it (root-safe: no name to
-    follow or to find); the frames are kept compressed, a block at each flush."""
+    follow or to find); the frames are kept a block at each flush, compressed past RAW_BYTES."""
+    monkeypatch.setattr("samplers.ebpf.deferred_rows.RAW_BYTES", 100_000)
     stream = _frames(0)
     sink = CaptureSink(str(tmp_path / "c.ssf"), clock=_clock())
     for kind, payload in stream:
         sink.handle(kind, payload)
     kept = sink.ebpf_deferred
-    assert kept is not None and kept.bytes > 100_000 and kept.blocks > 5
-    assert kept.bytes_kept < kept.bytes / 2  # compressed
+    assert kept is not None and kept.bytes > 300_000 and kept.blocks > 5
+    assert 100_000 < kept.bytes_kept < 100_000 + (kept.bytes - 100_000) / 2  # compressed past RAW_BYTES
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.ssf"]
     sink.handle(frames.TRAILER, b'{"end_reason": "duration"}')
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.ssf"]

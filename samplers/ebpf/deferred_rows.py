@@ -12,7 +12,7 @@ and policy changes derived from the stat lines at each chunk's end compare with 
 at that point, as live. The capture holds the tables made live (tests/test_ebpf_deferred.py). DESIGN.md "The
 eBPF sampler".
 
-What it costs: the file (0.29 MB a second on the Bitwig shape, compressed: _CODEC_LEVEL) and, after the
+What it costs: the file (2.05 MB a second on the Bitwig shape, 0.29 MB past RAW_BYTES) and, after the
 recording, the making of the rows (20-30 ms of CPU per second recorded there), in the trailer as
 `writer_decode_cpu_ns`. A writer killed during the recording leaves a capture without the eBPF sampler's rows
 (the file has no name).
@@ -30,11 +30,15 @@ import pyarrow as pa
 
 from samplers import frames
 
-# The frames are kept in blocks of about a flush (a second), each compressed: 2.05 MB a second as they came on the
-# Bitwig shape, 0.29 MB with zstd at level 1 for 0.34 % of a core (lz4: 0.58 MB, 0.30 %; zstd 3: 0.28 MB,
-# 0.42 %; 8 s of frames, bench/profile_recorder.py --frames-out, 2026-12-06). A 30 min recording keeps ~0.5 GB.
+# The frames are kept in blocks of about a flush (a second): 2.05 MB a second as they came on the Bitwig shape,
+# 0.29 MB with zstd at level 1 for 0.34 % of a core measured alone (lz4: 0.58 MB, 0.30 %; zstd 3: 0.28 MB,
+# 0.42 %; 8 s of frames, bench/profile_recorder.py --frames-out, 2026-12-06), 0.4-0.6 point more of the whole
+# tool in a recording (bench/ebpf_sampler_bench.py, four pairs: writer 1.1-1.2 -> 1.6-1.8 %). So the first
+# RAW_BYTES are kept as they came (about two minutes of that shape: most recordings around a plugin load), and
+# the blocks after those compressed, a 30 min recording keeping ~0.75 GB instead of 3.7.
+RAW_BYTES = 256 << 20
 _CODEC_LEVEL = 1
-_BLOCK = struct.Struct("<II")  # the block's size as kept, then as compressed
+_BLOCK = struct.Struct("<II")  # the block's size as it came, then as kept (0: as it came)
 
 
 class DeferredRows:
@@ -67,10 +71,15 @@ class DeferredRows:
             return
         data = b"".join(self.block)
         self.block = []
-        packed = self.codec.compress(data, asbytes=True)
-        self.file.write(_BLOCK.pack(len(data), len(packed)))
-        self.file.write(packed)
-        self.bytes_kept += _BLOCK.size + len(packed)
+        if self.bytes_kept + len(data) <= RAW_BYTES:
+            self.file.write(_BLOCK.pack(len(data), 0))
+            self.file.write(data)
+            self.bytes_kept += _BLOCK.size + len(data)
+        else:
+            packed = self.codec.compress(data, asbytes=True)
+            self.file.write(_BLOCK.pack(len(data), len(packed)))
+            self.file.write(packed)
+            self.bytes_kept += _BLOCK.size + len(packed)
         self.blocks += 1
 
     def frames(self) -> Iterator[tuple[int, bytes]]:
@@ -80,7 +89,10 @@ class DeferredRows:
         self.file.seek(0)
         while head := self.file.read(_BLOCK.size):
             size, packed_size = _BLOCK.unpack(head)
-            data = self.codec.decompress(self.file.read(packed_size), decompressed_size=size, asbytes=True)
+            if packed_size:
+                data = self.codec.decompress(self.file.read(packed_size), decompressed_size=size, asbytes=True)
+            else:
+                data = self.file.read(size)
             offset = 0
             while offset < len(data):
                 kind, length = frames.FRAME.unpack_from(data, offset)
