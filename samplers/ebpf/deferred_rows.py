@@ -66,7 +66,8 @@ class DeferredRows:
         self.bytes += frames.FRAME.size + len(payload)
 
     def spill(self) -> None:
-        """The frames kept since the last call, to the file as one compressed block (at each writer flush)."""
+        """The frames kept since the last call, to the file as one block, compressed past RAW_BYTES (at each
+        writer flush)."""
         if not self.block:
             return
         data = b"".join(self.block)
