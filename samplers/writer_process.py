@@ -185,21 +185,8 @@ class CaptureSink:
         elif kind in (frames.EBPF_TICK, frames.EBPF_DELTA, frames.STAT_SLOW, frames.EBPF_TICKS):
             if self.ebpf_deferred is not None:
                 self._keep_ebpf(kind, payload)
-                return
-            assert self.ebpf_rows is not None
-            if kind == frames.STAT_SLOW:
-                self.ebpf_rows.stat(payload)
-                return
-            if kind == frames.EBPF_TICKS:
-                for tick_ns in self.ebpf_rows.batch(payload):  # a chunk ends where it would with a frame per tick
-                    self._ebpf_tick_taken(tick_ns)
-                return
-            tick_ns = frames.EBPF_TICK_HEADER.unpack_from(payload)[2]  # the delta's header begins alike
-            if kind == frames.EBPF_DELTA:
-                self.ebpf_rows.delta(payload)
             else:
-                self.ebpf_rows.tick(payload)
-            self._ebpf_tick_taken(tick_ns)
+                self._take_ebpf(kind, payload)
         elif kind == frames.LAYOUT:
             spec = json.loads(payload)
             layout = _Layout(spec)
@@ -236,12 +223,13 @@ class CaptureSink:
             if ebpf_sampler is not None and self.defer_ebpf_rows:  # after the writer: its errors come first
                 from samplers.ebpf.deferred_rows import DeferredRows
 
-                self.ebpf_deferred = DeferredRows(ebpf_sampler, self.output, self.comm_of, self.last_policy)
+                self.ebpf_deferred = DeferredRows(ebpf_sampler, self.output)
         elif kind == frames.THREAD:
             row = json.loads(payload)
-            if self.ebpf_deferred is not None:  # the names and policies the stat lines are compared with
+            if self.ebpf_deferred is not None:  # noted where the stat lines after it are compared, when made
                 self.ebpf_deferred.keep(kind, payload)
-            self._known_as(row)
+            else:
+                self._known_as(row)
             self.threads.append(row)
             if self.pending:
                 self.found_while_pending.append((len(self.pending), row["pid"]))
@@ -361,7 +349,10 @@ class CaptureSink:
                 {"t_ns": t, "pid": pid, "vsize_kib": size * kib, "rss_kib": resident * kib, "shared_kib": shared * kib},
             )
             self.process_rows = []
-        self._flush_threads_and_events()
+        if self.threads:
+            names = THREADS_SCHEMA.names
+            self.writer.append("threads", {n: [r.get(n) for r in self.threads] for n in names})
+            self.threads = []
         for name, parts in self.engine_rows.items():
             engine_columns = sorted({c for part in parts for c in part})
             n = [len(next(iter(part.values()), [])) for part in parts]
@@ -376,6 +367,10 @@ class CaptureSink:
         if self.tier_rows:
             self.writer.append("tiers", {n: [r.get(n) for r in self.tier_rows] for n in TIERS_SCHEMA.names})
             self.tier_rows = []
+        if self.events:
+            names = ("t_ns", "kind", "pid", "tid", "text")
+            self.writer.append("events", {n: [r.get(n) for r in self.events] for n in names})
+            self.events = []
         if isinstance(self.writer, SegmentedWriter):  # everything received is written: a clean cut
             self.writer.rotate_if_due()
 
@@ -503,16 +498,22 @@ class CaptureSink:
         for _, pid in found[next_found:]:
             self.unseen.thread_found(pid)
 
-    def _flush_threads_and_events(self) -> None:
-        assert self.writer is not None
-        if self.threads:
-            names = THREADS_SCHEMA.names
-            self.writer.append("threads", {n: [r.get(n) for r in self.threads] for n in names})
-            self.threads = []
-        if self.events:
-            names = ("t_ns", "kind", "pid", "tid", "text")
-            self.writer.append("events", {n: [r.get(n) for r in self.events] for n in names})
-            self.events = []
+    def _take_ebpf(self, kind: int, payload: bytes) -> None:
+        """A frame of the eBPF sampler into its rows (during the recording, or after it from the frames kept)."""
+        assert self.ebpf_rows is not None
+        if kind == frames.STAT_SLOW:
+            self.ebpf_rows.stat(payload)
+            return
+        if kind == frames.EBPF_TICKS:
+            for tick_ns in self.ebpf_rows.batch(payload):  # a chunk ends where it would with a frame per tick
+                self._ebpf_tick_taken(tick_ns)
+            return
+        tick_ns = frames.EBPF_TICK_HEADER.unpack_from(payload)[2]  # the delta's header begins alike
+        if kind == frames.EBPF_DELTA:
+            self.ebpf_rows.delta(payload)
+        else:
+            self.ebpf_rows.tick(payload)
+        self._ebpf_tick_taken(tick_ns)
 
     def _ebpf_tick_taken(self, tick_ns: int) -> None:
         assert self.ebpf_rows is not None
@@ -540,52 +541,25 @@ class CaptureSink:
             self.flush()
 
     def _make_deferred_rows(self) -> int:
-        """The eBPF sampler's rows, made from its frames kept during the recording, in the order they came and
-        with the chunk ends they had live (_ebpf_tick_taken's rule), and the renames and policy changes of each
-        chunk's stat lines, compared with the names and policies of the thread rows that came before it.
-        Returns the CPU it took (ns)."""
+        """The eBPF sampler's rows, made from its frames kept during the recording as they would have been made
+        live: in the order they came, each chunk ending at the same tick (_ebpf_tick_taken), its renames and
+        policy changes compared with the names and policies of the thread rows that came before it (not noted
+        while kept: handle()). Returns the CPU it took (ns)."""
         from samplers.ebpf.sampler_rows import rows_for
 
         started = time.process_time_ns()
         deferred, self.ebpf_deferred = self.ebpf_deferred, None
-        writer = self.writer
-        assert writer is not None and deferred is not None
-        rows = self.ebpf_rows = rows_for(deferred.meta)  # its trailer counts (deltas_dropped) as made live
-        self.comm_of, self.last_policy = deferred.comm_of, deferred.policy_of
-
-        def take() -> None:
-            columns, slow = rows.take()
-            self._thread_changes_from_stat(slow)
-            for name, table in (columns or {}).items():
-                writer.append(name, table)
-
-        pending_since: int | None = None
+        assert deferred is not None
+        self.ebpf_rows = rows_for(deferred.meta)  # its trailer counts (deltas_dropped) as made live
         for kind, payload in deferred.frames():
             if kind == frames.THREAD:
                 self._known_as(json.loads(payload))
-                continue
-            if kind == frames.LAYOUT:
-                rows.layout(json.loads(payload))
-                continue
-            if kind == frames.STAT_SLOW:
-                rows.stat(payload)
-                continue
-            if kind == frames.EBPF_TICKS:
-                times: Any = rows.batch(payload)
-            elif kind == frames.EBPF_DELTA:
-                rows.delta(payload)
-                times = [frames.EBPF_TICK_HEADER.unpack_from(payload)[2]]
+            elif kind == frames.LAYOUT:
+                self.ebpf_rows.layout(json.loads(payload))
             else:
-                rows.tick(payload)
-                times = [frames.EBPF_TICK_HEADER.unpack_from(payload)[2]]
-            for tick_ns in times:
-                pending_since = tick_ns if pending_since is None else pending_since
-                if rows.rows_pending >= FLUSH_ROWS or tick_ns - pending_since >= FLUSH_EVERY_NS:
-                    take()
-                    pending_since = None
-        take()
+                self._take_ebpf(kind, payload)
         deferred.close()
-        self._flush_threads_and_events()
+        self.flush()  # the last chunk's rows, and the thread changes
         return time.process_time_ns() - started
 
     def _thread_changes_from_stat(self, slow: dict[str, Any] | None) -> None:

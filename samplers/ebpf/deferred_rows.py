@@ -43,13 +43,10 @@ _BLOCK = struct.Struct("<II")  # the block's size as it came, then as kept (0: a
 
 class DeferredRows:
     """The frames of the eBPF sampler (its ticks, stat lines, the layouts they name) and the thread rows between
-    them, as they came; the names and policies known when keeping began (the rows' making compares the stat
-    lines' with them, as the thread rows came)."""
+    them, as they came."""
 
-    def __init__(self, meta: dict[str, Any], output: str, comm_of: dict[int, str], policy_of: dict[int, Any]) -> None:
+    def __init__(self, meta: dict[str, Any], output: str) -> None:
         self.meta = meta  # the recording's `ebpf_sampler` metadata: the rows are made by rows_for(meta)
-        self.comm_of = dict(comm_of)
-        self.policy_of = dict(policy_of)
         directory = os.path.dirname(os.path.abspath(output))
         # Beside the capture, on its file system (a tmpfs /tmp would hold a long recording in memory). Open for
         # the whole recording, closed by close() (the writer's abandon() on an error).
