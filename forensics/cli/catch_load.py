@@ -187,8 +187,9 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
     type=click.Choice(["rt", "all", "none"]),
     default="rt",
     show_default=True,
-    help="Query per-thread taskstats (netlink; root) every tick: CPU, block-IO, swap-in, reclaim, thrashing and "
-    "compaction delays in exact ns (~5 us a query). The delays beyond CPU need --delayacct.",
+    help="Query per-thread taskstats (netlink; root): CPU, block-IO, swap-in, reclaim, thrashing and compaction "
+    "delays in exact ns (~5 us a query), at each tick the thread ran since its last query or sleeps in D. The "
+    "delays beyond CPU need --delayacct.",
 )
 @click.option(
     "--delayacct",
