@@ -44,6 +44,30 @@ def test_tick_frames_cross_the_pipe_whole() -> None:
     assert frames.decode_tick(got[0][1], 2).stat == b"cccd"
 
 
+def test_frames_split_anywhere_across_reads_come_out_whole_and_in_order(monkeypatch) -> None:
+    """However the pipe's reads cut the stream (inside a header, inside a payload, a frame over many reads, many
+    frames in one read, gathered reads), each frame comes out once, whole; a last frame cut short is dropped."""
+    import random
+
+    payloads = [bytes([i % 251]) * size for i, size in enumerate((0, 1, 7, 300, 5000, 3, 70_000, 12, 0, 999))]
+    stream = b"".join(frames.FRAME.pack(frames.EVENT, len(p)) + p for p in payloads)
+    stream += frames.FRAME.pack(frames.EVENT, 50) + b"cut"  # the recorder died inside its last frame
+    rng = random.Random(7)
+    for trial in range(200):
+        cuts = sorted(rng.sample(range(1, len(stream)), rng.choice((1, 5, 40, 400))))
+        reads = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+        # Gathered as the writer's drain thread hands them over: one to several reads at a time.
+        batches, i = [], 0
+        while i < len(reads):
+            n = rng.choice((1, 1, 3, 50)) if trial % 2 else 1
+            batches.append(reads[i : i + n])
+            i += n
+        monkeypatch.setattr(frames, "_chunks", lambda *_a, batches=batches: iter(batches))
+        got = list(frames.read_frames(-1))
+        assert [k for k, _ in got] == [frames.EVENT] * len(payloads)
+        assert [p for _, p in got] == payloads, trial
+
+
 def test_taskstats_round_trip_keeps_each_reply_and_a_gone_thread_as_none() -> None:
     replies = [b"\x01\x02reply-of-7", b"", b"reply-of-9"]  # the second thread was gone
     data = frames.encode_taskstats(5, [7, 8, 9], [100, 200, 300], replies)
