@@ -37,7 +37,7 @@ from samplers.procfs import ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
 from samplers.ticktimes import TickTimes
-from samplers.tiers import PROMOTE_BUSY_NS, SLOW_INTERVAL_NS, Tiers, busy_ns, stat_policy
+from samplers.tiers import PROMOTE_BUSY_NS, SLOW_INTERVAL_NS, Tiers, busy_ns, counters_may_have_moved, stat_policy
 
 DISCOVERY_NS = 250_000_000  # new processes (and exits of zombies) are picked up within this
 THREAD_SCAN_NS = 50_000_000  # new threads of known processes: one listdir per process, cheap
@@ -128,6 +128,12 @@ class _Thread:
     seen_stat: bytes = b""
     moved_tick: int = -1
     stat_tick: int = -1
+    # The sched file and taskstats are read where the counters may have moved (tiers.counters_may_have_moved),
+    # and once, whatever they say, when the source starts for the thread: the baseline the first
+    # increments are taken from (a real-time thread that never runs has one row, not none).
+    sched_base_due: bool = True
+    taskstats_base_due: bool = True
+    slot: int = -1  # its index in the recorder's per-slot lists since the last _build_slots (-1: none yet)
 
 
 @dataclass
@@ -222,6 +228,8 @@ class Recorder:
         self.slot_read_forced: list[tuple[int, int, bool, int]] = []
         self.slot_fd_sched: list[int] = []
         self.slot_taskstats: list[bool] = []
+        self.sched_base: list[bool] = []  # per slot: _Thread.sched_base_due
+        self.taskstats_base: list[bool] = []
         self.slot_known: dict[int, int] = {}  # threads per process, of every slot (the layouts' "known")
         self.last_ss: list[bytes] = []
         self.base_ss: list[bytes] = []
@@ -412,8 +420,16 @@ class Recorder:
     def _open_sched(self, thread: _Thread) -> None:
         try:
             thread.fd_sched = os.open(self.procfs.task(thread.pid, thread.tid, "sched"), os.O_RDONLY | os.O_CLOEXEC)
+            self._base_due(thread, self.sched_base, "sched_base_due")
         except OSError:
             thread.fd_sched = -1  # older kernels or hidepid: the sched columns stay null
+
+    def _base_due(self, thread: _Thread, per_slot: list[bool], name: str) -> None:
+        """A source starts for this thread: its next read is the baseline. Set on the slot too when it has one:
+        the next _build_slots takes each thread's read state back from its slot."""
+        setattr(thread, name, True)
+        if 0 <= thread.slot < len(self.slot_threads) and self.slot_threads[thread.slot] is thread:
+            per_slot[thread.slot] = True
 
     def _close_thread(self, thread: _Thread) -> None:
         for fd in (thread.fd_schedstat, thread.fd_stat, thread.fd_sched):
@@ -520,8 +536,11 @@ class Recorder:
             thread.last_schedstat, thread.base_schedstat = self.last_ss[slot], self.base_ss[slot]
             thread.last_stat, thread.seen_stat = self.last_stat[slot], self.seen_stat[slot]
             thread.moved_tick, thread.stat_tick = self.moved_tick[slot], self.stat_tick[slot]
+            thread.sched_base_due, thread.taskstats_base_due = self.sched_base[slot], self.taskstats_base[slot]
         order = sorted(self.threads.values(), key=lambda t: (t.pid, t.tid))
         self.slot_threads = order
+        for slot, thread in enumerate(order):
+            thread.slot = slot
         self.last_ss = [t.last_schedstat for t in order]
         self.base_ss = [t.base_schedstat for t in order]
         self.moved_tick = [t.moved_tick for t in order]
@@ -540,6 +559,8 @@ class Recorder:
             known[t.pid] = known.get(t.pid, 0) + 1
         self.slot_known = known
         self.slot_taskstats = [t.taskstats for t in order]
+        self.sched_base = [t.sched_base_due for t in order]
+        self.taskstats_base = [t.taskstats_base_due for t in order]
         self._layout_dirty = False
 
     def _send_tiers(self) -> None:
@@ -617,24 +638,17 @@ class Recorder:
                 self._layout_dirty = True
             if taskstats_rt and thread.taskstats != rt:
                 thread.taskstats = rt
+                self._base_due(thread, self.taskstats_base, "taskstats_base_due")
                 self._layout_dirty = True
 
     def _read_taskstats(self, tick: int, phase: int) -> None:
-        """One netlink query (about 5 us here) per thread whose counters may have moved since its last query:
-        raw replies, parsed by the writer.
-
-        Only at the ticks the thread is read (a slow-tier thread's phase): the analyses join a query's
-        increments to the window its read closes (analyses/windows.py _delta_windows), so a query between
-        two reads would have its increments dropped. There, a thread is queried when its schedstat moved (it
-        was switched in since: sched_info_arrive() moves the wait and the slices) and while its last stat
-        line says R (running on: its schedstat lags until the next scheduler tick) or D. Its counters move
-        only while it runs (kept in its own context: kernel/delayacct.c), except the block-IO delay, which
-        the waker ends before the thread is switched in (kernel/sched/core.c: try_to_wake_up() calls
-        delayacct_blkio_end() in ttwu_do_migrate() or ttwu_do_activate()): the D rule keeps that one in the
-        window it ended in. A thread not queried at a read has no row there; the next row's increments
-        cover the gap, as for the sched file. On the Bitwig shape at 2 ms that is ~45 of the 121 real-time
-        threads a tick instead of all of them. Under --sampler ebpf no stat is read at the tick: every
-        thread every tick.
+        """One netlink query (about 5 us here) per thread whose counters may have moved since its last query
+        (tiers.counters_may_have_moved: on the Bitwig shape at 2 ms ~45 of the 121 real-time threads a tick
+        instead of all of them): raw replies, parsed by the writer. Only at the ticks the thread is read (a
+        slow-tier thread's phase): the analyses join a query's increments to the window its read closes
+        (analyses/windows.py _delta_windows), so a query between two reads would lose them. A thread not
+        queried at a read has no row there; the next row's increments cover the gap. Under --sampler ebpf
+        no schedstat is read at the tick: every thread every tick.
         """
         query = self.taskstats_client.query_raw
         mono = self.clock
@@ -643,11 +657,11 @@ class Recorder:
         tids: list[int] = []
         times: list[int] = []
         replies: list[bytes] = []
+        base = self.taskstats_base
         for tid, slot in self.phase_taskstats[phase]:
-            if not every_tick and moved[slot] != tick:
-                text = last_stat[slot]
-                if text[text.rfind(b")") + 2 :][:1] not in (b"R", b"D"):
-                    continue
+            if not (every_tick or base[slot] or counters_may_have_moved(moved[slot], last_stat[slot], tick)):
+                continue
+            base[slot] = False
             tids.append(tid)
             times.append(mono())
             try:
@@ -829,6 +843,7 @@ class Recorder:
         rusage_start = resource.getrusage(resource.RUSAGE_SELF)
 
         pread = os.pread
+        may_have_moved = counters_may_have_moved
         mono = self.clock
         write = self._send
         encode_tick = frames.encode_tick
@@ -882,6 +897,7 @@ class Recorder:
                 moved = self.moved_tick
                 last_stat = self.last_stat
                 stat_tick = self.stat_tick
+                sched_base = self.sched_base
                 for index, (fd_ss, fd_st, forced, slot) in enumerate(hot):
                     t_app(mono())
                     try:
@@ -912,11 +928,16 @@ class Recorder:
                         empty.append(index)
                 sched_raw: list[bytes] = []
                 for fd, slot in self.phase_sched[phase]:
-                    # With the stat: a thread not switched in since cannot have moved its counters.
-                    # b"": no sched row this tick (the next row's deltas cover the gap).
-                    try:
-                        sched_raw.append(pread(fd, SCHED_BYTES, 0) if stat_tick[slot] == tick else b"")
-                    except OSError:
+                    # b"": no sched row this tick (the next row's deltas cover the gap). Not with every stat
+                    # read: with the tiers off that is every tick, 2 KB of text a thread (60 MB/s at the
+                    # Bitwig shape's 121 real-time threads).
+                    if sched_base[slot] or may_have_moved(moved[slot], last_stat[slot], tick):
+                        try:
+                            sched_raw.append(pread(fd, SCHED_BYTES, 0))
+                            sched_base[slot] = False
+                        except OSError:
+                            sched_raw.append(b"")
+                    else:
                         sched_raw.append(b"")
                 if self.phase_taskstats[phase]:
                     self._read_taskstats(tick, phase)

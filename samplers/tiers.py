@@ -24,6 +24,9 @@ running thread's schedstat lags until the next scheduler tick. What can change w
 wake-up still waiting for a CPU; a policy set from outside; the CPU chosen at wake-up) is re-read at least
 once per slow interval: every thread's stat is read on its phase tick whatever its schedstat says.
 
+The same reasoning bounds the costlier sources read beside a thread's row (the sched file, taskstats):
+counters_may_have_moved says at which of its reads they are read.
+
 This module is the bookkeeping only (no /proc access): the recorder asks it which threads to read at
 which tick and tells it what the reads showed.
 """
@@ -45,6 +48,20 @@ PROMOTE_BUSY_NS = 500_000
 
 FAST = "fast"
 SLOW = "slow"
+
+
+def counters_may_have_moved(moved_tick: int, last_stat: bytes, tick: int) -> bool:
+    """At a tick a thread is read, whether its counters in the sched file and taskstats may have moved since
+    its last read: its schedstat moved at this tick (it was switched in since), or its last stat line says R
+    or D. Those counters move in the thread's own context while it runs (kernel/sched/core.c __schedule,
+    kernel/delayacct.c), or at its wake-up, after which it is R until it runs: the wake-up's migration
+    (set_task_cpu), the schedstats sleep and block sums (update_stats_enqueue_sleeper), and the block-IO
+    delay, which the waker ends (try_to_wake_up -> delayacct_blkio_end). R: running on (its schedstat lags
+    until the next scheduler tick) or runnable (a load balancer may migrate it); D: its wake-up may come
+    before a stat read shows R. A policy set from outside moves neither source's counters, and shows in the
+    stat line. Not read otherwise: the next read's increments cover the gap."""
+    return moved_tick == tick or last_stat[last_stat.rfind(b")") + 2 :][:1] in (b"R", b"D")
+
 
 # Why a thread is on its tier (the `why` column of the tiers table).
 WHY_START = "start"  # its first tier (slow: not yet seen running)

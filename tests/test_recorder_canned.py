@@ -213,11 +213,13 @@ def test_a_rename_and_a_policy_change_become_events_and_thread_rows(
 
 
 @pytest.mark.parametrize("slow_interval_ns", [0, 20_000_000], ids=["tiers-off", "tiers-20ms"])
-def test_taskstats_queried_where_the_counters_can_move(tmp_path: Path, monkeypatch, slow_interval_ns: int) -> None:
-    """At a thread's reads, a query where it ran since (its schedstat moved), is in R, or sleeps in D (its
-    block-IO delay ends at the wake-up, before it runs again); never for a sleeper that did not run: its
-    counters cannot have moved (Recorder._read_taskstats). Never between its reads (a slow-tier thread's):
-    the increments of such a query would find no window."""
+def test_taskstats_and_sched_read_where_the_counters_can_move(
+    tmp_path: Path, monkeypatch, slow_interval_ns: int
+) -> None:
+    """At a thread's reads, a taskstats query and a sched read where it ran since (its schedstat moved), is in
+    R, or sleeps in D (its block-IO delay ends at the wake-up, before it runs again); never for a sleeper
+    that did not run: its counters cannot have moved (tiers.counters_may_have_moved). Never between its
+    reads (a slow-tier thread's): the increments of such a query would find no window."""
     from samplers import taskstats
     from tests.test_taskstats import V16_OFFSETS, canned_struct, netlink_reply
 
@@ -237,10 +239,11 @@ def test_taskstats_queried_where_the_counters_can_move(tmp_path: Path, monkeypat
 
     monkeypatch.setattr(taskstats, "TaskstatsClient", CannedClient)
     fake = FakeProc(tmp_path / "proc")
-    fake.add_thread(100, 100, comm="sleeper", run_ns=1000, state="S")
-    fake.add_thread(100, 101, comm="in-io", run_ns=1000, state="D")
-    fake.add_thread(100, 102, comm="runner", run_ns=1000, state="S")
-    fake.add_thread(100, 103, comm="spinner", run_ns=1000, state="R")
+    sched = SCHED_SCHEDSTATS_5_10.decode()
+    fake.add_thread(100, 100, comm="sleeper", run_ns=1000, state="S", sched=sched)
+    fake.add_thread(100, 101, comm="in-io", run_ns=1000, state="D", sched=sched)
+    fake.add_thread(100, 102, comm="runner", run_ns=1000, state="S", sched=sched)
+    fake.add_thread(100, 103, comm="spinner", run_ns=1000, state="R", sched=sched)
     out = tmp_path / "taskstats.ssf"
     stop = threading.Event()
     moves: list[int] = []
@@ -260,7 +263,7 @@ def test_taskstats_queried_where_the_counters_can_move(tmp_path: Path, monkeypat
             out,
             TargetSpec(pids=[100]),
             duration_ns=300_000_000,
-            sched="none",
+            sched="all",
             taskstats="all",
             slow_interval_ns=slow_interval_ns,
         )
@@ -280,3 +283,9 @@ def test_taskstats_queried_where_the_counters_can_move(tmp_path: Path, monkeypat
     assert rows.groupby("tid").size().to_dict() == queried
     read_at = set(zip(samples["tid"], samples["tick"], strict=True))
     assert set(zip(rows["tid"], rows["tick"], strict=True)) <= read_at
+    # The sched file by the same rule (tiers.counters_may_have_moved), at the same reads.
+    sched_rows = cap.sched
+    assert sched_rows.groupby("tid").size().to_dict() == queried
+    assert set(zip(sched_rows["tid"], sched_rows["tick"], strict=True)) == set(
+        zip(rows["tid"], rows["tick"], strict=True)
+    )

@@ -179,7 +179,8 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
     default="rt",
     show_default=True,
     help="Also read /proc/.../sched (switch counts, migrations, schedstats sums; ~3x the cost of "
-    "schedstat) for real-time threads, all threads, or none.",
+    "schedstat) for real-time threads, all threads, or none: at the ticks the thread ran since, is R or "
+    "sleeps in D (its counters cannot move otherwise).",
 )
 @click.option(
     "--taskstats",
@@ -188,8 +189,8 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
     default="rt",
     show_default=True,
     help="Query per-thread taskstats (netlink; root): CPU, block-IO, swap-in, reclaim, thrashing and compaction "
-    "delays in exact ns (~5 us a query), at each tick the thread ran since its last query or sleeps in D. The "
-    "delays beyond CPU need --delayacct.",
+    "delays in exact ns (~5 us a query), at the ticks the thread ran since, is R or sleeps in D (its counters "
+    "cannot move otherwise). The delays beyond CPU need --delayacct.",
 )
 @click.option(
     "--delayacct",
