@@ -58,8 +58,9 @@ def counters_may_have_moved(moved_tick: int, last_stat: bytes, tick: int) -> boo
     (set_task_cpu), the schedstats sleep and block sums (update_stats_enqueue_sleeper), and the block-IO
     delay, which the waker ends (try_to_wake_up -> delayacct_blkio_end). R: running on (its schedstat lags
     until the next scheduler tick) or runnable (a load balancer may migrate it); D: its wake-up may come
-    before a stat read shows R. A policy set from outside moves neither source's counters, and shows in the
-    stat line. Not read otherwise: the next read's increments cover the gap."""
+    before a stat read shows R. A policy set from outside while the thread sleeps changes the sched file's
+    policy and prio lines, no counter: its stat line carries it (the samples' policy), and the next sched
+    row. Not read otherwise: the next read's increments cover the gap."""
     return moved_tick == tick or last_stat[last_stat.rfind(b")") + 2 :][:1] in (b"R", b"D")
 
 
