@@ -127,7 +127,6 @@ class _Thread:
     last_stat: bytes = b""
     seen_stat: bytes = b""
     moved_tick: int = -1
-    stat_tick: int = -1
     # The sched file and taskstats are read where the counters may have moved (tiers.counters_may_have_moved),
     # and once, whatever they say, when the source starts for the thread: the baseline the first
     # increments are taken from (a real-time thread that never runs has one row, not none).
@@ -235,7 +234,6 @@ class Recorder:
         self.base_ss: list[bytes] = []
         self.moved_tick: list[int] = []
         self.last_stat: list[bytes] = []
-        self.stat_tick: list[int] = []  # the tick of each thread's last stat read
         self.seen_stat: list[bytes] = []
         self.tick_now = 0
         self.ebpf_sampler_end: dict[str, Any] | None = None  # its probes' figures, for the trailer
@@ -535,7 +533,7 @@ class Recorder:
         for slot, thread in enumerate(self.slot_threads):
             thread.last_schedstat, thread.base_schedstat = self.last_ss[slot], self.base_ss[slot]
             thread.last_stat, thread.seen_stat = self.last_stat[slot], self.seen_stat[slot]
-            thread.moved_tick, thread.stat_tick = self.moved_tick[slot], self.stat_tick[slot]
+            thread.moved_tick = self.moved_tick[slot]
             thread.sched_base_due, thread.taskstats_base_due = self.sched_base[slot], self.taskstats_base[slot]
         order = sorted(self.threads.values(), key=lambda t: (t.pid, t.tid))
         self.slot_threads = order
@@ -545,7 +543,6 @@ class Recorder:
         self.base_ss = [t.base_schedstat for t in order]
         self.moved_tick = [t.moved_tick for t in order]
         self.last_stat = [t.last_stat for t in order]
-        self.stat_tick = [t.stat_tick for t in order]
         self.seen_stat = [t.seen_stat for t in order]
         self.slot_tids = [t.tid for t in order]
         self.slot_pids = [t.pid for t in order]
@@ -896,7 +893,6 @@ class Recorder:
                 last_ss = self.last_ss
                 moved = self.moved_tick
                 last_stat = self.last_stat
-                stat_tick = self.stat_tick
                 sched_base = self.sched_base
                 for index, (fd_ss, fd_st, forced, slot) in enumerate(hot):
                     t_app(mono())
@@ -911,11 +907,9 @@ class Recorder:
                             last_ss[slot] = schedstat
                             moved[slot] = tick
                             last_stat[slot] = stat
-                            stat_tick[slot] = tick
                         elif forced or last_stat[slot][last_stat[slot].rfind(b")") + 2 :][:1] == b"R":
                             stat = pread(fd_st, STAT_BYTES, 0)
                             last_stat[slot] = stat
-                            stat_tick[slot] = tick
                         else:
                             stat = b""
                     except OSError:  # ESRCH: the thread exited since the last tick
