@@ -52,7 +52,14 @@ def build() -> tuple[Path, Path, Path]:
 
 
 def one_run(
-    label: str, target_argv: list[str], seconds: float, interval: str, slow: str, floor_bin: Path, sampler: str
+    label: str,
+    target_argv: list[str],
+    seconds: float,
+    interval: str,
+    slow: str,
+    floor_bin: Path,
+    sampler: str,
+    extra: list[str],
 ) -> dict:
     import forensics
 
@@ -79,6 +86,7 @@ def one_run(
                     "--slow-interval",
                     slow,
                     *(["--sampler", sampler] if sampler != "proc" else []),
+                    *extra,
                 ],
                 check=True,
                 env=env,
@@ -157,6 +165,12 @@ def main() -> None:
     ap.add_argument(
         "--sampler", choices=["proc", "ebpf"], default="proc", help="catch-load --sampler (ebpf: root; tiers are off)"
     )
+    ap.add_argument(
+        "--catch-load-args",
+        default="",
+        metavar="ARGS",
+        help="more catch-load options for every run, e.g. '--taskstats none' (split on spaces)",
+    )
     args = ap.parse_args()
     many_bin, floor_bin, bitwig_bin = build()
     load = os.getloadavg()[0]
@@ -167,7 +181,7 @@ def main() -> None:
         else [(f"many {n}", [str(many_bin), str(n), hold]) for n in args.threads]
     )
     results = [
-        one_run(label, argv, args.seconds, args.interval, slow, floor_bin, args.sampler)
+        one_run(label, argv, args.seconds, args.interval, slow, floor_bin, args.sampler, args.catch_load_args.split())
         for label, argv in targets
         for slow in args.slow
     ]

@@ -37,7 +37,7 @@ from samplers.procfs import ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
 from samplers.ticktimes import TickTimes
-from samplers.tiers import PROMOTE_BUSY_NS, SLOW_INTERVAL_NS, Tiers, busy_ns, counters_may_have_moved, stat_policy
+from samplers.tiers import SLOW_INTERVAL_NS, Tiers, counters_may_have_moved, earns_fast_tier, stat_policy
 
 DISCOVERY_NS = 250_000_000  # new processes (and exits of zombies) are picked up within this
 THREAD_SCAN_NS = 50_000_000  # new threads of known processes: one listdir per process, cheap
@@ -566,12 +566,12 @@ class Recorder:
             self._send(frames.encode_json(frames.TIERS, {"rows": rows}))
 
     def _after_tick(self, tick: int, phase: int, now: int) -> None:
-        """Promotions from this tick's slow reads: it ran or waited for a CPU long enough since its last slow
-        read (tiers.PROMOTE_BUSY_NS), or its stat shows a real-time policy."""
+        """Promotions from this tick's slow reads: it ran long enough since its last slow read
+        (tiers.earns_fast_tier), or its stat shows a real-time policy."""
         moved, base, last_ss = self.moved_tick, self.base_ss, self.last_ss
         for slot, tid in self.phase_slow[phase]:
             if moved[slot] == tick:
-                if busy_ns(base[slot], last_ss[slot]) >= PROMOTE_BUSY_NS:
+                if earns_fast_tier(base[slot], last_ss[slot]):
                     self.tiers.ran(tid, now)
                 base[slot] = last_ss[slot]
                 continue

@@ -9,8 +9,8 @@ read on a VM), and most of a big engine's threads sleep. So each thread is on on
   tick % period == phase(k), the phases filled evenly, so every tick reads about (slow threads / period)
   of them and the tick's cost stays flat.
 
-A slow thread is promoted when its slow read shows its schedstat run and wait counters moved by
-PROMOTE_BUSY_NS or more since its previous slow read (it ran, or waited for a CPU, that long) or its stat
+A slow thread is promoted when its slow read shows, since its previous slow read, its schedstat run
+counter moved by PROMOTE_RUN_NS or more (earns_fast_tier: running, not waiting for a CPU), or its stat
 text shows a real-time policy: decided within one slow interval of the change, and read every tick once
 the recorder next rebuilds its read lists (at most once per slow interval).
 A fast thread that is not pinned (engine, real-time, --fast) goes back to the slow tier after
@@ -41,10 +41,10 @@ from capture.vocabulary import RT_POLICIES
 
 SLOW_INTERVAL_NS = 20_000_000  # default slow tier: promotion within 20 ms, a tenth of the reads at 2 ms
 DEMOTE_QUIET_NS = 250_000_000  # a fast thread quiet this long goes back to the slow tier
-# A slow thread is promoted when, between two of its slow reads, it ran or waited for a CPU this long: a
-# thread that wakes for 10 us once a second (a DAW's timers, its UI) is not worth every tick; one that
-# starts burning a CPU or is kept waiting crosses it at its next slow read.
-PROMOTE_BUSY_NS = 500_000
+# A slow thread is promoted when, between two of its slow reads, it ran this long: a thread that wakes for
+# 10 us once a second (a DAW's timers, its UI) is not worth every tick; one that starts burning a CPU
+# crosses it at its next slow read. Waiting for a CPU does not promote (earns_fast_tier says why).
+PROMOTE_RUN_NS = 500_000
 
 FAST = "fast"
 SLOW = "slow"
@@ -79,14 +79,22 @@ WHY_LEADER = "leader"
 STAT_POLICY_TOKEN = 38  # token index after the last ')' of a stat line (samplers.procfs.STAT_POLICY)
 
 
-def busy_ns(old: bytes, new: bytes) -> int:
-    """ns run plus ns waited for a CPU between two schedstat texts; a large number when one is unreadable."""
+def earns_fast_tier(old: bytes, new: bytes) -> bool:
+    """Whether a slow thread's schedstat moved enough between two slow reads to read it every tick: it ran
+    PROMOTE_RUN_NS or more; True when a text is unreadable (read it every tick rather than guess).
+
+    Its own running, not its waits for a CPU: a wait is the machine's doing, and on a machine the recorder
+    loads partly the recorder's own, so promoting on it feeds back. Measured (bench/sampler_bench.py --bitwig
+    --slow 20ms, two rounds each, README "Read tiers"): with 0.5 ms of running or waiting as the bar, the
+    Bitwig shape's 408 threads that wake for microseconds once a second were promoted 127 times a second,
+    each then read every tick for DEMOTE_QUIET_NS without moving again: 22-34 % of ticks missed; with a
+    wait of a tick promoting, 41-61 % (a missed tick is a wait of a tick for every thread it held up);
+    running only, 9-11 %. A slow thread kept waiting is still read once per slow interval, its wait in its
+    windows."""
     try:
-        run0, wait0 = old.split()[:2]
-        run1, wait1 = new.split()[:2]
-        return int(run1) - int(run0) + int(wait1) - int(wait0)
-    except ValueError:
-        return 1 << 62
+        return int(new.split(maxsplit=1)[0]) - int(old.split(maxsplit=1)[0]) >= PROMOTE_RUN_NS
+    except (ValueError, IndexError):
+        return True
 
 
 def stat_policy(raw: bytes) -> int | None:
