@@ -106,6 +106,16 @@ def _yes_no(value: Any) -> str:
     return str(value)
 
 
+def _taskstats_text(sources: dict[str, Any]) -> str:
+    """--taskstats auto as what it queried (samplers/tiers.py adds_to_proc); the other modes as they are."""
+    mode = sources.get("taskstats")
+    if mode != "auto":
+        return _yes_no(mode)
+    if sources.get("delayacct") is False:
+        return "auto: real-time threads with no sched file read (delay accounting off)"
+    return "auto: real-time threads"
+
+
 def describe_capture(cap: Capture) -> dict[str, Any]:
     """Sections of label -> text, plus the raw meta/trailer/counts for JSON."""
     meta = cap.meta
@@ -138,7 +148,7 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
         "sched file": sources.get("sched", "unknown"),
         "schedstats": _schedstats_text(sources),
         "delay accounting": _yes_no(sources.get("delayacct")),
-        "taskstats": _yes_no(sources.get("taskstats")),
+        "taskstats": _taskstats_text(sources),
         # the scheduler's switch and wake-up events of --ebpf (not the eBPF sampler of the row above)
         "eBPF events": _ebpf_text(sources.get("ebpf"), (trailer or {}).get("ebpf")),
         "pressure (PSI)": _yes_no(sources.get("psi")),

@@ -37,7 +37,14 @@ from samplers.procfs import ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
 from samplers.ticktimes import TickTimes
-from samplers.tiers import SLOW_INTERVAL_NS, Tiers, counters_may_have_moved, earns_fast_tier, stat_policy
+from samplers.tiers import (
+    SLOW_INTERVAL_NS,
+    Tiers,
+    adds_to_proc,
+    counters_may_have_moved,
+    earns_fast_tier,
+    stat_policy,
+)
 
 DISCOVERY_NS = 250_000_000  # new processes (and exits of zombies) are picked up within this
 THREAD_SCAN_NS = 50_000_000  # new threads of known processes: one listdir per process, cheap
@@ -86,7 +93,9 @@ class RecorderOptions:
     interval_ns: int = 2_000_000
     duration_ns: int | None = None
     sched: str = "rt"  # all | rt | none
-    taskstats: str = "none"  # all | rt | none: per-thread netlink taskstats at the tick (root)
+    # auto | all | rt | none: per-thread netlink taskstats at the tick (root); auto: rt where a reply holds more
+    # than the thread's /proc reads (samplers/taskstats.py adds_to_proc)
+    taskstats: str = "none"
     ebpf: bool = False  # the writer process attaches the eBPF probes (root, BCC)
     sampler: str = "proc"  # proc | ebpf: the tick reads /proc, or the kernel counters of samplers/ebpf/sampler.py
     # Under --sampler ebpf: "kernel": a BPF program takes the tick and the recorder drains them every 125 ms
@@ -175,6 +184,7 @@ class Recorder:
         self.layout_id = 0
         self.layout_base = 0
         self.taskstats_client: Any = None
+        self.delay_accounting: bool | None = None  # kernel.task_delayacct at the start (the sources' delayacct)
         self.notes: list[str] = []  # one-line messages for the user (a source that could not be used)
         self._layout_dirty = True
         self.stop_reason: str | None = None
@@ -412,8 +422,18 @@ class Recorder:
             thread.base_schedstat = os.pread(fds[0], SCHEDSTAT_BYTES, 0)
         if self.options.sched == "all":
             self._open_sched(thread)
-        thread.taskstats = self.taskstats_client is not None and self.options.taskstats == "all"
+        thread.taskstats = self._wants_taskstats(thread, rt=False)
         return thread
+
+    def _wants_taskstats(self, thread: _Thread, rt: bool) -> bool:
+        """Whether a thread is queried (--taskstats): all, the real-time ones, or auto: the real-time ones where a
+        reply holds more than the thread's /proc reads (taskstats.adds_to_proc)."""
+        mode = self.options.taskstats
+        if self.taskstats_client is None or mode == "none":
+            return False
+        if mode == "all":
+            return True
+        return rt and (mode == "rt" or adds_to_proc(self.delay_accounting, sched_read=thread.fd_sched >= 0))
 
     def _open_sched(self, thread: _Thread) -> None:
         try:
@@ -614,9 +634,10 @@ class Recorder:
                 self._add_process(info, t_ns, at_start=False)
 
     def _update_rt_sources(self) -> None:
-        """Under --sched rt / --taskstats rt, read those sources for exactly the real-time threads."""
+        """Under --sched rt / --taskstats rt or auto, read those sources for exactly the real-time threads (auto:
+        beside the sched file only where taskstats adds to it)."""
         sched_rt = self.options.sched == "rt"
-        taskstats_rt = self.options.taskstats == "rt" and self.taskstats_client is not None
+        taskstats_rt = self.options.taskstats in ("rt", "auto") and self.taskstats_client is not None
         if not (sched_rt or taskstats_rt or self.tiers.enabled):
             return
         for thread in self.threads.values():
@@ -633,8 +654,8 @@ class Recorder:
                 os.close(thread.fd_sched)
                 thread.fd_sched = -1
                 self._layout_dirty = True
-            if taskstats_rt and thread.taskstats != rt:
-                thread.taskstats = rt
+            if taskstats_rt and thread.taskstats != self._wants_taskstats(thread, rt):
+                thread.taskstats = not thread.taskstats
                 self._base_due(thread, self.taskstats_base, "taskstats_base_due")
                 self._layout_dirty = True
 
@@ -777,6 +798,8 @@ class Recorder:
             except OSError as err:
                 raise ForensicsError(f"cannot pin the sampler to CPU {opts.cpu}: {err.strerror}") from err
         sampler_policy = self._set_priority(opts.rt_priority)
+        # Read after --delayacct switched it on: whether taskstats beside the sched file adds anything (auto).
+        self.delay_accounting = base_meta.get("sources", {}).get("delayacct")
         if opts.taskstats != "none":
             self._open_taskstats()
         sampler_meta: dict[str, Any] = {}

@@ -137,6 +137,23 @@ def test_sched_is_read_for_real_time_threads_and_policy_changes_are_events(tmp_p
     assert changes["text"].tolist() == ["OTHER/0 -> RR/5"]
     samples = cap.samples[cap.samples["tid"] == late]
     assert set(samples["policy"]) == {0, 2}
+    # --taskstats auto (the default): beside a real-time thread's sched file, queried only with delay
+    # accounting on; without it a reply holds nothing the sched file and /proc lack (tiers.adds_to_proc).
+    if cap.meta["sources"]["taskstats"]:  # root and CONFIG_TASKSTATS
+        queried = set(cap.table("taskstats")["tid"]) if "taskstats" in cap.table_names else set()
+        assert (sleeper in queried) == (cap.meta["sources"]["delayacct"] is not False)
+
+
+@pytest.mark.needs_root  # SCHED_FIFO, taskstats
+def test_taskstats_auto_queries_a_real_time_thread_whose_sched_file_is_not_read(tmp_path: Path) -> None:
+    cap, report, _ = record(tmp_path, "--sched", "none", workload_args=("--duration", "1.0", "--rt"))
+    if not cap.meta["sources"]["taskstats"]:
+        pytest.skip("no taskstats on this kernel (CONFIG_TASKSTATS)")
+    assert "sched" not in cap.table_names or cap.sched.empty
+    rows = cap.table("taskstats")
+    sleeper, spinner = report["tids"]["sleeper"], report["tids"]["spinner"]
+    assert sleeper in set(rows["tid"]) and spinner not in set(rows["tid"])  # real-time threads only
+    assert rows.loc[rows["tid"] == sleeper, "nvcsw"].notna().all()
 
 
 def test_sigkill_of_the_recorder_loses_at_most_the_last_second(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from samplers.tiers import (
     WHY_RT,
     WHY_START,
     Tiers,
+    adds_to_proc,
     earns_fast_tier,
 )
 from tests.fakeproc import PID_ABOVE_MAX, FakeProc
@@ -338,3 +339,10 @@ def test_a_tier_change_rebuilds_the_read_lists_as_a_full_rebuild_would(tmp_path:
     assert [[recorder.slot_tids[slot] for _, slot in phase] for phase in sched] == odd
     assert [[phase[i] for i in spec["sched"]] for phase, spec in zip(tids, specs, strict=True)] == odd
     assert [spec["tids"] for spec in specs] == tids
+
+
+def test_taskstats_beside_the_sched_file_only_with_delay_accounting() -> None:
+    """--taskstats auto: without delay accounting a reply holds what the sched file and /proc hold."""
+    assert not adds_to_proc(False, sched_read=True)
+    assert adds_to_proc(False, sched_read=False)  # the switch counts come from taskstats alone
+    assert adds_to_proc(True, sched_read=True) and adds_to_proc(None, sched_read=True)  # unknown: query

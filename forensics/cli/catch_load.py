@@ -185,12 +185,14 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
 @click.option(
     "--taskstats",
     "taskstats_mode",
-    type=click.Choice(["rt", "all", "none"]),
-    default="rt",
+    type=click.Choice(["auto", "rt", "all", "none"]),
+    default="auto",
     show_default=True,
     help="Query per-thread taskstats (netlink; root): CPU, block-IO, swap-in, reclaim, thrashing and compaction "
     "delays in exact ns (~5 us a query), at the ticks the thread ran since, is R or sleeps in D (its counters "
-    "cannot move otherwise). The delays beyond CPU need --delayacct.",
+    "cannot move otherwise), for real-time threads, all threads, or none. The delays beyond CPU need "
+    "--delayacct. auto: the real-time threads, but beside their sched file only with delay accounting on "
+    "(without it a reply holds nothing the analyses lack: README, 'Read tiers').",
 )
 @click.option(
     "--delayacct",
@@ -442,7 +444,7 @@ def catch_load(
             quiet,
             regex,
             guard,
-            explicit_taskstats=delayacct or taskstats_mode == "all",
+            explicit_taskstats=delayacct or taskstats_mode in ("rt", "all"),
             flight=watcher,
         )
     finally:
@@ -579,7 +581,7 @@ def _record(
     try:
         trailer = session.record(meta)
         status_line.clear()
-        if explicit_taskstats:  # the default (rt) says nothing when it cannot run; `info` shows it
+        if explicit_taskstats:  # the default (auto) says nothing when it cannot run; `info` shows it
             for note in session.recorder.notes:
                 click.echo(f"catch-load: {note}", err=True)
         # What an engine source could not record (an engine a target uses, or one asked for): said when it
