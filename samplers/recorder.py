@@ -33,6 +33,7 @@ from capture.errors import ForensicsError
 from capture.vocabulary import RT_POLICIES
 from samplers import frames
 from samplers.engine.source import EngineSources
+from samplers.periodic import NEVER_NS, PeriodicJobs
 from samplers.procfs import ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
@@ -47,6 +48,13 @@ from samplers.tiers import (
 )
 
 DISCOVERY_NS = 250_000_000  # new processes (and exits of zombies) are picked up within this
+# The periodic jobs between ticks (Recorder._periodic_job, samplers/periodic.py), in the order they run when due
+# at once.
+JOB_SYSTEM = "system"
+JOB_DISCOVERY = "discovery"
+JOB_THREAD_SCAN = "thread scan"
+JOB_RT_SOURCES = "real-time sources"
+JOB_DEMOTE = "demote"
 THREAD_SCAN_NS = 50_000_000  # new threads of known processes: one listdir per process, cheap
 SYSTEM_NS = 50_000_000  # /proc/stat and PSI: context, not per thread; cheap at 20 Hz
 STATUS_NS = 500_000_000
@@ -185,6 +193,8 @@ class Recorder:
         self.layout_base = 0
         self.taskstats_client: Any = None
         self.delay_accounting: bool | None = None  # kernel.task_delayacct at the start (the sources' delayacct)
+        self._jobs = PeriodicJobs({})  # the periodic work between ticks (run(), _periodic_job)
+        self._demote_since_tick = 0  # the demotion check looks for schedstat moves from this tick on
         self.notes: list[str] = []  # one-line messages for the user (a source that could not be used)
         self._layout_dirty = True
         self.stop_reason: str | None = None
@@ -611,15 +621,41 @@ class Recorder:
         self.tiers.demote_quiet(now)
 
     # the periodic work between ticks ----------------------------------------------------------------
+    def _periodic_job(self, job: str, now: int) -> None:
+        """Run one periodic job of the loop and set when it is due next."""
+        jobs = self._jobs.due_ns
+        mono = self.clock
+        if job == JOB_SYSTEM:
+            self._read_system(mono())
+            jobs[job] += SYSTEM_NS  # on its grid: 20 Hz however late one read came
+        elif job == JOB_DISCOVERY:
+            self._discover(mono())
+            jobs[job] = now + DISCOVERY_NS
+            jobs[JOB_THREAD_SCAN] = jobs[JOB_RT_SOURCES] = now  # the new processes' threads, then their sources
+            if self.spec.command_pid is not None and self.spec.command_pid not in self.processes:
+                self.stop("the command exited")
+            elif not self.processes and self.spec.match is None:
+                self.stop("every target exited")
+        elif job == JOB_THREAD_SCAN:
+            self._scan_threads(mono())
+            jobs[job] = now + THREAD_SCAN_NS
+        elif job == JOB_RT_SOURCES:
+            self._update_rt_sources()
+            jobs[job] = NEVER_NS
+        else:  # JOB_DEMOTE
+            self._demote(now, self._demote_since_tick)
+            jobs[job] = now + DEMOTE_CHECK_NS
+            self._demote_since_tick = self.tick_now + 1
+
     def _discover(self, t_ns: int) -> None:
+        """Target processes gone and new; engines. Their threads: the thread scan and the sources' update after
+        it, each a job of its own (_periodic_job)."""
         for pid in list(self.processes):
             if not self.discovery.still_alive(pid):
                 self._process_exited(pid, t_ns)
         for info in self.discovery.scan():
             self._add_process(info, t_ns, at_start=False)
         self._engines(t_ns)
-        self._scan_threads(t_ns)
-        self._update_rt_sources()
 
     def _engines(self, t_ns: int) -> None:
         """Start an engine source when a target is its client; record the engines' clients."""
@@ -851,15 +887,21 @@ class Recorder:
             self.ebpf_ticker.begin(start)
         interval = KERNEL_TICK_WAKE_NS if kernel_ticks else opts.interval_ns
         end_at = start + opts.duration_ns if opts.duration_ns else None
-        next_discovery = start + DISCOVERY_NS
-        next_thread_scan = start + THREAD_SCAN_NS
         next_handover = start
-        next_system = start
         next_status = start + STATUS_NS
         next_stdin = start
-        next_demote = start + DEMOTE_CHECK_NS
         next_tier_layout = 0
-        demote_tick = 0
+        # The periodic work between ticks (_periodic_job): when each is due first.
+        self._jobs = jobs = PeriodicJobs(
+            {
+                JOB_SYSTEM: start,
+                JOB_DISCOVERY: start + DISCOVERY_NS,
+                JOB_THREAD_SCAN: start + THREAD_SCAN_NS,
+                JOB_RT_SOURCES: NEVER_NS,  # after each discovery's thread scan
+                JOB_DEMOTE: start + DEMOTE_CHECK_NS if self.tiers.enabled else NEVER_NS,
+            }
+        )
+        self._demote_since_tick = 0
         rusage_start = resource.getrusage(resource.RUSAGE_SELF)
 
         pread = os.pread
@@ -1002,31 +1044,15 @@ class Recorder:
                         self._thread_exited(tids[i], times[i])
                 if self.tiers.enabled:
                     self._after_tick(tick, phase, now)
-                    if now >= next_demote:
-                        self._demote(now, demote_tick)
-                        next_demote = now + DEMOTE_CHECK_NS
-                        demote_tick = tick + 1
                     if self.tiers.rows:
                         self._send_tiers()
-                if now >= next_system:
-                    self._read_system(mono())
-                    next_system += SYSTEM_NS
                 if self._markers:
                     self._flush_markers()
                 if opts.stdin_markers and now >= next_stdin:
                     self._poll_stdin(mono())
                     next_stdin = now + STDIN_NS
-                if now >= next_discovery:
-                    self._discover(mono())
-                    next_discovery = now + DISCOVERY_NS
-                    next_thread_scan = now + THREAD_SCAN_NS
-                    if self.spec.command_pid is not None and self.spec.command_pid not in self.processes:
-                        self.stop("the command exited")
-                    elif not self.processes and self.spec.match is None:
-                        self.stop("every target exited")
-                elif now >= next_thread_scan:
-                    self._scan_threads(mono())
-                    next_thread_scan = now + THREAD_SCAN_NS
+                if now >= jobs.next_ns:  # spread over the ticks (samplers/periodic.py)
+                    jobs.run_due(now, due, interval, self._periodic_job, mono)
                 if self.on_status is not None and now >= next_status:
                     self.on_status(self._status(mono(), start))
                     next_status += STATUS_NS
