@@ -106,6 +106,24 @@ def _yes_no(value: Any) -> str:
     return str(value)
 
 
+def _tiers_text(cap: Capture, rec: dict[str, Any]) -> str:
+    """Who was read less often than every tick (README "Read tiers"): --slow-interval auto says from when."""
+    auto = cap.meta.get("read_tiers")
+    if isinstance(auto, dict):
+        since = auto.get("on_ns", 0) - (rec.get("started_ns") or 0)
+        return (
+            f"{fmt_ns(auto.get('slow_interval_ns'))} slow tier from {fmt_ns(max(since, 0))} on "
+            f"(auto: {auto.get('threads')} threads)"
+        )
+    if rec.get("sampler") == "ebpf" or "tiers" not in cap.table_names:
+        return "off: every thread every tick"
+    tiers = cap.table("tiers", columns=["tier", "interval_ns"])
+    slow = tiers[tiers["tier"].astype(str) == "slow"]
+    if slow.empty:
+        return "off: every thread every tick"
+    return f"{fmt_ns(int(slow['interval_ns'].max()))} slow tier from the start"
+
+
 def _taskstats_text(sources: dict[str, Any]) -> str:
     """--taskstats auto as what it queried (samplers/tiers.py adds_to_proc); the other modes as they are."""
     mode = sources.get("taskstats")
@@ -145,6 +163,7 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
         "schedstat + stat": _ebpf_sampler_text(meta.get("ebpf_sampler") or {})
         if rec.get("sampler") == "ebpf"
         else "every tick",
+        "read tiers": _tiers_text(cap, rec),
         "sched file": sources.get("sched", "unknown"),
         "schedstats": _schedstats_text(sources),
         "delay accounting": _yes_no(sources.get("delayacct")),

@@ -39,6 +39,8 @@ from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
 from samplers.ticktimes import TickTimes
 from samplers.tiers import (
+    AUTO_TIERS_ABOVE_THREADS,
+    SLOW_AUTO,
     SLOW_INTERVAL_NS,
     Tiers,
     adds_to_proc,
@@ -121,7 +123,8 @@ class RecorderOptions:
     # "explicit": bool, "follow": bool, "log_fd": fd of the server's output or None, "log_file": path or
     # None, "wait_s": s}; started with the recorder (samplers/engine/source.py).
     engine: dict[str, Any] | None = None
-    # Read tiers (samplers/tiers.py): threads not worth every tick are read this often; 0: all every tick.
+    # Read tiers (samplers/tiers.py): threads not worth every tick are read this often; 0: all every tick;
+    # SLOW_AUTO: all every tick until the targets have more than AUTO_TIERS_ABOVE_THREADS threads.
     slow_interval_ns: int = SLOW_INTERVAL_NS
     fast: re.Pattern[str] | None = None  # threads whose name matches are always read every tick
     # A flight recording (capture/segments.py): {"segment_ns", "keep_ns"}; `output` is then the ring's directory.
@@ -166,6 +169,7 @@ class Status:
     markers: int = 0  # markers written so far
     last_marker: tuple[int, str] | None = None  # (ns since the start, label) of the latest one
     notes: tuple[str, ...] = ()  # what the engine sources could not record, so far (said once, when it comes)
+    tiers_on: bool = False  # the read tiers read some threads less often than every tick (samplers/tiers.py)
 
 
 class Recorder:
@@ -231,7 +235,8 @@ class Recorder:
         self._ebpf_meta: dict[str, Any] = {}  # what its start() said, for the metadata
         # The eBPF sampler reads every thread's kernel counters in one copy: no read tiers under it.
         slow_interval_ns = options.slow_interval_ns if options.sampler == "proc" else 0
-        self.tiers = Tiers(options.interval_ns, slow_interval_ns, options.fast)
+        self._tiers_auto = slow_interval_ns == SLOW_AUTO  # until they switch on (_tiers_when_grown)
+        self.tiers = Tiers(options.interval_ns, 0 if self._tiers_auto else slow_interval_ns, options.fast)
         # Per phase of the slow tier: (fd schedstat, fd stat, stat forced, slot) per read, the layout id,
         # and (slot, tid) of the slow threads read there. Slots index the per-thread lists below.
         self.phase_hot: list[list[tuple[int, int, bool, int]]] = [[]]
@@ -639,6 +644,7 @@ class Recorder:
         elif job == JOB_THREAD_SCAN:
             self._scan_threads(mono())
             jobs[job] = now + THREAD_SCAN_NS
+            self._tiers_when_grown(mono())  # after the new threads' rows: their first tier came first
         elif job == JOB_RT_SOURCES:
             self._update_rt_sources()
             jobs[job] = NEVER_NS
@@ -646,6 +652,23 @@ class Recorder:
             self._demote(now, self._demote_since_tick)
             jobs[job] = now + DEMOTE_CHECK_NS
             self._demote_since_tick = self.tick_now + 1
+
+    def _tiers_when_grown(self, t_ns: int) -> None:
+        """--slow-interval auto: the tiers switch on, once, when the targets have more than
+        AUTO_TIERS_ABOVE_THREADS threads (samplers/tiers.py says why); the metadata says when."""
+        if not self._tiers_auto or len(self.threads) <= AUTO_TIERS_ABOVE_THREADS:
+            return
+        self._tiers_auto = False
+        self.tiers = self.tiers.switched_on(SLOW_INTERVAL_NS, t_ns)
+        for slot in range(len(self.slot_threads)):  # a thread's first slow read is compared with its last read
+            self.base_ss[slot] = self.last_ss[slot]
+        self._layout_dirty = True
+        jobs = self._jobs.due_ns
+        if jobs:  # the loop runs: demotions from now on
+            jobs[JOB_DEMOTE] = t_ns + DEMOTE_CHECK_NS
+            self._jobs.next_ns = min(jobs.values())
+        info = {"asked": "auto", "slow_interval_ns": SLOW_INTERVAL_NS, "on_ns": t_ns, "threads": len(self.threads)}
+        self._send(frames.encode_json(frames.META, {"read_tiers": info}))
 
     def _discover(self, t_ns: int) -> None:
         """Target processes gone and new; engines. Their threads: the thread scan and the sources' update after
@@ -799,6 +822,7 @@ class Recorder:
             self._marker_count,
             last,
             tuple(self.engines.notes),
+            self.tiers.enabled,
         )
 
     # the run ----------------------------------------------------------------------------------------
@@ -864,6 +888,7 @@ class Recorder:
         found_at = self.clock()
         for info in self.discovery.initial():
             self._add_process(info, found_at, at_start=True)
+        self._tiers_when_grown(self.clock())
         if not self.processes and self.spec.match is None and self.spec.command_pid is None:
             raise ForensicsError("no target process found")
         self._engines(found_at)

@@ -34,6 +34,7 @@ which tick and tells it what the reads showed.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -46,6 +47,16 @@ DEMOTE_QUIET_NS = 250_000_000  # a fast thread quiet this long goes back to the 
 # 10 us once a second (a DAW's timers, its UI) is not worth every tick; one that starts burning a CPU
 # crosses it at its next slow read. Waiting for a CPU does not promote (earns_fast_tier says why).
 PROMOTE_RUN_NS = 500_000
+
+# --slow-interval auto (catch-load's default): every thread every tick, and the tiers at SLOW_INTERVAL_NS from
+# the moment the targets have more threads than AUTO_TIERS_ABOVE_THREADS (once; they stay on). Reading every
+# thread every tick cost the whole tool (recorder + writer) about 0.4 % of a core per thread, the tiers a
+# fraction of that: 30, 100 and 200 threads 16, 42 and 85 % without, 8.5, 15 and 20 % with
+# (bench/sampler_bench.py --threads 30 100 200 --slow off 20ms, 2026-12-07), and a Bitwig-sized engine (533
+# threads) cannot be read every tick at 2 ms at all (README "The Bitwig shape"). A small graph (a JACK server
+# and a few clients: tens of threads) keeps every thread at every tick, its full resolution.
+SLOW_AUTO = -1
+AUTO_TIERS_ABOVE_THREADS = 100
 
 FAST = "fast"
 SLOW = "slow"
@@ -155,6 +166,15 @@ class Tiers:
 
     def period_ns(self, tier: str) -> int:
         return self.interval_ns * (self.period if tier == SLOW else 1)
+
+    def switched_on(self, slow_interval_ns: int, t_ns: int) -> Tiers:
+        """These threads on tiers of `slow_interval_ns` from t_ns (--slow-interval auto, the targets grown past
+        AUTO_TIERS_ABOVE_THREADS): each placed as if just added, its pins kept (a row each)."""
+        new = Tiers(self.interval_ns, slow_interval_ns, self.fast, self.quiet_ns, engine_pids=set(self.engine_pids))
+        new.rows = self.rows  # changes not yet handed over come first
+        for state in self.threads.values():
+            new.add(state.tid, state.pid, state.comm, os.SCHED_FIFO if state.pinned == WHY_RT else None, t_ns)
+        return new
 
     # membership ----------------------------------------------------------------------------------
     def add(self, tid: int, pid: int, comm: str, policy: int | None, t_ns: int) -> None:

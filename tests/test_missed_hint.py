@@ -10,7 +10,9 @@ from samplers.recorder import RecorderOptions, Status
 
 
 def _recorder(**options: object) -> SimpleNamespace:
-    return SimpleNamespace(options=RecorderOptions(output="x.ssf", **options), threads_seen=534)
+    recorder_options = RecorderOptions(output="x.ssf", **options)  # type: ignore[arg-type]
+    tiers = SimpleNamespace(enabled=recorder_options.slow_interval_ns > 0)  # as they ended
+    return SimpleNamespace(options=recorder_options, threads_seen=534, tiers=tiers)
 
 
 def test_a_recorder_that_kept_its_interval_gets_no_hint() -> None:

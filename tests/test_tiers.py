@@ -20,10 +20,12 @@ import forensics
 from analyses.machine import machine_growth
 from analyses.spikes import find_spikes
 from analyses.tiers import slow_spans, slow_tier_undecided
+from forensics.describe import describe_capture
 from samplers.targets import TargetSpec
 from samplers.tiers import (
     FAST,
     SLOW,
+    WHY_ALL,
     WHY_LEADER,
     WHY_MATCH,
     WHY_QUIET,
@@ -346,3 +348,78 @@ def test_taskstats_beside_the_sched_file_only_with_delay_accounting() -> None:
     assert not adds_to_proc(False, sched_read=True)
     assert adds_to_proc(False, sched_read=False)  # the switch counts come from taskstats alone
     assert adds_to_proc(True, sched_read=True) and adds_to_proc(None, sched_read=True)  # unknown: query
+
+
+def test_switched_on_places_every_thread_anew_and_keeps_its_pins() -> None:
+    """--slow-interval auto: the tiers switch on mid-recording; each thread as if just added, pins kept."""
+    tiers = Tiers(interval_ns=2 * MS, slow_interval_ns=0, fast=re.compile("^audio"))
+    tiers.set_engine_pids([5], 0)
+    tiers.add(1, 1, "host", policy=0, t_ns=0)  # a leader
+    tiers.add(101, 1, "worker", policy=0, t_ns=0)
+    tiers.add(102, 1, "audio-in", policy=0, t_ns=0)
+    tiers.add(103, 1, "dsp", policy=1, t_ns=0)  # SCHED_FIFO
+    tiers.add(501, 5, "client", policy=0, t_ns=0)  # an engine's client
+    tiers.add(104, 1, "later-rt", policy=0, t_ns=0)
+    tiers.policy_seen(104, 2, 10 * MS)  # turned SCHED_RR
+    assert not tiers.enabled and not any(tiers.is_slow(t) for t in (1, 101, 102, 103, 501, 104))
+    before = len(tiers.rows)
+    on = tiers.switched_on(20 * MS, 50 * MS)
+    assert on.enabled and on.period == 10
+    assert on.is_slow(101) and not any(on.is_slow(t) for t in (1, 102, 103, 501, 104))
+    rows = on.take_rows()
+    assert len(rows) == before + 6  # the changes not handed over yet, then one row a thread
+    new = {r["tid"]: (r["tier"], r["why"], r["interval_ns"]) for r in rows[before:]}
+    assert new[101] == (SLOW, WHY_START, 20 * MS) and new[103] == (FAST, WHY_RT, 2 * MS)
+    assert new[104][1] == WHY_RT and new[501][1] == "engine" and new[1][1] == WHY_LEADER
+    assert {r["t_ns"] for r in rows[before:]} == {50 * MS}
+
+
+GROWING = r"""
+import sys, threading, time
+ready = threading.Event()
+def sleeper():
+    ready.wait()
+    time.sleep(60)
+for _ in range(3):
+    threading.Thread(target=sleeper, daemon=True).start()
+time.sleep(float(sys.argv[1]))                 # a small engine for a while
+for _ in range(int(sys.argv[2])):              # then it grows (a plugin with a thread pool)
+    threading.Thread(target=sleeper, daemon=True).start()
+ready.set()
+time.sleep(float(sys.argv[3]))
+"""
+
+
+def test_auto_tiers_switch_on_when_the_targets_grow_past_a_hundred_threads(tmp_path: Path) -> None:
+    """catch-load's default (--slow-interval auto): every thread every tick while the target is small; the
+    tiers on within a thread scan of it growing past AUTO_TIERS_ABOVE_THREADS, said in the metadata."""
+    script = tmp_path / "growing.py"
+    script.write_text(GROWING)
+    out = tmp_path / "growing.ssf"
+    cap = record_capture(out, "-d", "3s", "--", sys.executable, str(script), "1.0", "120", "2.5")
+    auto = cap.meta["read_tiers"]
+    assert auto["asked"] == "auto" and auto["slow_interval_ns"] == 20 * MS and auto["threads"] > 100
+    started = cap.meta["recording"]["started_ns"]
+    assert 0.9e9 < auto["on_ns"] - started < 1.6e9  # at the first thread scan that counted them (50 ms apart)
+    tiers = cap.table("tiers")
+    early = tiers[tiers["t_ns"] < auto["on_ns"]]
+    assert set(early["why"]) == {WHY_ALL} and len(early) >= 4  # every thread every tick till then
+    later = tiers[tiers["t_ns"] >= auto["on_ns"]]
+    slow = later[later["tier"] == SLOW]
+    assert len(slow) >= 100 and (slow["interval_ns"] == 20 * MS).all()
+    # A sleeper after the switch is read once per slow interval: 10 ticks apart.
+    tid = int(slow["tid"].iloc[0])
+    samples = cap.samples
+    ticks = samples.loc[(samples["tid"] == tid) & (samples["t_ns"] > auto["on_ns"] + 60 * MS), "tick"]
+    assert len(ticks) >= 5 and ticks.sort_values().diff().dropna().min() >= 10
+    said = describe_capture(cap)["sections"]["Sources"]["read tiers"]
+    assert said.startswith("20.000 ms slow tier from 1.") and f"(auto: {auto['threads']} threads)" in said
+
+
+def test_auto_tiers_stay_off_for_a_small_target(tmp_path: Path) -> None:
+    script = tmp_path / "growing.py"
+    script.write_text(GROWING)
+    cap = record_capture(tmp_path / "small.ssf", "-d", "1s", "--", sys.executable, str(script), "0.2", "20", "1.5")
+    assert "read_tiers" not in cap.meta
+    assert set(cap.table("tiers")["why"]) == {WHY_ALL}
+    assert describe_capture(cap)["sections"]["Sources"]["read tiers"] == "off: every thread every tick"

@@ -42,6 +42,7 @@ from samplers.recorder import Recorder, RecorderOptions, Status
 from samplers.session import RecordingSession, package_env
 from samplers.sysctl_guard import SysctlGuard
 from samplers.targets import Discovery, TargetSpec, missing_process, read_process, thread_group
+from samplers.tiers import SLOW_AUTO
 
 
 def _default_output() -> str:
@@ -123,6 +124,8 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
             raise ForensicsError(f"--fast {fast!r} is not a valid regular expression: {err}") from None
     if slow_interval.strip().lower() == "off":
         return 0, fast_regex
+    if slow_interval.strip().lower() == "auto":
+        return SLOW_AUTO, fast_regex
     try:
         slow_ns = parse_duration_ns(slow_interval)
     except ValueError as err:
@@ -256,13 +259,14 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
 )
 @click.option(
     "--slow-interval",
-    default="off",
+    default="auto",
     show_default=True,
-    metavar="DURATION|off",
+    metavar="DURATION|off|auto",
     help="Read tiers: threads that are not real-time, not the engine's, not matching --fast and not seen "
     "running in the last 0.25 s are read this often instead of every tick, and read every tick again within "
-    "one slow interval of running or turning real-time (README, 'Read tiers'), e.g. 20ms. off (the default "
-    "until the lab's accuracy tests hold with tiers on): every thread every tick.",
+    "one slow interval of running or turning real-time (README, 'Read tiers'), e.g. 20ms. off: every thread "
+    "every tick. auto: off while the targets have at most 100 threads, 20ms from when they have more (a big "
+    "engine cannot be read whole every tick); `forensics info` says when.",
 )
 @click.option(
     "--fast",
@@ -698,7 +702,9 @@ class _StatusLine:
         if taken * options.interval_ns < LIVE_MISSED_AFTER_NS or status.missed_ticks < LIVE_MISSED_SHARE * taken:
             return
         self.clear()
-        tips = " or ".join(f"{flag} ({short})" if short else flag for flag, short, _ in _interval_keepers(options))
+        tips = " or ".join(
+            f"{flag} ({short})" if short else flag for flag, short, _ in _interval_keepers(status.tiers_on)
+        )
         click.echo(
             f"catch-load: {status.missed_ticks / taken:.0%} of ticks missed so far: the reads of {status.threads} "
             f"threads do not fit in {fmt_ns(options.interval_ns)} (the capture stays readable); to keep it, "
@@ -810,15 +816,15 @@ def _missed_hint(missed: int, ticks: int, recorder: Recorder, cpu_share: float) 
         f"  the /proc reads of {recorder.threads_seen} threads did not fit in {fmt_ns(options.interval_ns)} "
         f"({cpu_share:.0%} of a core): the analyses take the windows as they came (`forensics stalls` says so)"
     ]
-    tips = [f"{flag} ({why})" for flag, _, why in _interval_keepers(options)]
+    tips = [f"{flag} ({why})" for flag, _, why in _interval_keepers(recorder.tiers.enabled)]
     return [*lines, "  to keep the interval, try " + "; ".join(tips)]
 
 
-def _interval_keepers(options: RecorderOptions) -> list[tuple[str, str, str]]:
+def _interval_keepers(tiers_on: bool) -> list[tuple[str, str, str]]:
     """What would keep the interval of a /proc recording whose reads did not fit, said live (say_missing) and in
     the summary (_missed_hint): (option, a short note, why). The eBPF sampler always; read tiers unless on."""
     keepers = [("--sampler ebpf", "root", "root: the kernel takes the tick and keeps 2 ms for 2000 threads")]
-    if not options.slow_interval_ns:
+    if not tiers_on:
         keepers.append(("--slow-interval 20ms", "", "threads that sleep are read less often"))
     return keepers
 
