@@ -104,7 +104,7 @@ class RecorderOptions:
     duration_ns: int | None = None
     sched: str = "rt"  # all | rt | none
     # auto | all | rt | none: per-thread netlink taskstats at the tick (root); auto: rt where a reply holds more
-    # than the thread's /proc reads (samplers/taskstats.py adds_to_proc)
+    # than the thread's /proc reads (samplers/tiers.py adds_to_proc)
     taskstats: str = "none"
     ebpf: bool = False  # the writer process attaches the eBPF probes (root, BCC)
     sampler: str = "proc"  # proc | ebpf: the tick reads /proc, or the kernel counters of samplers/ebpf/sampler.py
@@ -442,7 +442,7 @@ class Recorder:
 
     def _wants_taskstats(self, thread: _Thread, rt: bool) -> bool:
         """Whether a thread is queried (--taskstats): all, the real-time ones, or auto: the real-time ones where a
-        reply holds more than the thread's /proc reads (taskstats.adds_to_proc)."""
+        reply holds more than the thread's /proc reads (tiers.adds_to_proc)."""
         mode = self.options.taskstats
         if self.taskstats_client is None or mode == "none":
             return False
