@@ -50,6 +50,24 @@ MIN_SCORE = 0.5
 PER_CAUSE = 5
 MAX_MACHINE = PER_CAUSE // 2  # injections of one cause over hypervisor steal (left out) before recording again
 ATTEMPTS = 2
+# A recording over which the hypervisor stole this share of the machine is the machine's as a whole, not only
+# the injections it stole through: the callbacks' periods, which a late wake-up (the lock cause from /proc and
+# eBPF alike) is measured against, are lost. Measured on the kept captures (2026-12-07): 13-33 % stolen over
+# four recordings (two CI runs, one beside stress-ng), the client's callback without a period in each and no
+# lock injection an incident (lock recall 0, every other cause 1.0); 0-3 % over seven others, every period
+# found and lock 0.75-1.0. Recorded again; a recording still stolen that much is judged on nothing.
+MAX_STOLEN_SHARE = 0.10
+
+
+def _stolen_share(cap: forensics.Capture) -> float:
+    """The share of all CPUs' time the hypervisor stole over the recording (its /proc/stat rows)."""
+    system = cap.system
+    machine = system[system["cpu"] == -1].sort_values("t_ns")
+    cpus = system.loc[system["cpu"] >= 0, "cpu"].nunique()
+    if len(machine) < 2 or not cpus or machine["steal"].isna().any():
+        return 0.0
+    stolen_s = float(machine["steal"].iloc[-1] - machine["steal"].iloc[0]) / cap.clk_tck
+    return stolen_s / ((machine["t_ns"].iloc[-1] - machine["t_ns"].iloc[0]) / 1e9 * cpus)
 
 
 def _recorded(engine: str, tmp_path: Path) -> tuple[injections.Recording, forensics.Capture]:
@@ -66,8 +84,9 @@ def _recorded(engine: str, tmp_path: Path) -> tuple[injections.Recording, forens
         assert counts == dict.fromkeys(injections.CAUSES, PER_CAUSE), counts  # every cue carried out
         cap = forensics.load(rec.path)
         machine = injections.score(cap, rec, _incidents_of(cap, ebpf=False)).machine
-        print(f"attempt {attempt}: injections over hypervisor steal per cause {machine}")
-        if max(machine.values()) <= MAX_MACHINE:
+        stolen = _stolen_share(cap)
+        print(f"attempt {attempt}: injections over hypervisor steal per cause {machine}, {stolen:.0%} stolen in all")
+        if max(machine.values()) <= MAX_MACHINE and stolen < MAX_STOLEN_SHARE:
             break
     return rec, cap
 
@@ -92,6 +111,10 @@ def _check(engine: str, tmp_path_factory: pytest.TempPathFactory, ebpf_views: tu
     rec, cap = _recordings[engine]
     disturbed = injections.score(cap, rec, _incidents_of(cap, ebpf=False)).machine
     scored = pd.Series({cause: PER_CAUSE - disturbed[cause] for cause in injections.CAUSES})
+    stolen = _stolen_share(cap)
+    if stolen >= MAX_STOLEN_SHARE:  # the periods are lost: nothing is scorable (MAX_STOLEN_SHARE)
+        print(f"{engine}: the hypervisor stole {stolen:.0%} of the machine over the recording")
+        scored[:] = 0
     judged = judged_causes(scored, tuple(injections.CAUSES), f"{engine}: ")
     failures = []
     for ebpf in ebpf_views:
@@ -113,19 +136,19 @@ def _check(engine: str, tmp_path_factory: pytest.TempPathFactory, ebpf_views: tu
     assert not failures, failures
 
 
-@pytest.mark.may_skip  # only when the host stole through the injections of every cause (judged_causes)
+@pytest.mark.may_skip  # only when the host stole through every cause's injections or the recording (judged_causes)
 def test_jack_causes_are_one_incident_each_with_the_right_root(tmp_path_factory: pytest.TempPathFactory) -> None:
     _check("jack", tmp_path_factory)
 
 
-@pytest.mark.may_skip  # only when the host stole through the injections of every cause (judged_causes)
+@pytest.mark.may_skip  # only when the host stole through every cause's injections or the recording (judged_causes)
 def test_pipewire_causes_from_proc_are_one_incident_each_with_the_right_root(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     _check("pipewire", tmp_path_factory, ebpf_views=(False,))
 
 
-@pytest.mark.may_skip  # only when the host stole through the injections of every cause (judged_causes)
+@pytest.mark.may_skip  # only when the host stole through every cause's injections or the recording (judged_causes)
 def test_pipewire_causes_with_ebpf_are_one_incident_each_with_the_right_root(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
