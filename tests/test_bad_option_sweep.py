@@ -46,6 +46,7 @@ INPUT_BAD = ("{fifo}", "{dir}", "/dev/zero")
 STRING_KINDS = {  # STRING options by metavar: the kinds their text has
     "REGEX": REGEX_BAD,
     "DURATION|off": DURATION_BAD,
+    "DURATION|off|auto": DURATION_BAD,
     "SIZE": SIZE_BAD,
     "FROM..TO": SPAN_BAD,
     "CAUSE:N,...": ("x", "run:-1", "run:x", "run:1e400"),
