@@ -1,10 +1,10 @@
 """The recorder's periodic work between ticks, spread so that no tick carries more than it has room for.
 
 At the Bitwig shape (534 threads) each job costs 0.2-1 ms beside a tick of about 1 ms at a 2 ms interval
-(the thread scan's listdir 0.75 ms, the real-time sources' policy look-ups 1.1 ms, /proc/stat and PSI 0.3 ms,
-the demotion check 0.2 ms: bench/profile_recorder.py, README "Read tiers"). They had all fallen due on the
-same tick every 50 ms, and every 250 ms the discovery ran the thread scan and the look-ups in one go: those
-ticks overran the interval, about 20 missed ticks a second. So:
+(medians: the thread scan's listdir 0.75 ms, the real-time sources' policy look-ups 1.1 ms, /proc/stat and
+PSI 0.3 ms, the demotion check 0.2 ms; `python bench/recorder_jobs.py`). The scan, /proc/stat and the
+demotion check had fallen due on the same tick every 50 ms, and every 250 ms the discovery ran the scan and
+the look-ups in one go, 2.2 ms: such a tick cannot keep the interval. So:
 
 - the job due longest runs first (earliest due; ties in the order the jobs were given), so none waits for
   ever however busy the ticks are;

@@ -109,12 +109,13 @@ def earns_fast_tier(old: bytes, new: bytes) -> bool:
 
     Its own running, not its waits for a CPU: a wait is the machine's doing, and on a machine the recorder
     loads partly the recorder's own, so promoting on it feeds back. Measured (bench/sampler_bench.py --bitwig
-    --slow 20ms, two rounds each, README "Read tiers"): with 0.5 ms of running or waiting as the bar, the
-    Bitwig shape's 408 threads that wake for microseconds once a second were promoted 127 times a second,
-    each then read every tick for DEMOTE_QUIET_NS without moving again: 22-34 % of ticks missed; with a
-    wait of a tick promoting, 41-61 % (a missed tick is a wait of a tick for every thread it held up);
-    running only, 9-11 %. A slow thread kept waiting is still read once per slow interval, its wait in its
-    windows."""
+    --slow 20ms, README "Read tiers"): with 0.5 ms of running or waiting as the bar, the Bitwig shape's 408
+    threads that wake for microseconds once a second were promoted 127 times a second, each then read every
+    tick for DEMOTE_QUIET_NS without moving again: 202-210 threads read a tick, against 167 on running
+    only. Missed ticks, two rounds each: 20-34 % against 9-11 %, and 41-61 % with a wait of a tick as the
+    bar (a missed tick is a wait of a tick for every thread it held up); in three later rounds both rules
+    missed 23-31 %, so the ticks missed are mostly noise of the machine here. A slow thread kept waiting is
+    still read once per slow interval, its wait in its windows."""
     try:
         return int(new.split(maxsplit=1)[0]) - int(old.split(maxsplit=1)[0]) >= PROMOTE_RUN_NS
     except (ValueError, IndexError):
