@@ -167,13 +167,30 @@ def test_the_kernels_tick_takes_the_slots_every_2ms_and_they_agree_with_proc() -
     # (the vCPU not running: host steal, 57 of 530 once under the whole test suite) is a gap in the stamps and
     # counted as missed, no more: the count is the machine's, the numbering must match it.
     stamps = np.array(times)
-    numbers = [number for number, _ in taken_ticks]
+    numbers = np.array([number for number, _ in taken_ticks])
     assert kernel.start_ns <= stamps[0] and stamps[-1] <= ended
     assert abs(np.median(np.diff(stamps)) - 2_000_000) < 100_000
-    assert numbers == sorted(set(numbers)) and kernel.last_tick == numbers[-1]
-    skipped = int((np.rint(np.diff(stamps) / 2_000_000) - 1).sum())
-    assert kernel.missed == skipped == numbers[-1] - numbers[0] + 1 - len(numbers)
-    assert kernel.missed <= 0.5 * len(stamps)
+    assert (np.diff(numbers) > 0).all() and kernel.last_tick == numbers[-1]
+    assert kernel.missed == numbers[-1] - numbers[0] + 1 - len(numbers) <= 0.5 * len(stamps)
+    on_time, periods = _on_time_ticks(stamps, 2_000_000)
+    assert len(on_time) >= 0.5 * len(stamps)
+    assert np.diff(numbers[on_time]).tolist() == periods.tolist()
+
+
+def _on_time_ticks(stamps: np.ndarray, period_ns: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ticks the timer fired on time (within an eighth of a period of the usual phase, the circular mean of
+    the stamps modulo the period), and the whole periods between each of them and the next, which two on-time
+    stamps fix unambiguously. A tick the timer fired late (1.6 ms once beside stress-ng) is left out: a late stamp
+    alone cannot say which period it was taken for, and rounding each gap (this test before) counts a period
+    missed after a last tick over 1 ms late, which the kernel's numbering rightly does not (the likely reading of
+    one CI run's 0 missed against 1 by rounding). A numbering that drops or invents a period shifts every later tick and shows between the
+    on-time ticks around it (both, injected into 10 000-30 000 stamps recorded quiet and beside stress-ng, were
+    caught)."""
+    phase = (stamps - stamps[0]) % period_ns
+    usual = np.angle(np.exp(2j * np.pi * phase / period_ns).mean()) / (2 * np.pi) * period_ns
+    off = np.abs((phase - usual + period_ns / 2) % period_ns - period_ns / 2)
+    on_time = np.flatnonzero(off < period_ns / 8)
+    return on_time, np.rint(np.diff(stamps[on_time]) / period_ns).astype(np.int64)
 
 
 def _btf_blob() -> bytes:
