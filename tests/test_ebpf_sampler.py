@@ -183,9 +183,9 @@ def _on_time_ticks(stamps: np.ndarray, period_ns: int) -> tuple[np.ndarray, np.n
     stamps fix unambiguously. A tick the timer fired late (1.6 ms once beside stress-ng) is left out: a late stamp
     alone cannot say which period it was taken for, and rounding each gap (this test before) counts a period
     missed after a last tick over 1 ms late, which the kernel's numbering rightly does not (the likely reading of
-    one CI run's 0 missed against 1 by rounding). A numbering that drops or invents a period shifts every later tick and shows between the
-    on-time ticks around it (both, injected into 10 000-30 000 stamps recorded quiet and beside stress-ng, were
-    caught)."""
+    one CI run's 0 missed against 1 by rounding). A numbering that drops or invents a period shifts every later
+    tick and shows between the on-time ticks around it (both, injected into 10 000-30 000 stamps recorded quiet
+    and beside stress-ng, were caught)."""
     phase = (stamps - stamps[0]) % period_ns
     usual = np.angle(np.exp(2j * np.pi * phase / period_ns).mean()) / (2 * np.pi) * period_ns
     off = np.abs((phase - usual + period_ns / 2) % period_ns - period_ns / 2)
