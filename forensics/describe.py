@@ -160,6 +160,8 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
         "governor": ", ".join(sorted(set((cpus.get("governor") or {}).values()))) or "unknown",
     }
     source_rows = {
+        # --sampler auto's choice (samplers/sampler_choice.py); a sampler given on the command line shows below
+        **({"sampler": f"{rec.get('sampler')} (auto: {rec['sampler_why']})"} if rec.get("sampler_why") else {}),
         "schedstat + stat": _ebpf_sampler_text(meta.get("ebpf_sampler") or {})
         if rec.get("sampler") == "ebpf"
         else "every tick",

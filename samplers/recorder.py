@@ -108,6 +108,8 @@ class RecorderOptions:
     taskstats: str = "none"
     ebpf: bool = False  # the writer process attaches the eBPF probes (root, BCC)
     sampler: str = "proc"  # proc | ebpf: the tick reads /proc, or the kernel counters of samplers/ebpf/sampler.py
+    # Why --sampler auto chose `sampler` (samplers/sampler_choice.py); None: it was given.
+    sampler_why: str | None = None
     # Under --sampler ebpf: "kernel": a BPF program takes the tick and the recorder drains them every 125 ms
     # (the recorder's own tick where that cannot be had); "recorder": the recorder's own tick.
     ebpf_tick: str = "kernel"
@@ -713,8 +715,9 @@ class Recorder:
                 os.close(thread.fd_sched)
                 thread.fd_sched = -1
                 self._layout_dirty = True
-            if taskstats_rt and thread.taskstats != self._wants_taskstats(thread, rt):
-                thread.taskstats = not thread.taskstats
+            wanted = taskstats_rt and self._wants_taskstats(thread, rt)
+            if taskstats_rt and thread.taskstats != wanted:
+                thread.taskstats = wanted
                 self._base_due(thread, self.taskstats_base, "taskstats_base_due")
                 self._layout_dirty = True
 
@@ -826,20 +829,16 @@ class Recorder:
         )
 
     # the run ----------------------------------------------------------------------------------------
-    def prepare(self) -> None:
+    def prepare(self, started: tuple[Any, dict[str, Any]] | None = None) -> None:
         """Start what is slow and needs no target: under --sampler ebpf, the sampler's compile and attach (0.5-0.8
         s). catch-load calls it before it launches the command to record, so that the command's first moments are
         recorded: when run() did it, a launched command's first row came 0.4 s after its first action (its
-        /proc counterpart, 3 ms before). run() calls it otherwise. Raises EbpfUnavailable (one line, why)."""
+        /proc counterpart, 3 ms before). run() calls it otherwise. Raises EbpfUnavailable (one line, why).
+        `started`: the sampler start_ebpf_ticker started already (--sampler auto tries it before the session)."""
         opts = self.options
         if opts.sampler != "ebpf" or self.ebpf_ticker is not None:
             return
-        from samplers.ebpf.sampler import EbpfTicker
-
-        wake_ns = KERNEL_TICK_WAKE_NS if opts.ebpf_tick == "kernel" else None
-        ticker = EbpfTicker(opts.interval_ns, wake_ns=wake_ns, cpu=opts.cpu or 0)
-        self._ebpf_meta = ticker.start()
-        self.ebpf_ticker = ticker
+        self.ebpf_ticker, self._ebpf_meta = started if started is not None else start_ebpf_ticker(opts)
 
     def release(self) -> None:
         """Undo prepare() where the recording ends before or without run()'s own end (an error, or a command that
@@ -868,7 +867,12 @@ class Recorder:
             sampler_meta = {"ebpf_sampler": self._ebpf_meta}
         base_meta = {
             **base_meta,
-            "recording": {**base_meta.get("recording", {}), "sampler_policy": sampler_policy, "sampler": opts.sampler},
+            "recording": {
+                **base_meta.get("recording", {}),
+                "sampler_policy": sampler_policy,
+                "sampler": opts.sampler,
+                **({"sampler_why": opts.sampler_why} if opts.sampler_why is not None else {}),
+            },
             **sampler_meta,
             "sources": {
                 **base_meta.get("sources", {}),
@@ -1242,6 +1246,20 @@ class Recorder:
             "max_rss_kib": r1.ru_maxrss,
             **({"ebpf_sampler": self.ebpf_sampler_end} if self.ebpf_sampler_end is not None else {}),
         }
+
+
+def start_ebpf_ticker(opts: RecorderOptions) -> tuple[Any, dict[str, Any]]:
+    """The eBPF sampler for these options, compiled and attached, and what its start said for the metadata.
+    Raises EbpfUnavailable (one line, why)."""
+    from samplers.ebpf.sampler import EbpfTicker
+
+    wake_ns = KERNEL_TICK_WAKE_NS if opts.ebpf_tick == "kernel" else None
+    ticker = EbpfTicker(opts.interval_ns, wake_ns=wake_ns, cpu=opts.cpu or 0)
+    try:
+        return ticker, ticker.start()
+    except BaseException:
+        ticker.sampler.stop()  # whatever it attached before it failed: --sampler auto records from /proc then
+        raise
 
 
 def _set_timer_slack_ns(ns: int) -> None:

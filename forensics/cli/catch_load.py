@@ -39,6 +39,7 @@ from samplers.engine.choose import JackChoice, choose_jack
 from samplers.metadata import recording_meta
 from samplers.procfs import ProcPaths
 from samplers.recorder import Recorder, RecorderOptions, Status
+from samplers.sampler_choice import AUTO_EBPF_ABOVE_THREADS, EBPF, choose_sampler, could_not_start
 from samplers.session import RecordingSession, package_env
 from samplers.sysctl_guard import SysctlGuard
 from samplers.targets import Discovery, TargetSpec, missing_process, read_process, thread_group
@@ -218,14 +219,16 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
 )
 @click.option(
     "--sampler",
-    type=click.Choice(["proc", "ebpf"]),
-    default="proc",
+    type=click.Choice(["auto", "proc", "ebpf"]),
+    default="auto",
     show_default=True,
     help="How each tick reads the threads: two /proc files per thread, or (ebpf: root, BCC, kernel BTF) the "
     "run time, runqueue wait, switches, state and CPU the kernel keeps in a BPF map at each switch and wake-up, "
     "one copy per tick, with each thread's stat line read every 250 ms (a sleeping thread's only after it ran or "
     "woke, at least every 1 s). With ebpf, --sched and --taskstats "
-    "default to none (give them to read those files too).",
+    "default to none (give them to read those files too). auto: ebpf for --pid targets of more than "
+    f"{AUTO_EBPF_ABOVE_THREADS} threads at the start when it can start (root), else proc (with --sched, "
+    "--slow-interval or --fast given too); `forensics info` says which and why.",
 )
 @click.option(
     "--jack",
@@ -333,6 +336,7 @@ def catch_load(
     Each tick reads every target thread's schedstat (ns on CPU, ns waiting for a CPU, switches) and stat
     (state, faults, CPU, policy, priority) from /proc, plus sched for real-time threads, and /proc/stat
     and pressure for the machine. Threads and processes that start later are picked up within 250 ms.
+    Run as root on a --pid target of more than 100 threads, the eBPF sampler reads them instead (--sampler).
 
     Targets: --pid, --match, --children, a command after `--`, or `--lab [LAB OPTIONS]` (everything after
     --lab goes to the built-in lab workload; see `forensics lab --help`).
@@ -433,6 +437,7 @@ def catch_load(
     )
     if flight_setup is not None:
         options.output = flight_setup[1]["ring"]
+    ebpf_started = _auto_sampler(options, pids) if sampler == "auto" else None
     guard = _switch_on(delayacct, schedstats, quiet)
     watcher = start_watcher(flight_setup[1], package_env()) if flight_setup else None
     if watcher is not None:
@@ -450,6 +455,7 @@ def catch_load(
             guard,
             explicit_taskstats=delayacct or taskstats_mode in ("rt", "all"),
             flight=watcher,
+            ebpf_started=ebpf_started,
         )
     finally:
         if watcher is not None and not watcher.finished:  # an error ended the recording
@@ -463,10 +469,45 @@ def catch_load(
         sys.exit(command_status if command_status > 0 else 128 - command_status)
 
 
+def _auto_sampler(options: RecorderOptions, pids: tuple[int, ...]) -> tuple[Any, dict[str, Any]] | None:
+    """--sampler auto (samplers/sampler_choice.py): the sampler set in `options` with why; the eBPF sampler
+    started when chosen (its start is the only test of BCC and the kernel's BTF: /proc when it fails). Under
+    it --sched and --taskstats default to none, as with --sampler ebpf."""
+    proc_options = [
+        option
+        for option, given in (
+            ("--sched", _given("sched_mode") and options.sched != "none"),
+            ("--slow-interval", _given("slow_interval")),
+            ("--fast", _given("fast")),
+        )
+        if given
+    ]
+    choice = choose_sampler(ProcPaths(), pids, proc_options=proc_options)
+    started = None
+    if choice.sampler == EBPF:
+        from samplers.ebpf import EbpfUnavailable
+        from samplers.recorder import start_ebpf_ticker
+
+        options.sampler = EBPF
+        try:
+            started = start_ebpf_ticker(options)
+        except EbpfUnavailable as err:
+            choice = could_not_start(choice, str(err))
+    options.sampler, options.sampler_why = choice.sampler, choice.why
+    if started is not None:
+        options.sched = _unless_given("sched_mode", options.sched, "none")
+        options.taskstats = _unless_given("taskstats_mode", options.taskstats, "none")
+    return started
+
+
+def _given(name: str) -> bool:
+    """Whether the option was given on the command line."""
+    return click.get_current_context().get_parameter_source(name) != click.core.ParameterSource.DEFAULT
+
+
 def _unless_given(name: str, value: str, default: str) -> str:
     """`value` when the option was given on the command line, else `default`."""
-    given = click.get_current_context().get_parameter_source(name) != click.core.ParameterSource.DEFAULT
-    return value if given else default
+    return value if _given(name) else default
 
 
 def _say(message: str) -> None:
@@ -522,8 +563,10 @@ def _record(
     guard: SysctlGuard | None,
     explicit_taskstats: bool,
     flight: WatcherProcess | None = None,
+    ebpf_started: tuple[Any, dict[str, Any]] | None = None,
 ) -> int:
-    """Record; the launched command's exit status (0 without one)."""
+    """Record; the launched command's exit status (0 without one). `ebpf_started`: the eBPF sampler --sampler
+    auto started (_auto_sampler)."""
     launched: subprocess.Popen[bytes] | None = None
     ended_by_us = False  # the recording's end stopped the command: its status is ours, not its own
     interval = options.interval_ns
@@ -544,7 +587,7 @@ def _record(
 
     session.wait_ready()  # a launched command must not start before the recording can
     try:
-        recorder.prepare()  # the eBPF sampler's compile and attach: before the command starts, not after
+        recorder.prepare(ebpf_started)  # the eBPF sampler's compile and attach: before the command starts
     except ForensicsError:
         session.abandon()
         raise
