@@ -5,7 +5,8 @@ doing ~10 us, 408 SCHED_OTHER threads asleep (woken once a second), 4 busy (2 ms
 threads with the main one.
 In one run, side by side on the same target process, each for --seconds at 2 ms:
 
-  proc          catch-load's defaults (two /proc reads per thread per tick, sched + taskstats for RT threads)
+  default       catch-load's defaults (--sampler auto: the eBPF sampler on this target, run as root)
+  proc          --sampler proc (two /proc reads per thread per tick, sched + taskstats for RT threads, the tiers)
   proc-lean     the same with --sched none --taskstats none (schedstat + stat only)
   ebpf          --sampler ebpf (one copy of the kernel's counters per tick, stat every 250 ms)
 
@@ -42,8 +43,9 @@ sys.path.insert(0, str(REPO))
 from samplers.sysctl_guard import SysctlGuard  # noqa: E402
 
 SAMPLERS = {
-    "proc": [],
-    "proc-lean": ["--sched", "none", "--taskstats", "none"],
+    "default": [],
+    "proc": ["--sampler", "proc"],
+    "proc-lean": ["--sampler", "proc", "--sched", "none", "--taskstats", "none"],
     "ebpf": ["--sampler", "ebpf"],
 }
 
