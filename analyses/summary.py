@@ -218,6 +218,8 @@ def _batch_sums(w: pd.DataFrame, origin: int, bin_ns: int, mine: np.ndarray) -> 
                 ],
             }
         )
+        # By thread in time order, as windows ordered by (tid, tick) give them (RawWindows any_order need not).
+        changes = changes.sort_values(["tid", "t_ns"], kind="stable", ignore_index=True)
     return _BatchSums(
         bin_ns,
         per_bin,
@@ -312,7 +314,7 @@ class _OnePass:
     those placed (periodic only after the first batch): _stream reads the capture again."""
 
     def __init__(self, cap: Capture, tids: tuple[int, ...]) -> None:
-        self.windows_of = RawWindows(cap)
+        self.windows_of = RawWindows(cap, any_order=True)  # _batch_sums' sums need no order
         self.finest_ns = 10 ** int(np.floor(np.log10(max(capture_interval_ns(cap), 1))))
         self.tids = np.asarray(tids, dtype=np.int64) if tids else None
         self.placing: np.ndarray | None = None

@@ -18,7 +18,7 @@ import pytest
 
 import forensics
 from analyses import evidence, source, stalls, summary, threads
-from analyses.windows import _in_thread_order, iter_raw_windows, window_deltas
+from analyses.windows import RawWindows, _in_thread_order, iter_raw_windows, window_deltas
 from tests.helpers import REPO
 
 CAPTURES = [REPO / "captures" / name for name in ("jack-starved-proc.ssf", "lab-episodes.ssf", "lab-clean.ssf")]
@@ -310,6 +310,25 @@ def test_windows_batches_ordered_by_numpy_are_the_pandas_ones(path: Path) -> Non
         frame = rows if carried is None else pd.concat([carried, rows], ignore_index=True)
         expected = frame.take(np.lexsort((frame["tick"].to_numpy(), frame["tid"].to_numpy()))).reset_index(drop=True)
         pd.testing.assert_frame_equal(_in_thread_order(rows, carried), expected)
+
+
+@pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
+@pytest.mark.parametrize("batch_rows", [3000, 40_000, summary.STREAM_BATCH_ROWS])
+def test_windows_of_runs_are_those_of_the_ordered_rows(path: Path, batch_rows: int) -> None:
+    """RawWindows(any_order=True) takes each batch's windows where its rows lie (runs of a thread, chunk by
+    chunk) and each run's first from the thread's read before it: the windows of ordering the rows by (tid,
+    tick) first, batch for batch, carried rows included, once in (tid, tick) order; and it is taken here."""
+    cap = _load(path)
+    ordered, any_order = RawWindows(cap), RawWindows(cap, any_order=True)
+    taken = batches = 0
+    for batch in source.iter_samples(cap, summary.STREAM_COLUMNS, batch_rows=batch_rows):
+        batches += 1
+        taken += any_order._windows_of_runs(batch.copy()) is not None
+        any_order.carry = ordered.carry  # the probe above moved it on: back to where both were
+        expected, got = ordered(batch), any_order(batch)
+        pd.testing.assert_frame_equal(got.sort_values(["tid", "tick"], kind="stable", ignore_index=True), expected)
+        pd.testing.assert_frame_equal(any_order.carry, ordered.carry)
+    assert taken == batches > 0
 
 
 @pytest.mark.parametrize("path", CAPTURES, ids=lambda p: p.name)
