@@ -8,8 +8,9 @@ loop, 13.5-17 % (bench/fast_tier_floor.py). The eBPF sampler's cost grows with t
 threads x ticks: 3.8-4.6 % of a core on the same target, 2 ms kept (README "The eBPF sampler"). So auto takes
 the eBPF sampler where the targets are known to be big at the start (more threads than AUTO_EBPF_ABOVE_THREADS,
 the size at which the read tiers switch on) and it can run (root; BCC and the kernel's BTF, which only its start
-can tell: catch-load falls back to /proc when it fails, and says why). Anything else is read from /proc: a
-target whose size is unknown at the start (a command to launch, --match) gets the read tiers if it grows.
+can tell: catch-load falls back to /proc when it fails, and says why). The size is that of the -p processes, or
+of those --match finds at the start. Anything else is read from /proc: a target whose size is unknown at the
+start (a command to launch, --match with nothing found yet) gets the read tiers if it grows.
 
 An option that only the /proc sampler has (--sched, --slow-interval, --fast) keeps it: the user asked for what
 it reads.

@@ -175,10 +175,11 @@ def record_lab_capture(
     return best[1]
 
 
-def record_capture(out: Path, *args: str, timeout: float = 300) -> forensics.Capture:
-    """`catch-load -q -o OUT ARGS` to its end (ARGS: catch-load's options, then e.g. --lab and the lab's)."""
+def record_capture(out: Path, *args: str, timeout: float = 300, prefix: tuple[str, ...] = ()) -> forensics.Capture:
+    """`catch-load -q -o OUT ARGS` to its end (ARGS: catch-load's options, then e.g. --lab and the lab's); `prefix`
+    runs it under another command (setpriv)."""
     result = subprocess.run(
-        catch_load_argv("-q", "-o", str(out), *args),
+        [*prefix, *catch_load_argv("-q", "-o", str(out), *args)],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -226,9 +226,9 @@ def _tier_options(slow_interval: str, fast: str | None, interval_ns: int) -> tup
     "run time, runqueue wait, switches, state and CPU the kernel keeps in a BPF map at each switch and wake-up, "
     "one copy per tick, with each thread's stat line read every 250 ms (a sleeping thread's only after it ran or "
     "woke, at least every 1 s). With ebpf, --sched and --taskstats "
-    "default to none (give them to read those files too). auto: ebpf for --pid targets of more than "
-    f"{AUTO_EBPF_ABOVE_THREADS} threads at the start when it can start (root), else proc (with --sched, "
-    "--slow-interval or --fast given too); `forensics info` says which and why.",
+    "default to none (give them to read those files too). auto: ebpf for targets (--pid, or what --match finds "
+    f"at the start) of more than {AUTO_EBPF_ABOVE_THREADS} threads when it can start (root), else proc (with "
+    "--sched, --slow-interval or --fast given too); `forensics info` says which and why.",
 )
 @click.option(
     "--jack",
@@ -336,7 +336,7 @@ def catch_load(
     Each tick reads every target thread's schedstat (ns on CPU, ns waiting for a CPU, switches) and stat
     (state, faults, CPU, policy, priority) from /proc, plus sched for real-time threads, and /proc/stat
     and pressure for the machine. Threads and processes that start later are picked up within 250 ms.
-    Run as root on a --pid target of more than 100 threads, the eBPF sampler reads them instead (--sampler).
+    Run as root on targets of more than 100 threads at the start, the eBPF sampler reads them instead (--sampler).
 
     Targets: --pid, --match, --children, a command after `--`, or `--lab [LAB OPTIONS]` (everything after
     --lab goes to the built-in lab workload; see `forensics lab --help`).
@@ -437,7 +437,11 @@ def catch_load(
     )
     if flight_setup is not None:
         options.output = flight_setup[1]["ring"]
-    ebpf_started = _auto_sampler(options, pids) if sampler == "auto" else None
+    sized = pids  # the processes whose size --sampler auto goes by: -p's, or those --match finds now
+    if sampler == "auto" and not pids and regex is not None:
+        found = Discovery(TargetSpec(match=regex, exclude={os.getpid()}), ProcPaths()).scan()  # not catch-load
+        sized = tuple(info.pid for info in found)
+    ebpf_started = _auto_sampler(options, sized, quiet) if sampler == "auto" else None
     guard = _switch_on(delayacct, schedstats, quiet)
     watcher = start_watcher(flight_setup[1], package_env()) if flight_setup else None
     if watcher is not None:
@@ -469,10 +473,11 @@ def catch_load(
         sys.exit(command_status if command_status > 0 else 128 - command_status)
 
 
-def _auto_sampler(options: RecorderOptions, pids: tuple[int, ...]) -> tuple[Any, dict[str, Any]] | None:
+def _auto_sampler(options: RecorderOptions, pids: tuple[int, ...], quiet: bool) -> tuple[Any, dict[str, Any]] | None:
     """--sampler auto (samplers/sampler_choice.py): the sampler set in `options` with why; the eBPF sampler
     started when chosen (its start is the only test of BCC and the kernel's BTF: /proc when it fails). Under
-    it --sched and --taskstats default to none, as with --sampler ebpf."""
+    it --sched and --taskstats default to none, as with --sampler ebpf. Said on a big target, where the choice
+    is the recording's cost (a small one is read from /proc, as always)."""
     proc_options = [
         option
         for option, given in (
@@ -494,6 +499,8 @@ def _auto_sampler(options: RecorderOptions, pids: tuple[int, ...]) -> tuple[Any,
         except EbpfUnavailable as err:
             choice = could_not_start(choice, str(err))
     options.sampler, options.sampler_why = choice.sampler, choice.why
+    if not quiet and choice.threads is not None and choice.threads > AUTO_EBPF_ABOVE_THREADS:
+        _say(f"reading the threads with the {'eBPF' if started is not None else '/proc'} sampler ({choice.why})")
     if started is not None:
         options.sched = _unless_given("sched_mode", options.sched, "none")
         options.taskstats = _unless_given("taskstats_mode", options.taskstats, "none")
