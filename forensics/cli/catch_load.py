@@ -437,16 +437,17 @@ def catch_load(
     )
     if flight_setup is not None:
         options.output = flight_setup[1]["ring"]
-    sized = pids  # the processes whose size --sampler auto goes by: -p's, or those --match finds now
-    if sampler == "auto" and not pids and regex is not None:
-        found = Discovery(TargetSpec(match=regex, exclude={os.getpid()}), ProcPaths()).scan()  # not catch-load
-        sized = tuple(info.pid for info in found)
-    ebpf_started = _auto_sampler(options, sized, quiet) if sampler == "auto" else None
     guard = _switch_on(delayacct, schedstats, quiet)
     watcher = start_watcher(flight_setup[1], package_env()) if flight_setup else None
     if watcher is not None:
         spec.exclude.add(watcher.pid)
+    sized = pids  # the processes whose size --sampler auto goes by: -p's, or those --match finds now
+    if sampler == "auto" and not pids and regex is not None:
+        found = Discovery(TargetSpec(match=regex, exclude={os.getpid()}), ProcPaths()).scan()  # not catch-load
+        sized = tuple(info.pid for info in found)
+    ebpf_started = None
     try:
+        ebpf_started = _auto_sampler(options, sized, quiet) if sampler == "auto" else None
         command_status = _record(
             spec,
             options,
@@ -461,6 +462,10 @@ def catch_load(
             flight=watcher,
             ebpf_started=ebpf_started,
         )
+    except BaseException:
+        if ebpf_started is not None:  # started by auto, and the recording failed: detached (stop() is idempotent)
+            ebpf_started[0].sampler.stop()
+        raise
     finally:
         if watcher is not None and not watcher.finished:  # an error ended the recording
             with contextlib.suppress(ForensicsError):
