@@ -5,7 +5,9 @@ busy), then ticks at --interval (SCHED_FIFO 1, as the recorder) over its real-ti
 what the recorder reads of a fast thread and nothing else: schedstat every tick; stat when schedstat
 moved; sched (--sched rt, the default) too. No frames, no parsing, no writer. Each mode runs --ticks
 ticks and prints its CPU as a share of a core: what any /proc sampler that keeps those reads pays,
-before the slow tier, discovery and the writer.
+before the slow tier, discovery and the writer. Then the same three modes in C (bench/fast_tier_floor.c, the
+same threads and ticks): the floor without Python's share of each read, which in the bare Python loop was most
+of a schedstat read's cost (2026-12-07: 2128 against 654-682 ns a read).
 
     python bench/fast_tier_floor.py            # root (or an rtprio limit) for the SCHED_FIFO threads
 """
@@ -13,9 +15,11 @@ before the slow tier, discovery and the writer.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import time
+from pathlib import Path
 
 from sampler_bench import build
 
@@ -72,9 +76,34 @@ def main() -> None:
                 f"{mode:36s} {100 * cpu / wall:5.1f} % of a core, {cpu / args.ticks / 1000:5.0f} us per tick, "
                 f"{moved / args.ticks:5.1f} moved per tick, {cpu / reads:5.0f} ns per read, {missed} ticks missed"
             )
+        c_loop = build_c_loop()
+        print("the same in C (bench/fast_tier_floor.c):")
+        result = subprocess.run(
+            [str(c_loop), str(target.pid), str(args.ticks), str(args.interval_us), *map(str, rt)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        for line in result.stdout.splitlines():
+            row = json.loads(line)
+            print(
+                f"{row['mode']:36s} {row['cpu_pct']:5.1f} % of a core, {row['us_per_tick']:5.0f} us per tick, "
+                f"{row['moved_per_tick']:5.1f} moved per tick, {row['ns_per_read']:5.0f} ns per read, "
+                f"{row['missed']} ticks missed"
+            )
     finally:
         target.kill()
         target.wait()
+
+
+def build_c_loop() -> Path:
+    """bench/fast_tier_floor.c compiled into bench/out/fast_tier_floor_c (again when the source is newer)."""
+    here = Path(__file__).resolve().parent
+    source, binary = here / "fast_tier_floor.c", here / "out" / "fast_tier_floor_c"
+    binary.parent.mkdir(exist_ok=True)
+    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
+        subprocess.run(["gcc", "-O2", "-o", str(binary), str(source)], check=True)
+    return binary
 
 
 if __name__ == "__main__":
