@@ -2,15 +2,16 @@
 
 The /proc sampler reads two files per thread per tick, plus the sched file of a real-time thread that ran. On a
 small target that costs little and keeps every thread at full resolution. On a big one it does not scale: on
-the Bitwig shape (bench/bitwig_shape.c, 534 threads) the /proc recorder and writer took 91-95 % of a core with
-the read tiers on (README "The Bitwig shape"), and the real-time threads' schedstat reads alone, in a bare C
-loop, 13.5-17 % (bench/fast_tier_floor.py). The eBPF sampler's cost grows with the threads' switches, not
-threads x ticks: 3.8-4.6 % of a core on the same target, 2 ms kept (README "The eBPF sampler"). So auto takes
-the eBPF sampler where the targets are known to be big at the start (more threads than AUTO_EBPF_ABOVE_THREADS,
-the size at which the read tiers switch on) and it can run (root; BCC and the kernel's BTF, which only its start
-can tell: catch-load falls back to /proc when it fails, and says why). The size is that of the -p processes, or
-of those --match finds at the start. Anything else is read from /proc: a target whose size is unknown at the
-start (a command to launch, --match with nothing found yet) gets the read tiers if it grows.
+the Bitwig shape (bench/bitwig_shape.c, 534 threads) the /proc recorder and writer took 91-118 % of a core with
+the read tiers on (README "The Bitwig shape"), where the real-time threads' reads alone (schedstat, and stat
+and sched after each run) cost 17.7-22.3 % in a bare C loop (bench/fast_tier_floor.py). The eBPF sampler's
+cost grows with the threads' switches, not threads x ticks: 3.8-5.2 % of a core on the same target, 2 ms kept
+(README "The eBPF sampler"). So auto takes the eBPF sampler where the targets are known to be big at the start
+(more threads than AUTO_EBPF_ABOVE_THREADS, the size at which the read tiers switch on) and it can run (root;
+BCC and the kernel's BTF, which only its start can tell: catch-load falls back to /proc when it fails, and
+says why). The size is that of the -p processes, or of those --match finds at the start. Anything else is read
+from /proc: a target whose size is unknown at the start (a command to launch, --match with nothing found yet)
+gets the read tiers if it grows.
 
 An option that only the /proc sampler has (--sched, --slow-interval, --fast) keeps it: the user asked for what
 it reads.
@@ -23,6 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from samplers.procfs import ProcPaths
+from samplers.targets import list_tids
 from samplers.tiers import AUTO_TIERS_ABOVE_THREADS
 
 AUTO_EBPF_ABOVE_THREADS = AUTO_TIERS_ABOVE_THREADS
@@ -40,15 +42,8 @@ class SamplerChoice:
     threads: int | None = None
 
 
-def threads_now(procfs: ProcPaths, pids: Iterable[int]) -> int:
-    """The threads of these processes now (a process that exited meanwhile has none)."""
-    total = 0
-    for pid in pids:
-        try:
-            total += sum(1 for name in os.listdir(procfs.path(pid, "task")) if name.isdigit())
-        except OSError:
-            continue
-    return total
+def _counted(threads: int | None) -> str:
+    return f"{threads} thread{'' if threads == 1 else 's'}"
 
 
 def choose_sampler(
@@ -59,8 +54,8 @@ def choose_sampler(
     pids = list(pids)
     if not pids:
         return SamplerChoice(PROC, "the targets start later: their size is not known at the start")
-    threads = threads_now(procfs, pids)
-    counted = f"{threads} thread{'' if threads == 1 else 's'}"
+    threads = sum(len(list_tids(procfs, pid)) for pid in pids)  # a process that exited meanwhile has none
+    counted = _counted(threads)
     if threads <= AUTO_EBPF_ABOVE_THREADS:
         return SamplerChoice(PROC, f"{counted}, at most {AUTO_EBPF_ABOVE_THREADS}", threads)
     given = list(proc_options)
@@ -73,4 +68,4 @@ def choose_sampler(
 
 def could_not_start(choice: SamplerChoice, why: str) -> SamplerChoice:
     """The eBPF candidate whose start failed (`why`, one line): /proc after all."""
-    return SamplerChoice(PROC, f"{choice.threads} threads, but the eBPF sampler cannot start: {why}", choice.threads)
+    return SamplerChoice(PROC, f"{_counted(choice.threads)}, but the eBPF sampler cannot start: {why}", choice.threads)

@@ -400,11 +400,8 @@ def catch_load(
         match=regex.pattern if regex is not None else None,
     )
     spec = TargetSpec(pids=list(pids), match=regex, children=children)
-    if sampler == "ebpf":  # the per-thread /proc reads the eBPF sampler replaces: only when asked for
-        sched_mode, taskstats_mode = (
-            _unless_given(name, value, "none")
-            for name, value in (("sched_mode", sched_mode), ("taskstats_mode", taskstats_mode))
-        )
+    if sampler == "ebpf":
+        sched_mode, taskstats_mode = _ebpf_modes(sched_mode, taskstats_mode)
         if sched_mode != "none":  # its tick stores the kernel's counters, no per-thread /proc text
             raise ForensicsError("--sched reads /proc at the /proc sampler's tick: with --sampler ebpf leave it out")
     if flight_setup is None:  # every option checked: only now may --force remove the old capture
@@ -498,7 +495,6 @@ def _auto_sampler(options: RecorderOptions, pids: tuple[int, ...], quiet: bool) 
         from samplers.ebpf import EbpfUnavailable
         from samplers.recorder import start_ebpf_ticker
 
-        options.sampler = EBPF
         try:
             started = start_ebpf_ticker(options)
         except EbpfUnavailable as err:
@@ -507,9 +503,13 @@ def _auto_sampler(options: RecorderOptions, pids: tuple[int, ...], quiet: bool) 
     if not quiet and choice.threads is not None and choice.threads > AUTO_EBPF_ABOVE_THREADS:
         _say(f"reading the threads with the {'eBPF' if started is not None else '/proc'} sampler ({choice.why})")
     if started is not None:
-        options.sched = _unless_given("sched_mode", options.sched, "none")
-        options.taskstats = _unless_given("taskstats_mode", options.taskstats, "none")
+        options.sched, options.taskstats = _ebpf_modes(options.sched, options.taskstats)
     return started
+
+
+def _ebpf_modes(sched_mode: str, taskstats_mode: str) -> tuple[str, str]:
+    """--sched and --taskstats under the eBPF sampler: the per-thread /proc reads it replaces, none unless given."""
+    return _unless_given("sched_mode", sched_mode, "none"), _unless_given("taskstats_mode", taskstats_mode, "none")
 
 
 def _given(name: str) -> bool:
