@@ -414,20 +414,11 @@ class RawWindows:
         whose argsort and gather of every column were 1.8 of the 30 M-sample `summarize`'s ~10 s (issue 12:
         analyses speed). None (the ordering way) where a thread's reads do not rise in the batch's order, or a
         column is not plain numpy."""
-        parts = [batch] if self.carry is None else [self.carry, batch]
-        if not all(isinstance(dtype, np.dtype) and dtype.kind in "iufb" for dtype in batch.dtypes) or any(
-            list(part.dtypes.items()) != list(batch.dtypes.items()) for part in parts
-        ):
+        joined = _joined_plain(batch, self.carry)
+        if joined is None:
             return None
-        frame = (
-            batch.reset_index(drop=True)
-            if self.carry is None
-            else pd.DataFrame(
-                {name: np.concatenate([part[name].to_numpy() for part in parts]) for name in batch.columns},
-                copy=False,
-            )
-        )
-        tid, tick = frame["tid"].to_numpy(), frame["tick"].to_numpy()
+        frame = pd.DataFrame(joined, copy=False)
+        tid, tick = joined["tid"], joined["tick"]
         n = len(tid)
         if not n:
             return None
@@ -442,24 +433,37 @@ class RawWindows:
         if np.any(same & (tick[first[1:]] <= tick[last[:-1]])):
             return None
         self.carry = frame.take(last[np.r_[~same, True]]).reset_index(drop=True)
-        # Each run with a read of its thread before it follows that read (the last of the thread's run before).
-        joined = np.sort(first[1:][same])
-        before = last[:-1][same][np.argsort(first[1:][same], kind="stable")]
-        return window_deltas(frame, clk_tck=self.clk_tck, delayacct=self.delayacct, previous=(joined, before))
+        # Each run with a read of its thread before it follows that read (the last of the thread's run before),
+        # in row order as window_deltas takes them.
+        follows, before = first[1:][same], last[:-1][same]
+        order = np.argsort(follows)
+        return window_deltas(
+            frame, clk_tck=self.clk_tck, delayacct=self.delayacct, previous=(follows[order], before[order])
+        )
 
 
 def _in_thread_order(batch: pd.DataFrame, carry: pd.DataFrame | None) -> pd.DataFrame:
     """The carried rows and the batch, in (tid, tick) order (source.thread_order). Plain numpy columns are
     joined and ordered by numpy, without pandas' concat and take (most of 1.2 s of the 30 M-sample
     `summarize`; issue 12: analyses speed); any other column goes the pandas way."""
-    parts = [batch] if carry is None else [carry, batch]
-    plain = all(isinstance(dtype, np.dtype) and dtype.kind in "iufb" for dtype in batch.dtypes)
-    if plain and all(list(part.dtypes.items()) == list(batch.dtypes.items()) for part in parts):
-        joined = {name: np.concatenate([part[name].to_numpy() for part in parts]) for name in batch.columns}
+    joined = _joined_plain(batch, carry)
+    if joined is not None:
         order = thread_order(joined["tid"], joined["tick"])
         return pd.DataFrame({name: values[order] for name, values in joined.items()}, copy=False)
     frame = batch if carry is None else pd.concat([carry, batch], ignore_index=True)
     return frame.take(thread_order(frame["tid"].to_numpy(), frame["tick"].to_numpy())).reset_index(drop=True)
+
+
+def _joined_plain(batch: pd.DataFrame, carry: pd.DataFrame | None) -> dict[str, np.ndarray] | None:
+    """The carried rows and the batch, column by column as numpy arrays, where every column is plain numpy of
+    the same dtype in both; None otherwise (the pandas way)."""
+    parts = [batch] if carry is None else [carry, batch]
+    plain = all(isinstance(dtype, np.dtype) and dtype.kind in "iufb" for dtype in batch.dtypes)
+    if not plain or any(list(part.dtypes.items()) != list(batch.dtypes.items()) for part in parts):
+        return None
+    if carry is None:
+        return {name: batch[name].to_numpy() for name in batch.columns}
+    return {name: np.concatenate([carry[name].to_numpy(), batch[name].to_numpy()]) for name in batch.columns}
 
 
 def state_letters(codes: np.ndarray | pd.Series) -> np.ndarray:
