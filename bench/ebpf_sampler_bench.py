@@ -7,10 +7,12 @@ In one run, side by side on the same target process, each for --seconds at 2 ms:
 
   default       catch-load's defaults (--sampler auto: the eBPF sampler on this target, run as root)
   proc          --sampler proc (two /proc reads per thread per tick, sched + taskstats for RT threads, the tiers)
+  proc-python   the same with the tick's reads and the writer's parse in Python (FORENSICS_PURE_PYTHON=1)
   proc-lean     the same with --sched none --taskstats none (schedstat + stat only)
   ebpf          --sampler ebpf (one copy of the kernel's counters per tick, stat every 250 ms)
 
-and reports, as % of one core: the recorder, the writer, the eBPF probes (their run time in the kernel with
+and reports, as % of one core: the recorder, of which its tick's /proc reads (with the compiled tick about their
+floor in C, in the same run), the writer, the eBPF probes (their run time in the kernel with
 kernel.bpf_stats_enabled=1, set for the run and restored: charged to the threads that hit the tracepoints, so
 no rusage shows it), the whole tool (their sum); missed ticks and the interval p99; `after`: the writer's CPU
 once the recording has ended (the eBPF sampler's rows are made then, samplers/ebpf/deferred_rows.py), in
@@ -45,9 +47,12 @@ from samplers.sysctl_guard import SysctlGuard  # noqa: E402
 SAMPLERS = {
     "default": [],
     "proc": ["--sampler", "proc"],
+    "proc-python": ["--sampler", "proc"],  # with FORENSICS_PURE_PYTHON=1: no compiled tick or parse (ENVIRONMENT)
     "proc-lean": ["--sampler", "proc", "--sched", "none", "--taskstats", "none"],
     "ebpf": ["--sampler", "ebpf"],
 }
+# Rows run with more in their environment than the bench's own.
+ENVIRONMENT = {"proc-python": {"FORENSICS_PURE_PYTHON": "1"}}
 
 
 def build(program: str = "bitwig_shape") -> Path:
@@ -63,7 +68,7 @@ def build(program: str = "bitwig_shape") -> Path:
 def one_run(name: str, pid: int, seconds: float) -> dict:
     import forensics
 
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), **ENVIRONMENT.get(name, {}))
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.ssf"
         argv = [sys.executable, "-m", "forensics.cli.catch_load", "-q", "-p", str(pid), "-d", f"{seconds}s"]
@@ -95,6 +100,9 @@ def one_run(name: str, pid: int, seconds: float) -> dict:
         "refused": (trailer.get("ebpf_sampler") or {}).get("kernel_records_refused", 0),
         "p99_ms": trailer["interval_p99_ns"] / 1e6,
         "recorder_pct": pct(trailer["sampler_cpu_ns"]),
+        # Of the recorder's CPU, the tick's /proc reads alone (samplers/tick_reads.py); with the compiled tick about
+        # the floor of those very reads, their C cost, in the same run.
+        "reads_pct": pct(trailer.get("tick_reads_cpu_ns", 0)),
         "writer_pct": pct(trailer["writer_cpu_ns"]),
         # The eBPF sampler's rows, made after the recording from the frames kept (samplers/ebpf/deferred_rows.py):
         # CPU after the recording, not in the whole tool's share of it.
@@ -131,13 +139,14 @@ def main() -> None:
         target.wait()
     print(f"Bitwig-shaped target, {args.seconds:.0f} s per sampler at 2 ms, load average at start {load:.2f}")
     print(
-        f"{'sampler':>10} {'threads':>7} {'missed':>7} {'p99 ms':>7} {'recorder':>9} {'writer':>7} "
+        f"{'sampler':>11} {'threads':>7} {'missed':>7} {'p99 ms':>7} {'recorder':>9} {'reads':>7} {'writer':>7} "
         f"{'probes':>7} {'whole':>7} {'B/sample':>8} {'refused':>7} {'after':>7}"
     )
     for r in results:
         print(
-            f"{r['sampler']:>10} {r['threads']:>7} {r['missed_pct']:>6.2f}% {r['p99_ms']:>7.3f} "
-            f"{r['recorder_pct']:>8.1f}% {r['writer_pct']:>6.1f}% {r['probes_pct']:>6.1f}% {r['whole_pct']:>6.1f}% "
+            f"{r['sampler']:>11} {r['threads']:>7} {r['missed_pct']:>6.2f}% {r['p99_ms']:>7.3f} "
+            f"{r['recorder_pct']:>8.1f}% {r['reads_pct']:>6.1f}% {r['writer_pct']:>6.1f}% {r['probes_pct']:>6.1f}% "
+            f"{r['whole_pct']:>6.1f}% "
             f"{r['bytes_per_sample']:>8.2f} {r['refused']:>7} {r['after_s']:>6.2f}s"
         )
     OUT.mkdir(exist_ok=True)

@@ -176,6 +176,7 @@ TRAILER = Obj(
                 "sampler_cpu_ns",
                 "sampler_user_ns",
                 "sampler_system_ns",
+                "tick_reads_cpu_ns",
                 "writer_cpu_ns",
                 "writer_decode_cpu_ns",
                 "reads",

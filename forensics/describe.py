@@ -89,6 +89,16 @@ def damage_notes(
     return notes
 
 
+_TICK_CODE = {
+    "c": "compiled (samplers/_tick.c)",
+    "python": "Python (no compiled tick in this install, or FORENSICS_PURE_PYTHON=1)",
+}
+
+
+def _proc_tick(rec: dict[str, Any]) -> bool:
+    return rec.get("sampler") != "ebpf" and isinstance(rec.get("tick_code"), str)
+
+
 def _ebpf_sampler_text(sampler: dict[str, Any]) -> str:
     """How often the eBPF sampler read what: its metadata (samplers/ebpf/sampler.py EbpfTicker.start)."""
     text = f"eBPF sampler: the kernel's counters every tick, stat every {fmt_ns(sampler.get('stat_slow_ns'))}"
@@ -166,6 +176,8 @@ def describe_capture(cap: Capture) -> dict[str, Any]:
         if rec.get("sampler") == "ebpf"
         else "every tick",
         "read tiers": _tiers_text(cap, rec),
+        # The /proc sampler's reads at the tick: compiled, or in Python where the install could not build them
+        **({"tick reads": _TICK_CODE.get(rec["tick_code"], str(rec["tick_code"]))} if _proc_tick(rec) else {}),
         "sched file": sources.get("sched", "unknown"),
         "schedstats": _schedstats_text(sources),
         "delay accounting": _yes_no(sources.get("delayacct")),
@@ -367,6 +379,7 @@ def _cpu_text(trailer: dict[str, Any]) -> str:
     parts = []
     for key, label in (
         ("sampler_cpu_ns", "sampler"),
+        ("tick_reads_cpu_ns", "of which the tick's /proc reads"),
         ("writer_cpu_ns", "writer"),
         ("writer_decode_cpu_ns", "writer after the recording (the eBPF sampler's rows)"),
     ):

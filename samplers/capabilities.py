@@ -592,6 +592,28 @@ def dma_latency_check(roots: Roots, live: bool) -> Check:
     )
 
 
+def compiled_check() -> Check:
+    """The compiled tick and parse (samplers/compiled.py): built at install where gcc and python3-dev were."""
+    from samplers.compiled import PURE_PYTHON_ENV, compiled_module
+
+    missing = [name for name in ("_tick", "_parse") if compiled_module(name) is None]
+    if not missing:
+        return Check("compiled tick", "yes", GOOD, FORENSICS, "the recorder's tick and the writer's parse run in C")
+    why = (
+        f"{PURE_PYTHON_ENV} is set"
+        if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+        else "not built at install (reinstall with gcc and python3-dev)"
+    )
+    return Check(
+        "compiled tick",
+        f"no ({', '.join(f'samplers/{name}.c' for name in missing)}: {why})",
+        WARN,
+        FORENSICS,
+        "the same work in Python: on a big engine (hundreds of threads) from /proc the recorder takes about 1.5 "
+        "times the CPU and misses more ticks",
+    )
+
+
 def swappiness_check(roots: Roots) -> Check:
     value = _sysctl(roots, "vm.swappiness")
     if value is None:
@@ -662,6 +684,7 @@ def build_report(roots: Roots | None = None, live: bool = True, user: str | None
         ("core types", lambda: core_types_check(roots)),
         ("/dev/cpu_dma_latency", lambda: dma_latency_check(roots, live)),
         ("vm.swappiness", lambda: swappiness_check(roots)),
+        ("compiled tick", compiled_check),
     ]
     checks: list[Check] = []
     for name, build in builders:

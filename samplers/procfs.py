@@ -22,6 +22,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from samplers.compiled import compiled_module
+
+# samplers/_parse.c: the bulk passes below in C, where the install built it (None: numpy's, as the reference).
+_parse = compiled_module("_parse")
+
 # 0-based index into the tokens after the last ')': token j is stat field j + 3 (proc(5) numbering).
 STAT_STATE = 0  # field 3
 STAT_PPID = 1  # field 4
@@ -236,6 +241,8 @@ def _sched_fixed_width(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str
     end = max(to for _, to in cells.values()) + 1  # through the last wanted line's "\n"
     if len(body) < end:
         return None
+    if _parse is not None:
+        return _sched_cells_compiled(raws, template[start : start + end], values_at, cells, wanted)
     parts = []
     for raw in raws:
         begin = raw.find(_SCHED_HEADER_END, _COMM_MAX) + len(_SCHED_HEADER_END)
@@ -265,6 +272,42 @@ def _sched_fixed_width(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str
             return None
         columns[name] = values
     return {name: columns[name] for name in wanted if name in columns}
+
+
+def _sched_cells_compiled(
+    raws: Sequence[bytes],
+    body: bytes,
+    values_at: list[tuple[int, int]],
+    cells: dict[str, tuple[int, int]],
+    wanted: Sequence[str],
+) -> dict[str, SchedColumn] | None:
+    """_sched_fixed_width's checks and values in C (samplers/_parse.c sched_cells): the same runs of the template
+    compared, the same cells parsed; None where numpy's would return None."""
+    assert _parse is not None
+    end = len(body)
+    runs: list[int] = []
+    run_from = 0
+    for lo, hi in [*values_at, (end, end)]:
+        lo = min(lo, end)
+        if lo > run_from:
+            runs += [run_from, lo]
+        if hi >= end:
+            break
+        run_from = hi
+    names = [name for name in wanted if name in cells]
+    triples = [v for name in names for v in (*cells[name], body[cells[name][1] - 7 : cells[name][1] - 6] == b".")]
+    parsed = _parse.sched_cells(
+        list(raws),
+        body,
+        np.array(runs, dtype=np.int64),
+        np.array(triples, dtype=np.int64),
+        _COMM_MAX,
+        _SCHED_MAX_DIGITS,
+    )
+    if parsed is None:
+        return None
+    grid = np.frombuffer(parsed, dtype=np.int64).reshape(len(raws), len(names))
+    return {name: grid[:, k].copy() for k, name in enumerate(names)}
 
 
 def _right_aligned_int64(cell: np.ndarray) -> np.ndarray | None:
@@ -323,6 +366,10 @@ def parse_schedstat_blob(blob: bytes, count: int) -> np.ndarray:
     """(count, 3) int64 from `count` schedstat texts joined: "run wait slices\n" each."""
     if count == 0:
         return np.zeros((0, 3), dtype=np.int64)
+    if _parse is not None:
+        parsed = _parse.parse_schedstat(blob, count)
+        if parsed is not None:
+            return np.frombuffer(parsed, dtype=np.int64).reshape(count, 3)
     buf = np.frombuffer(blob, dtype=np.uint8)
     separators = np.flatnonzero((buf == ord(" ")) | (buf == ord("\n")))
     if len(separators) != 3 * count:
@@ -353,6 +400,19 @@ def parse_stat_blob(
     width = len(_STAT_PICK) + (extra is not None)
     if n == 0:
         return np.zeros(0, dtype="<U1"), np.zeros((0, width), dtype=np.int64)
+    if _parse is not None:
+        rows = np.zeros(0, dtype=np.int64) if extra_rows is None else extra_rows
+        parsed = _parse.parse_stat(
+            blob,
+            np.ascontiguousarray(lengths, dtype=np.int64),
+            _STAT_PICK,
+            -1 if extra is None else extra,
+            np.ascontiguousarray(rows, dtype=np.int64),
+        )
+        if parsed is not None:
+            states_b, numbers_b = parsed
+            states = np.frombuffer(states_b, dtype="S1").astype("<U1")
+            return states, np.frombuffer(numbers_b, dtype=np.int64).reshape(n, width).copy()
     buf = np.frombuffer(blob, dtype=np.uint8)
     line_ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
     line_starts = line_ends - lengths

@@ -33,10 +33,12 @@ from capture.errors import ForensicsError
 from capture.vocabulary import RT_POLICIES
 from samplers import frames
 from samplers.engine.source import EngineSources
+from samplers.heap import hold_freed_heap
 from samplers.periodic import NEVER_NS, PeriodicJobs
 from samplers.procfs import ProcPaths, parse_stat
 from samplers.system import PRESSURE_FILES
 from samplers.targets import Discovery, ProcessInfo, TargetSpec, list_tids
+from samplers.tick_reads import SCHEDSTAT_BYTES, STAT_BYTES, tick_reader
 from samplers.ticktimes import TickTimes
 from samplers.tiers import (
     AUTO_TIERS_ABOVE_THREADS,
@@ -88,9 +90,6 @@ CALM_END_NS = 60_000_000_000  # the end without a signal: a writer that takes lo
 ENGINE_STOP_S = 10.0
 ENGINE_STOP_URGENT_S = 0.3
 
-SCHEDSTAT_BYTES = 128  # "run wait slices\n": three u64 at most 61 bytes
-STAT_BYTES = 1024  # 52 fields of at most 20 digits plus a 64-byte comm (TASK_COMM_LEN 16, escaped)
-SCHED_BYTES = 8192  # about 1.5 KB, 3 KB with schedstats
 PROC_STAT_BYTES = 1 << 20  # /proc/stat grows with CPUs and IRQs: 100+ KB on big machines
 
 PR_SET_TIMERSLACK = 29
@@ -193,6 +192,8 @@ class Recorder:
         self.discovery = Discovery(spec, self.procfs)
         self.on_status = on_status
         self.clock = clock
+        # The tick's reads: compiled (samplers/_tick.c) where it was built and the clock is the real one.
+        self._read_tick, self.tick_code = tick_reader(clock)
         self.threads: dict[int, _Thread] = {}
         self.processes: dict[int, set[int]] = {}
         self.layout_id = 0
@@ -208,6 +209,9 @@ class Recorder:
         self.missed_ticks = 0
         self.tick_times = TickTimes()
         self.reads = 0
+        # The CPU of the tick's reads alone (read_tick: the syscalls and what decides them), within sampler_cpu_ns:
+        # with the compiled tick, about the floor of those reads; the rest is the recorder's own work.
+        self.tick_reads_cpu_ns = 0
         self.sample_rows = 0
         self.threads_seen = 0
         self.processes_seen = 0
@@ -219,7 +223,8 @@ class Recorder:
         self._outbox_ticks = 0
         # Handed-over chunks the pipe has not taken yet: (bytes, ticks inside), and how much of the
         # first one was written. Whole chunks only are ever dropped, so the stream stays parseable.
-        self._backlog: deque[tuple[bytes, int]] = deque()
+        # Each chunk: its frames, their bytes, the ticks inside (written with writev, never joined).
+        self._backlog: deque[tuple[list[bytes], int, int]] = deque()
         self._backlog_bytes = 0
         self._backlog_offset = 0
         self.lost_ticks = 0  # read, but never handed to the writer (it fell behind, or the end came)
@@ -284,27 +289,29 @@ class Recorder:
     def _hand_over(self) -> None:
         """Write what the outbox holds: one write (and one wake-up of the writer) per HANDOVER_NS, not
         per tick. A pipe write that wakes the reader costs ~10 us of CPU on a VM; batching five ticks
-        cuts that fivefold and risks only the last 10 ms if the recorder is killed.
+        cuts that fivefold and risks only the last 10 ms if the recorder is killed. The frames go in one
+        writev as they are: joining them first copied every byte once more (the Bitwig shape's 56 MB/s).
 
         The pipe is non-blocking: a writer that does not read (stopped, or stuck on a slow disk) never
         stalls the tick or a stop request; what the pipe cannot take waits in the backlog."""
         if self._outbox:
-            data = b"".join(self._outbox)
-            self._outbox.clear()
-            self._backlog.append((data, self._outbox_ticks))
-            self._backlog_bytes += len(data)
+            parts = self._outbox
+            self._outbox = []
+            size = sum(map(len, parts))
+            self._backlog.append((parts, size, self._outbox_ticks))
+            self._backlog_bytes += size
             self._outbox_ticks = 0
         while self._backlog:
-            data = self._backlog[0][0]
+            parts, size, _ = self._backlog[0]
             try:
-                written = os.write(self._pipe, memoryview(data)[self._backlog_offset :])
+                written = os.writev(self._pipe, _unwritten(parts, self._backlog_offset))
             except BlockingIOError:
                 return
             self._backlog_offset += written
-            if self._backlog_offset < len(data):
+            if self._backlog_offset < size:
                 continue
             self._backlog.popleft()
-            self._backlog_bytes -= len(data)
+            self._backlog_bytes -= size
             self._backlog_offset = 0
 
     def _hand_over_until(self, deadline_ns: int) -> bool:
@@ -324,11 +331,11 @@ class Recorder:
             return True
         started = self._backlog_offset > 0
         kept = [self._backlog.popleft()] if started else []
-        dropped = sum(ticks for _, ticks in self._backlog)
+        dropped = sum(ticks for *_, ticks in self._backlog)
         self.lost_ticks += dropped
         self.lost_at_end += dropped
         self._backlog = deque(kept)
-        self._backlog_bytes = sum(len(data) for data, _ in kept)
+        self._backlog_bytes = sum(size for _, size, _ in kept)
         return not kept
 
     def _deliver(self, data: bytes, budget_ns: int) -> bool:
@@ -871,6 +878,7 @@ class Recorder:
                 **base_meta.get("recording", {}),
                 "sampler_policy": sampler_policy,
                 "sampler": opts.sampler,
+                "tick_code": self.tick_code,
                 **({"sampler_why": opts.sampler_why} if opts.sampler_why is not None else {}),
             },
             **sampler_meta,
@@ -880,6 +888,7 @@ class Recorder:
             },
         }
         _set_timer_slack_ns(1)  # default 50 us of slack would be 2.5 % of every tick's wake-up
+        hold_freed_heap()  # a tick's frame is allocated and freed at every tick (samplers/heap.py)
         for name in ("stat", *PRESSURE_FILES):
             path = self.procfs.path("stat") if name == "stat" else self.procfs.path("pressure", name)
             # No PSI (CONFIG_PSI off, or psi=0 on the kernel command line): those columns stay null.
@@ -933,11 +942,10 @@ class Recorder:
         self._demote_since_tick = 0
         rusage_start = resource.getrusage(resource.RUSAGE_SELF)
 
-        pread = os.pread
-        may_have_moved = counters_may_have_moved
         mono = self.clock
         write = self._send
-        encode_tick = frames.encode_tick
+        read_tick = self._read_tick
+        thread_time = time.thread_time_ns
         sleep = time.sleep
         tick = 0
         due = start
@@ -973,68 +981,28 @@ class Recorder:
                     self._publish_layout()
                     next_tier_layout = tick + self.tiers.period
 
-                # ---- the hot part: raw reads only ----
-                times: list[int] = []
-                ss: list[bytes] = []
-                st: list[bytes] = []
-                dead: list[int] = []
-                empty: list[int] = []
-                t_app = times.append
-                ss_app = ss.append
-                st_app = st.append
+                # ---- the hot part: raw reads only (samplers/tick_reads.py) ----
                 phase = tick % self.tiers.period
-                hot = self.phase_hot[phase]
-                last_ss = self.last_ss
-                moved = self.moved_tick
-                last_stat = self.last_stat
-                sched_base = self.sched_base
-                for index, (fd_ss, fd_st, forced, slot) in enumerate(hot):
-                    t_app(mono())
-                    try:
-                        schedstat = pread(fd_ss, SCHEDSTAT_BYTES, 0)
-                        # Unchanged schedstat of a thread not in R at its last read: not switched in
-                        # since, so stat's counters did not move (the skip, samplers/tiers.py); b""
-                        # tells the writer to carry them forward. One in R may be running on: its
-                        # schedstat lags until the next scheduler tick, so it is always re-read.
-                        if schedstat != last_ss[slot]:
-                            stat = pread(fd_st, STAT_BYTES, 0)
-                            last_ss[slot] = schedstat
-                            moved[slot] = tick
-                            last_stat[slot] = stat
-                        elif forced or last_stat[slot][last_stat[slot].rfind(b")") + 2 :][:1] == b"R":
-                            stat = pread(fd_st, STAT_BYTES, 0)
-                            last_stat[slot] = stat
-                        else:
-                            stat = b""
-                    except OSError:  # ESRCH: the thread exited since the last tick
-                        dead.append(index)
-                        continue
-                    if schedstat:
-                        ss_app(schedstat)
-                        st_app(stat)
-                    else:  # an empty read: no row this tick (procfs does not do this; a canned file might)
-                        empty.append(index)
-                sched_raw: list[bytes] = []
-                for fd, slot in self.phase_sched[phase]:
-                    # b"": no sched row this tick (the next row's deltas cover the gap). Not with every stat
-                    # read: with the tiers off that is every tick, 2 KB of text a thread (60 MB/s at the
-                    # Bitwig shape's 121 real-time threads).
-                    if sched_base[slot] or may_have_moved(moved[slot], last_stat[slot], tick):
-                        try:
-                            sched_raw.append(pread(fd, SCHED_BYTES, 0))
-                            sched_base[slot] = False
-                        except OSError:
-                            sched_raw.append(b"")
-                    else:
-                        sched_raw.append(b"")
+                cpu_before = thread_time()
+                frame, reads, rows, dead = read_tick(
+                    self.phase_hot[phase],
+                    self.phase_sched[phase],
+                    self.last_ss,
+                    self.last_stat,
+                    self.moved_tick,
+                    self.sched_base,
+                    tick,
+                    self.layout_base + phase,
+                    now,
+                )
+                self.tick_reads_cpu_ns += thread_time() - cpu_before
                 if self.phase_taskstats[phase]:
                     self._read_taskstats(tick, phase)
                 # ---- hand over ----
-                if times and self._backlog_bytes > BACKLOG_BYTES:
+                if frame is not None and self._backlog_bytes > BACKLOG_BYTES:
                     self.lost_ticks += 1  # the writer is far behind: dropped here, said in the trailer
-                elif times:  # no target thread yet (--match still waiting): nothing to store
-                    missing = dead + empty if empty else dead
-                    write(encode_tick(tick, self.layout_base + phase, now, times, missing, ss, st, sched_raw))
+                elif frame is not None:  # None: no target thread yet (--match still waiting)
+                    write(frame)
                     self._outbox_ticks += 1
                     self.tick_frames += 1
                 ebpf_tids = self.phase_tids[phase] if self.ebpf_ticker is not None else []
@@ -1045,14 +1013,14 @@ class Recorder:
                     # before it was read, whatever KERNEL_TICK_WAKE_NS (DESIGN.md "The eBPF sampler").
                     if ebpf_tids:
                         ticker = self.ebpf_ticker
-                        data, dead = ticker.stat_frame(ticker.kernel_ticks.last_tick + 1, self.layout_base, mono)
-                        times = [now] * len(ebpf_tids)
+                        data, gone = ticker.stat_frame(ticker.kernel_ticks.last_tick + 1, self.layout_base, mono)
+                        dead = [(i, now) for i in gone]
                         if data:
                             write(data)
                     self._kernel_ticks()
                 elif ebpf_tids:  # --sampler ebpf: hot is empty, the ticker copies the kernel's counters
-                    data, dead = self.ebpf_ticker.tick(tick, self.layout_base + phase, mono)
-                    times = [now] * len(ebpf_tids)
+                    data, gone = self.ebpf_ticker.tick(tick, self.layout_base + phase, mono)
+                    dead = [(i, now) for i in gone]
                     if self._send_tick_frame(data):
                         self.sample_rows += len(ebpf_tids) - len(dead)
                     else:
@@ -1063,14 +1031,14 @@ class Recorder:
                 if not kernel_ticks:
                     self.tick_times.append(now)
                     self.ticks += 1
-                self.reads += len(hot) + len(st) - st.count(b"") + len(sched_raw) - sched_raw.count(b"")
-                self.sample_rows += len(st)
+                self.reads += reads
+                self.sample_rows += rows
 
                 # ---- between ticks ----
                 if dead:
                     tids = self.phase_tids[phase]
-                    for i in dead:
-                        self._thread_exited(tids[i], times[i])
+                    for i, read_ns in dead:
+                        self._thread_exited(tids[i], read_ns)
                 if self.tiers.enabled:
                     self._after_tick(tick, phase, now)
                     if self.tiers.rows:
@@ -1200,8 +1168,10 @@ class Recorder:
         """Fork a child that writes what the backlog holds (the rest of a started chunk, then the
         trailer) with blocking writes, then exits; the writer reads to its EOF, which comes when the
         child is done. It lives at most CALM_END_NS (an alarm) and ends on EPIPE if the writer died."""
-        rest = memoryview(self._backlog[0][0])[self._backlog_offset :].tobytes()
-        rest += b"".join(data for data, _ in list(self._backlog)[1:])
+        first, *later = self._backlog
+        rest = b"".join(
+            [*_unwritten(first[0], self._backlog_offset, limit=None), *(part for parts, *_ in later for part in parts)]
+        )
         try:
             pid = os.fork()
         except OSError:
@@ -1241,6 +1211,7 @@ class Recorder:
             "sampler_user_ns": int((r1.ru_utime - r0.ru_utime) * 1e9),
             "sampler_system_ns": int((r1.ru_stime - r0.ru_stime) * 1e9),
             "reads": self.reads,
+            "tick_reads_cpu_ns": self.tick_reads_cpu_ns,
             "threads_seen": self.threads_seen,
             "processes_seen": self.processes_seen,
             "max_rss_kib": r1.ru_maxrss,
@@ -1260,6 +1231,21 @@ def start_ebpf_ticker(opts: RecorderOptions) -> tuple[Any, dict[str, Any]]:
     except BaseException:
         ticker.sampler.stop()  # whatever it attached before it failed: --sampler auto records from /proc then
         raise
+
+
+IOV_MAX = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16  # POSIX's least: 16
+
+
+def _unwritten(parts: list[bytes], offset: int, limit: int | None = IOV_MAX) -> list[bytes | memoryview]:
+    """The frames of a chunk from byte `offset` on (the first one cut where the last write ended), at most
+    `limit` of them: what one writev may take (IOV_MAX, 1024 on Linux)."""
+    i = 0
+    while offset >= len(parts[i]):  # offset < the chunk's size: a part is left
+        offset -= len(parts[i])
+        i += 1
+    first: bytes | memoryview = memoryview(parts[i])[offset:] if offset else parts[i]
+    end = None if limit is None else i + limit
+    return [first, *parts[i + 1 : end]]
 
 
 def _set_timer_slack_ns(ns: int) -> None:

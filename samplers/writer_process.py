@@ -40,6 +40,7 @@ from capture.segments import SegmentedWriter
 from capture.vocabulary import policy_name
 from samplers import frames
 from samplers.engine import merge_sources
+from samplers.heap import hold_freed_heap
 from samplers.procfs import STAT_NUM_THREADS, STAT_NUMERIC, parse_sched_batch, parse_schedstat_blob, parse_stat_blob
 from samplers.system import PRESSURE_FILES, system_rows
 from samplers.unseen import UnseenThreads
@@ -803,13 +804,6 @@ def _why(err: BaseException, output: str) -> str:
     return text
 
 
-# glibc's mallopt(3) parameters: below M_MMAP_THRESHOLD a block comes from the heap, and the heap's free top is
-# handed back once it exceeds M_TRIM_THRESHOLD.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-HELD_MMAP_BELOW = 64 << 20
-HELD_TRIM_ABOVE = 256 << 20
-
-
 def _hold_freed_memory() -> None:
     """Keep what a chunk frees for the next one instead of handing it back to the kernel. Each chunk allocates
     and frees the same few megabytes (numpy's columns, Arrow's buffers); handed back, every chunk faults them in
@@ -819,13 +813,8 @@ def _hold_freed_memory() -> None:
     at its peak (a chunk's: FLUSH_ROWS rows). set_memory_pool() moves only what pyarrow allocates: the C++ side's
     own (the IPC writer's compressed buffers) follows ARROW_DEFAULT_MEMORY_POOL, which the session that starts
     this process sets (samplers/session.py writer_env)."""
-    import ctypes
-
     pa.set_memory_pool(pa.system_memory_pool())
-    with contextlib.suppress(OSError, AttributeError):  # not glibc (musl has no mallopt): the defaults
-        libc = ctypes.CDLL(None)
-        libc.mallopt(_M_MMAP_THRESHOLD, HELD_MMAP_BELOW)
-        libc.mallopt(_M_TRIM_THRESHOLD, HELD_TRIM_ABOVE)
+    hold_freed_heap()
 
 
 def _import_ahead() -> None:

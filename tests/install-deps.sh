@@ -14,7 +14,8 @@ fi
 
 APT_PACKAGES=(
     python3-venv      # Debian's python3 has no ensurepip without it
-    gcc               # bench/ C helpers used by tests
+    gcc               # bench/ C helpers used by tests; the recorder's compiled tick (setup.py)
+    python3-dev       # Python.h for the compiled tick (samplers/_tick.c; tests/test_tick_reads.py wants it built)
     python3-bpfcc     # BCC's Python module (never the unrelated PyPI "bcc")
     bpfcc-tools
     libbpfcc
