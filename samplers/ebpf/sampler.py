@@ -573,6 +573,13 @@ class TickBatch:
     rows: int  # their layouts' threads, summed
 
 
+# KernelTicks._number: how much less late than its anchor a tick may be and still be numbered right, a fraction of
+# the period (250 us at 2 ms). The kernel's tick after a period its timer skipped came 0.25-34 us from the least late
+# tick before it (10 000-30 000 stamps, quiet and beside stress-ng, 2026-12-07); the latest tick seen was 1.6 ms
+# late, within the 1.75 ms a tick may be later than the anchor at 2 ms.
+ANCHOR_MARGIN_PERIODS = 8
+
+
 class KernelTicks:
     """The kernel's ticks (sampler.bpf.c KERNEL_TICK) -> one EBPF_TICKS frame per drain, the ticks the recorder's
     own ticks would send as EBPF_TICK / EBPF_DELTA frames, made with numpy over the drain, not tick by tick.
@@ -721,17 +728,25 @@ class KernelTicks:
     def _number(self, t_ns: int) -> int:
         """The tick's number, counting the ticks missed before it. The perf event's timer stays on its grid
         (hrtimer_forward_now: expiries period apart, an overrun skips periods) and fires late by its latency, so
-        a tick is numbered by whole periods since an anchor tick: floor, exact for any latency up to a period
-        beyond the anchor's. A tick that would take the number of the one before came earlier on the grid than
-        the anchor: it becomes the anchor (the least late seen)."""
+        a tick is numbered by whole periods since an anchor tick, the least late seen: a tick less late than the
+        anchor becomes the anchor. Whole periods counted from a margin (ANCHOR_MARGIN_PERIODS) before the anchor: exact
+        for a tick from that much less late than the anchor to a period minus that much later. Without the
+        margin (floor from the anchor itself) a tick less late than the anchor by a few microseconds after a
+        period the timer skipped took the number of the one before the skip: a missed tick uncounted and every
+        later one numbered one short (a CI run: 1 period between two on-time ticks 4 ms apart). A tick that
+        would take the number of the one before came earlier on the grid than that: it becomes the anchor."""
         if self.last_tick < 0:
             assert self.start_ns is not None
             tick = (t_ns - self.start_ns) // self.interval_ns
             self.anchor_ns, self.anchor_tick = t_ns, tick
         else:
-            tick = self.anchor_tick + (t_ns - self.anchor_ns) // self.interval_ns
+            margin = self.interval_ns // ANCHOR_MARGIN_PERIODS
+            periods, late_ns = divmod(t_ns - self.anchor_ns + margin, self.interval_ns)
+            tick = self.anchor_tick + periods
             if tick <= self.last_tick:
                 tick = self.last_tick + 1
+                self.anchor_ns, self.anchor_tick = t_ns, tick
+            elif late_ns < margin:  # less late than the anchor: the new reference
                 self.anchor_ns, self.anchor_tick = t_ns, tick
             self.missed += tick - self.last_tick - 1
         self.last_tick = tick
