@@ -167,37 +167,39 @@ static int cell_value(const unsigned char *s, Py_ssize_t width, int dot, int max
     return 1;
 }
 
-/* sched_cells(raws, template, runs, cells, max_digits) -> len(raws) x len(cells) int64 as bytes, or None.
- * template: the first text's body from after its header ("--\n") through the last wanted line; runs: native
- * int64 pairs [from, to) of the body that every text must hold as the template does; cells: int64 triples
- * (from, to, dot) of the wanted values. The texts' bodies start after their own header, found from byte
- * comm_max on (procfs.py _sched_fixed_width). */
+/* sched_cells(blob, starts, lengths, template, runs, cells, comm_max, max_digits) -> n x len(cells) int64 as
+ * bytes, or None. The texts lie in blob (text i at starts[i], lengths[i] bytes: native int64). template: the first
+ * text's body from after its header ("--\n") through the last wanted line; runs: int64 pairs [from, to) of the body
+ * that every text must hold as the template does; cells: int64 triples (from, to, dot) of the wanted values. Each
+ * text's body starts after its own header, found from byte comm_max on (procfs.py _sched_fixed_width_in). */
 static PyObject *sched_cells(PyObject *self, PyObject *args) {
-    PyObject *raws;
-    Py_buffer template_b, runs_b, cells_b;
+    Py_buffer blob_b, starts_b, lengths_b, template_b, runs_b, cells_b;
     Py_ssize_t comm_max;
     int max_digits;
     (void)self;
-    if (!PyArg_ParseTuple(args, "O!y*y*y*ni", &PyList_Type, &raws, &template_b, &runs_b, &cells_b, &comm_max,
-                          &max_digits))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*ni", &blob_b, &starts_b, &lengths_b, &template_b, &runs_b, &cells_b,
+                          &comm_max, &max_digits))
         return NULL;
     PyObject *out = NULL;
-    Py_ssize_t n = PyList_GET_SIZE(raws);
+    Py_ssize_t n = lengths_b.len / (Py_ssize_t)sizeof(int64_t);
     Py_ssize_t n_runs = runs_b.len / (Py_ssize_t)(2 * sizeof(int64_t));
     Py_ssize_t n_cells = cells_b.len / (Py_ssize_t)(3 * sizeof(int64_t));
-    const int64_t *runs = runs_b.buf, *cells = cells_b.buf;
-    const unsigned char *template = template_b.buf;
+    const int64_t *starts = starts_b.buf, *lengths = lengths_b.buf, *runs = runs_b.buf, *cells = cells_b.buf;
+    const unsigned char *blob = blob_b.buf, *template = template_b.buf;
     Py_ssize_t end = template_b.len;
+    if (starts_b.len != lengths_b.len) {
+        PyErr_SetString(PyExc_ValueError, "a start and a length for each text");
+        goto done;
+    }
     out = PyBytes_FromStringAndSize(NULL, n * n_cells * (Py_ssize_t)sizeof(int64_t));
     if (out == NULL)
         goto done;
     int64_t *values = (int64_t *)PyBytes_AS_STRING(out);
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *raw = PyList_GET_ITEM(raws, i);
-        if (!PyBytes_Check(raw))
+        if (starts[i] < 0 || lengths[i] < 0 || starts[i] + lengths[i] > blob_b.len)
             goto fallback;
-        const unsigned char *s = (const unsigned char *)PyBytes_AS_STRING(raw);
-        Py_ssize_t len = PyBytes_GET_SIZE(raw);
+        const unsigned char *s = blob + starts[i];
+        Py_ssize_t len = lengths[i];
         if (len < comm_max)
             goto fallback;
         const unsigned char *header_end = memmem(s + comm_max, (size_t)(len - comm_max), "--\n", 3);
@@ -220,6 +222,9 @@ fallback:
     Py_DECREF(out);
     out = Py_NewRef(Py_None);
 done:
+    PyBuffer_Release(&blob_b);
+    PyBuffer_Release(&starts_b);
+    PyBuffer_Release(&lengths_b);
     PyBuffer_Release(&template_b);
     PyBuffer_Release(&runs_b);
     PyBuffer_Release(&cells_b);

@@ -132,6 +132,16 @@ static int set_item(PyObject *list, Py_ssize_t i, PyObject *value) {
     return PyList_SetItem(list, i, value); /* steals the reference */
 }
 
+/* (index, read ns) of a thread whose read failed (gone) onto `dead`: -1 on an error (set). */
+static int append_gone(PyObject *dead, Py_ssize_t index, int64_t read_ns) {
+    PyObject *pair = Py_BuildValue("(nL)", index, (long long)read_ns);
+    if (pair == NULL)
+        return -1;
+    int failed = PyList_Append(dead, pair);
+    Py_DECREF(pair);
+    return failed;
+}
+
 static PyObject *read_tick(PyObject *self, PyObject *args) {
     PyObject *hot, *sched_reads, *last_ss, *last_stat, *moved, *sched_base;
     long tick;
@@ -178,12 +188,8 @@ static PyObject *read_tick(PyObject *self, PyObject *args) {
         if (n == -2)
             goto done;
         if (n < 0) { /* ESRCH: the thread exited since the last tick */
-            PyObject *pair = Py_BuildValue("(nL)", index, (long long)read_ns);
-            if (pair == NULL || PyList_Append(dead, pair) < 0) {
-                Py_XDECREF(pair);
+            if (append_gone(dead, index, read_ns) < 0)
                 goto done;
-            }
-            Py_DECREF(pair);
             n_missing++;
             continue;
         }
@@ -206,12 +212,8 @@ static PyObject *read_tick(PyObject *self, PyObject *args) {
                 goto done;
             if (st_n < 0) {
                 b.ss.len = ss_at; /* no row: the schedstat read is dropped with it */
-                PyObject *pair = Py_BuildValue("(nL)", index, (long long)read_ns);
-                if (pair == NULL || PyList_Append(dead, pair) < 0) {
-                    Py_XDECREF(pair);
+                if (append_gone(dead, index, read_ns) < 0)
                     goto done;
-                }
-                Py_DECREF(pair);
                 n_missing++;
                 continue;
             }

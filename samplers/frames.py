@@ -153,7 +153,14 @@ class Tick:
     stat_lengths: np.ndarray  # u32 length of each live thread's stat text
     schedstat: bytes  # the live threads' schedstat texts, back to back
     stat: bytes  # the live threads' stat texts, back to back (split by stat_lengths: a comm may hold "\n")
-    sched: list[bytes]  # one per `sched` thread of the layout; b"" when its read failed
+    sched_lengths: np.ndarray  # u32 per `sched` thread of the layout: its text's length, 0 when not read
+    sched_blob: bytes  # those texts back to back (the writer parses them in place: no bytes object each)
+
+    @property
+    def sched(self) -> list[bytes]:
+        """One text per `sched` thread of the layout; b"" where it was not read."""
+        ends = self.sched_lengths.cumsum().tolist()
+        return [self.sched_blob[end - n : end] for end, n in zip(ends, self.sched_lengths.tolist(), strict=True)]
 
 
 def decode_tick(payload: bytes, threads: int) -> Tick:
@@ -166,17 +173,14 @@ def decode_tick(payload: bytes, threads: int) -> Tick:
     offset += 4 * n_missing
     stat_lengths = array_at(payload, "<u4", threads - n_missing, offset)
     offset += 4 * (threads - n_missing)
-    sched_lengths = array_at(payload, "<u4", n_sched, offset).tolist()
+    sched_lengths = array_at(payload, "<u4", n_sched, offset)
     offset += 4 * n_sched
     schedstat = payload[offset : offset + len_ss]
     offset += len_ss
     stat = payload[offset : offset + len_st]
     offset += len_st
-    sched = []
-    for length in sched_lengths:
-        sched.append(payload[offset : offset + length])
-        offset += length
-    return Tick(tick, layout_id, t_ns, times, missing, stat_lengths, schedstat, stat, sched)
+    # The sched texts run to the payload's end (encode_tick): one slice for all, not one per text.
+    return Tick(tick, layout_id, t_ns, times, missing, stat_lengths, schedstat, stat, sched_lengths, payload[offset:])
 
 
 def encode_taskstats(tick: int, tids: Sequence[int], times: Sequence[int], replies: Sequence[bytes]) -> bytes:

@@ -172,8 +172,28 @@ def parse_sched_batch(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str,
     for a field whose text is not plain, one parse per text. A field no text prints is absent."""
     if not raws:
         return {}
-    fixed = _sched_fixed_width(raws, wanted)
-    return fixed if fixed is not None else sched_batch_by_regex(raws, wanted)
+    blob, starts, lengths = _texts_joined(raws)
+    return parse_sched_texts(blob, starts, lengths, wanted)
+
+
+def parse_sched_texts(
+    blob: bytes, starts: np.ndarray, lengths: np.ndarray, wanted: Sequence[str]
+) -> dict[str, SchedColumn]:
+    """parse_sched_batch on texts that lie in `blob` (text i at starts[i], lengths[i] bytes, int64): the writer's
+    way, the tick frames' sched texts parsed where they are, no bytes object made for each but on the regex way."""
+    if not len(lengths):
+        return {}
+    fixed = _sched_fixed_width_in(blob, starts, lengths, wanted)
+    if fixed is not None:
+        return fixed
+    return sched_batch_by_regex(
+        [blob[a : a + n] for a, n in zip(starts.tolist(), lengths.tolist(), strict=True)], wanted
+    )
+
+
+def _texts_joined(raws: Sequence[bytes]) -> tuple[bytes, np.ndarray, np.ndarray]:
+    lengths = np.array([len(raw) for raw in raws], dtype=np.int64)
+    return b"".join(raws), np.cumsum(lengths) - lengths, lengths
 
 
 def sched_batch_by_regex(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str, SchedColumn]:
@@ -210,7 +230,14 @@ _SCHED_MAX_DIGITS = 18  # a value cell with more digits goes the regex way (int6
 
 
 def _sched_fixed_width(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str, SchedColumn] | None:
-    """parse_sched_batch's columns without a regex pass over every text, or None to go that way.
+    """_sched_fixed_width_in on texts given one by one."""
+    return _sched_fixed_width_in(*_texts_joined(raws), wanted)
+
+
+def _sched_fixed_width_in(
+    blob: bytes, starts: np.ndarray, lengths: np.ndarray, wanted: Sequence[str]
+) -> dict[str, SchedColumn] | None:
+    """parse_sched_texts's columns without a regex pass over every text, or None to go that way.
 
     The kernel prints each field at a fixed width ("%-45s:%21Ld" and "%-45s:%21Ld.%06ld",
     kernel/sched/debug.c), so after the header line (its comm and counts vary) the texts of one kernel
@@ -220,7 +247,7 @@ def _sched_fixed_width(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str
     (with the template's '.' six digits from the end in a time field). Anything else (a wider value, a
     line more or less, a field the first text lacks) returns None. The same values as the regex pass:
     tests/test_procfs_parsing.py compares the two."""
-    template = raws[0]
+    template = blob[int(starts[0]) : int(starts[0] + lengths[0])]
     start = template.find(_SCHED_HEADER_END, _COMM_MAX) + len(_SCHED_HEADER_END)
     if start < len(_SCHED_HEADER_END):
         return None
@@ -242,14 +269,15 @@ def _sched_fixed_width(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str
     if len(body) < end:
         return None
     if _parse is not None:
-        return _sched_cells_compiled(raws, template[start : start + end], values_at, cells, wanted)
+        return _sched_cells_compiled(blob, starts, lengths, template[start : start + end], values_at, cells, wanted)
     parts = []
-    for raw in raws:
-        begin = raw.find(_SCHED_HEADER_END, _COMM_MAX) + len(_SCHED_HEADER_END)
-        if begin < len(_SCHED_HEADER_END) or len(raw) - begin < end:
+    for text_from, length in zip(starts.tolist(), lengths.tolist(), strict=True):
+        text_end = text_from + length
+        begin = blob.find(_SCHED_HEADER_END, text_from + _COMM_MAX, text_end) + len(_SCHED_HEADER_END)
+        if begin < len(_SCHED_HEADER_END) or text_end - begin < end:
             return None
-        parts.append(raw[begin : begin + end])
-    grid = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(len(raws), end)
+        parts.append(blob[begin : begin + end])
+    grid = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(len(lengths), end)
     # Where the fields are not their values: the same bytes in every text (compared run by run, in place).
     run_from = 0
     for lo, hi in [*values_at, (end, end)]:
@@ -275,7 +303,9 @@ def _sched_fixed_width(raws: Sequence[bytes], wanted: Sequence[str]) -> dict[str
 
 
 def _sched_cells_compiled(
-    raws: Sequence[bytes],
+    blob: bytes,
+    starts: np.ndarray,
+    lengths: np.ndarray,
     body: bytes,
     values_at: list[tuple[int, int]],
     cells: dict[str, tuple[int, int]],
@@ -297,7 +327,9 @@ def _sched_cells_compiled(
     names = [name for name in wanted if name in cells]
     triples = [v for name in names for v in (*cells[name], body[cells[name][1] - 7 : cells[name][1] - 6] == b".")]
     parsed = _parse.sched_cells(
-        list(raws),
+        blob,
+        np.ascontiguousarray(starts, dtype=np.int64),
+        np.ascontiguousarray(lengths, dtype=np.int64),
         body,
         np.array(runs, dtype=np.int64),
         np.array(triples, dtype=np.int64),
@@ -306,7 +338,7 @@ def _sched_cells_compiled(
     )
     if parsed is None:
         return None
-    grid = np.frombuffer(parsed, dtype=np.int64).reshape(len(raws), len(names))
+    grid = np.frombuffer(parsed, dtype=np.int64).reshape(len(lengths), len(names))
     return {name: grid[:, k].copy() for k, name in enumerate(names)}
 
 

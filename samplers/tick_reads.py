@@ -14,10 +14,10 @@ stored, [(index in `hot`, read ns)] of the threads whose reads failed: gone).
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
-from typing import Protocol
 
 from samplers import frames
 from samplers.compiled import compiled_module
@@ -33,19 +33,10 @@ SchedRead = tuple[int, int]
 TickResult = tuple[bytes | None, int, int, list[tuple[int, int]]]
 
 
-class TickReader(Protocol):
-    def __call__(
-        self,
-        hot: list[HotRead],
-        sched: list[SchedRead],
-        last_ss: list[bytes],
-        last_stat: list[bytes],
-        moved: list[int],
-        sched_base: list[bool],
-        tick: int,
-        layout_id: int,
-        t_ns: int,
-    ) -> TickResult: ...
+# read_tick's arguments: hot, sched, last_ss, last_stat, moved, sched_base, tick, layout id, tick start ns.
+TickReader = Callable[
+    [list[HotRead], list[SchedRead], list[bytes], list[bytes], list[int], list[bool], int, int, int], TickResult
+]
 
 
 def read_tick_python(
@@ -123,20 +114,7 @@ def tick_reader(clock: Callable[[], int]) -> tuple[TickReader, str]:
         if compiled is not None:
             return compiled, "c"
 
-    def with_clock(
-        hot: list[HotRead],
-        sched: list[SchedRead],
-        last_ss: list[bytes],
-        last_stat: list[bytes],
-        moved: list[int],
-        sched_base: list[bool],
-        tick: int,
-        layout_id: int,
-        t_ns: int,
-    ) -> TickResult:
-        return read_tick_python(hot, sched, last_ss, last_stat, moved, sched_base, tick, layout_id, t_ns, clock)
-
-    return with_clock, "python"
+    return functools.partial(read_tick_python, clock=clock), "python"
 
 
 def compiled_read_tick() -> TickReader | None:

@@ -41,7 +41,7 @@ from capture.vocabulary import policy_name
 from samplers import frames
 from samplers.engine import merge_sources
 from samplers.heap import hold_freed_heap
-from samplers.procfs import STAT_NUM_THREADS, STAT_NUMERIC, parse_sched_batch, parse_schedstat_blob, parse_stat_blob
+from samplers.procfs import STAT_NUM_THREADS, STAT_NUMERIC, parse_sched_texts, parse_schedstat_blob, parse_stat_blob
 from samplers.system import PRESSURE_FILES, system_rows
 from samplers.unseen import UnseenThreads
 
@@ -65,7 +65,7 @@ class CaptureLost(ForensicsError):
 
 
 class _Layout:
-    __slots__ = ("group", "id", "known", "pids", "sched", "tids")
+    __slots__ = ("group", "id", "known", "pids", "sched", "sched_tids", "tids")
 
     def __init__(self, spec: dict[str, Any]) -> None:
         self.id = int(spec["id"])
@@ -74,6 +74,7 @@ class _Layout:
         self.tids = np.asarray(spec["tids"], dtype=np.int32)
         self.pids = np.asarray(spec["pids"], dtype=np.int32)
         self.sched = np.asarray(spec["sched"], dtype=np.int64)
+        self.sched_tids = self.tids[self.sched]
 
 
 class CaptureSink:
@@ -384,7 +385,12 @@ class CaptureSink:
         schedstat_sections: list[bytes] = []
         stat_sections: list[bytes] = []
         stat_lengths: list[np.ndarray] = []
-        sched_rows: list[tuple[int, int, int, bytes]] = []
+        # Per tick with sched threads: its tick, the threads' read times and tids, its texts' lengths and bytes.
+        sched_ticks: list[int] = []
+        sched_times: list[np.ndarray] = []
+        sched_tids: list[np.ndarray] = []
+        sched_lengths: list[np.ndarray] = []
+        sched_blobs: list[bytes] = []
         rows_of_tick: list[int] = []
         dead: list[tuple[int, int]] = []  # (position of the tick, pid) of each thread a tick had no row of
         # No numpy call per tick but decode_tick's where no thread is missing (nearly always): at 2 ms, for a
@@ -408,9 +414,12 @@ class CaptureSink:
             t_ns.append(times)
             tids.append(layout_tids)
             pids.append(layout_pids)
-            for index, text in zip(layout.sched.tolist(), frame.sched, strict=True):
-                if text:
-                    sched_rows.append((tick, int(frame.times[index]), int(layout.tids[index]), text))
+            if len(layout.sched):
+                sched_ticks.append(tick)
+                sched_times.append(frame.times[layout.sched])
+                sched_tids.append(layout.sched_tids)
+                sched_lengths.append(frame.sched_lengths)
+                sched_blobs.append(frame.sched_blob)
         layouts = [entry[0] for entry in self.pending]
         self.pending = []
         self.pending_rows = 0
@@ -455,8 +464,19 @@ class CaptureSink:
         line_ends = np.cumsum(lengths)
         self._derive_thread_changes(stat_blob, line_ends - lengths, lengths, source, columns)
         self.writer.append("samples", columns)
-        if sched_rows:
-            self._write_sched(sched_rows)
+        if sched_ticks:
+            lengths = np.concatenate(sched_lengths).astype(np.int64)
+            read = lengths > 0  # 0: not read at that tick, or the read failed
+            if read.any():
+                per_tick = [len(a) for a in sched_lengths]
+                self._write_sched(
+                    b"".join(sched_blobs),
+                    (np.cumsum(lengths) - lengths)[read],
+                    lengths[read],
+                    np.repeat(np.asarray(sched_ticks, dtype=np.uint32), per_tick)[read],
+                    np.concatenate(sched_times)[read],
+                    np.concatenate(sched_tids)[read],
+                )
 
     def _count_threads(
         self,
@@ -699,17 +719,22 @@ class CaptureSink:
                 )
             comm_of[tid] = comm
 
-    def _write_sched(self, rows: list[tuple[int, int, int, bytes]]) -> None:
+    def _write_sched(
+        self,
+        blob: bytes,
+        starts: np.ndarray,
+        lengths: np.ndarray,
+        ticks: np.ndarray,
+        times: np.ndarray,
+        tids: np.ndarray,
+    ) -> None:
+        """The sched rows of a chunk: text i at starts[i] in `blob`, read at times[i] by thread tids[i]."""
         assert self.writer is not None
-        parsed = parse_sched_batch([raw for *_, raw in rows], list(SCHED_FIELDS.values()))
-        columns: dict[str, Any] = {
-            "tick": np.array([r[0] for r in rows], dtype=np.uint32),
-            "t_ns": np.array([r[1] for r in rows], dtype=np.int64),
-            "tid": np.array([r[2] for r in rows], dtype=np.int32),
-        }
+        parsed = parse_sched_texts(blob, starts, lengths, list(SCHED_FIELDS.values()))
+        columns: dict[str, Any] = {"tick": ticks, "t_ns": times.astype(np.int64), "tid": tids.astype(np.int32)}
         for column, field in SCHED_FIELDS.items():
             values = parsed.get(field)
-            columns[column] = pa.nulls(len(rows), pa.int64()) if values is None else pa.array(values, type=pa.int64())
+            columns[column] = pa.nulls(len(ticks), pa.int64()) if values is None else pa.array(values, type=pa.int64())
         self.writer.append("sched", pa.table(columns, schema=SCHED_SCHEMA))
 
     def abandon(self) -> None:

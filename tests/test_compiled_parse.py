@@ -17,7 +17,7 @@ from samplers import procfs
 from samplers.procfs import STAT_NUM_THREADS, parse_schedstat_blob, parse_stat_blob
 from tests.fakeproc import stat_line
 from tests.helpers import SCHED_618, SCHED_SCHEDSTATS_5_10
-from tests.test_procfs_parsing import _kernel_sched_text
+from tests.test_procfs_parsing import _kernel_sched_text, random_sched_text
 from tests.test_tick_reads import _can_build
 
 COMPILED = procfs._parse
@@ -136,16 +136,9 @@ def test_sched_texts_parse_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     """_sched_fixed_width with the cells in C: the same columns, and None (the regex way) for the same batches."""
     wanted = list(SCHED_FIELDS.values())
     rng = random.Random(5)
-    comms = [b"audio-1", b"a (b) c", b"x\n--\ny", b"-" * 15, b"\xff\xfe"]
-    time_names = ["se.exec_start", "se.vruntime", "se.sum_exec_runtime", "se.statistics.wait_sum"]
-    count_names = ["se.nr_migrations", "nr_switches", "nr_voluntary_switches", "se.statistics.wait_count", "policy"]
 
     def text() -> bytes:
-        times = {name: rng.choice([0, 1, -1, -250, 999_999, rng.randrange(-(10**12), 10**15)]) for name in time_names}
-        values = {name: rng.choice([0, -1, 7, rng.randrange(10**17)]) for name in count_names}
-        if rng.random() < 0.05:  # 19 digits: more than the cells take (_SCHED_MAX_DIGITS)
-            values["nr_switches"] = 10**18
-        return _kernel_sched_text(rng.choice(comms), values, times)
+        return random_sched_text(rng, wide_every=0.05)
 
     def mutated(t: bytes) -> bytes:
         return rng.choice(

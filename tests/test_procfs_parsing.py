@@ -3,6 +3,7 @@ fields older kernels lack)."""
 
 from __future__ import annotations
 
+import random
 import re
 
 import numpy as np
@@ -142,25 +143,33 @@ def _kernel_sched_text(comm: bytes, values: dict[str, int], times: dict[str, int
     return b"\n".join(lines) + b"\n"
 
 
+SCHED_TIME_NAMES = ["se.exec_start", "se.vruntime", "se.sum_exec_runtime", "se.statistics.wait_sum"]
+SCHED_COUNT_NAMES = ["se.nr_migrations", "nr_switches", "nr_voluntary_switches", "se.statistics.wait_count", "policy"]
+
+
+def random_sched_text(rng: random.Random, wide_every: float = 0.0) -> bytes:
+    """A sched text of random values (signs, zeros, many digits) and comm; with `wide_every`, that share of them
+    with a value of 19 digits (more than the fixed-width cells take)."""
+    comms = [b"audio-1", b"a (b) c", b"x\n--\ny", b"-" * 15, b"\xff\xfe"]
+    times = {name: rng.choice([0, 1, -1, -250, 999_999, rng.randrange(-(10**12), 10**15)]) for name in SCHED_TIME_NAMES}
+    values = {name: rng.choice([0, -1, 7, rng.randrange(10**17)]) for name in SCHED_COUNT_NAMES}
+    if wide_every and rng.random() < wide_every:
+        values["nr_switches"] = 10**18
+    return _kernel_sched_text(rng.choice(comms), values, times)
+
+
 def test_sched_in_bulk_at_fixed_width_matches_the_regex_pass() -> None:
     """The writer's common case: texts of one kernel differ only in their values (fixed-width fields), and
     are read by position (procfs._sched_fixed_width). The same columns as the regex pass and as one
     parse_sched per text; a text that does not fit the first one's layout sends the batch the regex way."""
-    import random
-
     from capture.format import SCHED_FIELDS
     from samplers.procfs import _sched_fixed_width, parse_sched, parse_sched_batch, sched_batch_by_regex
 
     wanted = list(SCHED_FIELDS.values())
     rng = random.Random(12)
-    comms = [b"audio-1", b"a (b) c", b"x\n--\ny", b"-" * 15, b"\xff\xfe"]
-    time_names = ["se.exec_start", "se.vruntime", "se.sum_exec_runtime", "se.statistics.wait_sum"]
-    count_names = ["se.nr_migrations", "nr_switches", "nr_voluntary_switches", "se.statistics.wait_count", "policy"]
 
     def text() -> bytes:
-        times = {name: rng.choice([0, 1, -1, -250, 999_999, rng.randrange(-(10**12), 10**15)]) for name in time_names}
-        values = {name: rng.choice([0, -1, 7, rng.randrange(10**17)]) for name in count_names}
-        return _kernel_sched_text(rng.choice(comms), values, times)
+        return random_sched_text(rng)
 
     def same(texts: list[bytes], columns: dict) -> None:
         assert set(columns) == set(sched_batch_by_regex(texts, wanted))
@@ -179,7 +188,7 @@ def test_sched_in_bulk_at_fixed_width_matches_the_regex_pass() -> None:
     assert _sched_fixed_width(mixed, wanted) is None
     same(mixed, parse_sched_batch(mixed, wanted))
     assert _sched_fixed_width([text(), b"x (1, #threads: 1)\n" + b"-" * 67 + b"\n"], wanted) is None
-    seven = _kernel_sched_text(b"t", dict.fromkeys(count_names, 7), dict.fromkeys(time_names, 5))
+    seven = _kernel_sched_text(b"t", dict.fromkeys(SCHED_COUNT_NAMES, 7), dict.fromkeys(SCHED_TIME_NAMES, 5))
     assert _sched_fixed_width([seven, seven], wanted) is not None
     assert _sched_fixed_width([seven, seven.replace(b"    7\n", b"   +7\n", 1)], wanted) is None
     assert _sched_fixed_width([seven, seven.replace(b"    7\n", b"   7 \n", 1)], wanted) is None
