@@ -1,8 +1,8 @@
 """glibc's heap kept rather than handed back (mallopt(3)), for the processes that allocate and free the same
 blocks over and over: the writer (a chunk's columns) and the recorder (a tick's frame, 100+ KB on the Bitwig
-shape). Handed back, each block over the mmap threshold was mapped, faulted in zeroed and unmapped anew:
-17 % of the writer's CPU (samplers/writer_process.py _hold_freed_memory), 4 % of the recorder's (perf, the
-Bitwig shape at 2 ms). The process's memory then stays at its peak."""
+shape). Handed back, each block over the mmap threshold is mapped, faulted in zeroed and unmapped anew: that was
+17 % of the writer's CPU (samplers/writer_process.py _hold_freed_memory); in the recorder its share was not
+measured apart. The memory stays at its peak."""
 
 from __future__ import annotations
 

@@ -221,9 +221,9 @@ class Recorder:
         self._stdin_buffer = b""
         self._outbox: list[bytes] = []
         self._outbox_ticks = 0
-        # Handed-over chunks the pipe has not taken yet: (bytes, ticks inside), and how much of the
-        # first one was written. Whole chunks only are ever dropped, so the stream stays parseable.
-        # Each chunk: its frames, their bytes, the ticks inside (written with writev, never joined).
+        # Handed-over chunks the pipe has not taken yet: (its frames, their bytes, ticks inside; written with
+        # writev, never joined), and how much of the first one was written. Whole chunks only are ever
+        # dropped, so the stream stays parseable.
         self._backlog: deque[tuple[list[bytes], int, int]] = deque()
         self._backlog_bytes = 0
         self._backlog_offset = 0

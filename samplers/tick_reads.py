@@ -2,8 +2,9 @@
 
 Two implementations of one contract: `read_tick_python` below (the reference) and `samplers/_tick.c`
 `read_tick` (the same reads, decisions and frame, compiled at install where a compiler and Python's headers
-are: setup.py marks it optional). On the Bitwig shape the Python loop's own work was most of the recorder's
-CPU (63-73 % of a core against 17.7-22.3 % for a C loop of the same reads, bench/fast_tier_floor.py).
+are: setup.py marks it optional). On the Bitwig shape from /proc the recorder took 74-80 % of a core with the
+Python loop, 54-64 % with the compiled one, the reads themselves being 46-54 % of it (the trailer's
+tick_reads_cpu_ns; README "The compiled tick and parse").
 `tests/test_tick_reads.py` holds the two to the same frames and state on canned /proc trees.
 
 Both take the recorder's per-slot lists and update them in place: `last_ss` and `last_stat` (the texts of
