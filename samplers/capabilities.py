@@ -594,14 +594,14 @@ def dma_latency_check(roots: Roots, live: bool) -> Check:
 
 def compiled_check() -> Check:
     """The compiled tick and parse (samplers/compiled.py): built at install where gcc and python3-dev were."""
-    from samplers.compiled import PURE_PYTHON_ENV, compiled_module
+    from samplers.compiled import PURE_PYTHON_ENV, compiled_module, pure_python_asked
 
     missing = [name for name in ("_tick", "_parse") if compiled_module(name) is None]
     if not missing:
         return Check("compiled tick", "yes", GOOD, FORENSICS, "the recorder's tick and the writer's parse run in C")
     why = (
         f"{PURE_PYTHON_ENV} is set"
-        if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+        if pure_python_asked()
         else "not built at install (reinstall with gcc and python3-dev)"
     )
     return Check(

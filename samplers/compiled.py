@@ -12,9 +12,13 @@ from types import ModuleType
 PURE_PYTHON_ENV = "FORENSICS_PURE_PYTHON"
 
 
+def pure_python_asked() -> bool:
+    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
 def compiled_module(name: str) -> ModuleType | None:
     """samplers.<name>, or None where it was not built or FORENSICS_PURE_PYTHON=1 asks for Python."""
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+    if pure_python_asked():
         return None
     try:
         return importlib.import_module(f"samplers.{name}")

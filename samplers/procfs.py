@@ -268,8 +268,20 @@ def _sched_fixed_width_in(
     end = max(to for _, to in cells.values()) + 1  # through the last wanted line's "\n"
     if len(body) < end:
         return None
+    # Where the fields are not their values, [from, to) up to `end`: the same bytes in every text.
+    runs: list[tuple[int, int]] = []
+    run_from = 0
+    for lo, hi in [*values_at, (end, end)]:
+        lo = min(lo, end)
+        if lo > run_from:
+            runs.append((run_from, lo))
+        if hi >= end:
+            break
+        run_from = hi
+    # The wanted cells, with whether each is a time ("ms.nnnnnn": the template's '.' six digits from the end).
+    kinds = {name: (lo, hi, body[hi - 7 : hi - 6] == b".") for name, (lo, hi) in cells.items()}
     if _parse is not None:
-        return _sched_cells_compiled(blob, starts, lengths, template[start : start + end], values_at, cells, wanted)
+        return _sched_cells_compiled(blob, starts, lengths, body[:end], runs, kinds, wanted)
     parts = []
     for text_from, length in zip(starts.tolist(), lengths.tolist(), strict=True):
         text_end = text_from + length
@@ -278,19 +290,12 @@ def _sched_fixed_width_in(
             return None
         parts.append(blob[begin : begin + end])
     grid = np.frombuffer(b"".join(parts), dtype=np.uint8).reshape(len(lengths), end)
-    # Where the fields are not their values: the same bytes in every text (compared run by run, in place).
-    run_from = 0
-    for lo, hi in [*values_at, (end, end)]:
-        lo = min(lo, end)
-        if lo > run_from and not (grid[:, run_from:lo] == grid[0, run_from:lo]).all():
+    for lo, hi in runs:  # compared run by run, in place
+        if not (grid[:, lo:hi] == grid[0, lo:hi]).all():
             return None
-        if hi >= end:
-            break
-        run_from = hi
     columns: dict[str, SchedColumn] = {}
-    for name, (lo, hi) in cells.items():
+    for name, (lo, hi, dot) in kinds.items():
         cell = grid[:, lo:hi]
-        dot = template[start + hi - 7 : start + hi - 6] == b"."
         if dot:  # a time: "ms.nnnnnn", exact ns are its digits without the dot
             if not (cell[:, -7] == ord(".")).all():
                 return None
@@ -307,32 +312,21 @@ def _sched_cells_compiled(
     starts: np.ndarray,
     lengths: np.ndarray,
     body: bytes,
-    values_at: list[tuple[int, int]],
-    cells: dict[str, tuple[int, int]],
+    runs: list[tuple[int, int]],
+    kinds: dict[str, tuple[int, int, bool]],
     wanted: Sequence[str],
 ) -> dict[str, SchedColumn] | None:
-    """_sched_fixed_width's checks and values in C (samplers/_parse.c sched_cells): the same runs of the template
-    compared, the same cells parsed; None where numpy's would return None."""
+    """_sched_fixed_width_in's checks and values in C (samplers/_parse.c sched_cells): the same runs of the
+    template compared, the same cells parsed; None where numpy's would return None."""
     assert _parse is not None
-    end = len(body)
-    runs: list[int] = []
-    run_from = 0
-    for lo, hi in [*values_at, (end, end)]:
-        lo = min(lo, end)
-        if lo > run_from:
-            runs += [run_from, lo]
-        if hi >= end:
-            break
-        run_from = hi
-    names = [name for name in wanted if name in cells]
-    triples = [v for name in names for v in (*cells[name], body[cells[name][1] - 7 : cells[name][1] - 6] == b".")]
+    names = [name for name in wanted if name in kinds]
     parsed = _parse.sched_cells(
         blob,
         np.ascontiguousarray(starts, dtype=np.int64),
         np.ascontiguousarray(lengths, dtype=np.int64),
         body,
-        np.array(runs, dtype=np.int64),
-        np.array(triples, dtype=np.int64),
+        np.array(runs, dtype=np.int64).reshape(-1),
+        np.array([kinds[name] for name in names], dtype=np.int64).reshape(-1),
         _COMM_MAX,
         _SCHED_MAX_DIGITS,
     )
