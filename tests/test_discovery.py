@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from samplers.procfs import ProcPaths
@@ -95,56 +97,67 @@ def test_the_recorders_ancestors_are_never_matched_unless_named_by_pid(tmp_path:
     assert {(p.pid, p.why) for p in named.initial()} == {(450, "pid"), (100, "match"), (600, "match")}
 
 
+class _ExecClock:
+    """samplers/targets.py's clocks, fake: sleeping moves time on and does what was due by then (the exec finishing),
+    so the test's outcome does not hang on when a real thread gets a CPU (a thread with a 2.5 ms sleep was not run
+    within the 10 ms wait in one CI run on a busy machine)."""
+
+    CLOCK_BOOTTIME = time.CLOCK_BOOTTIME
+
+    def __init__(self, boot_s: float) -> None:
+        self.now_ns = 0
+        self.boot_s = boot_s
+        self.due: list[tuple[int, Callable[[], None]]] = []
+
+    def monotonic_ns(self) -> int:
+        return self.now_ns
+
+    def clock_gettime(self, clock: int) -> float:
+        assert clock == time.CLOCK_BOOTTIME
+        return self.boot_s
+
+    def sleep(self, seconds: float) -> None:
+        self.now_ns += round(seconds * 1e9)
+        for at_ns, action in [d for d in self.due if d[0] <= self.now_ns]:
+            self.due.remove((at_ns, action))
+            action()
+
+
 def test_a_process_inside_exec_is_read_again_until_its_arguments_are_there(tmp_path: Path, monkeypatch) -> None:
     """catch-load's launched command can be found while its execve() sets up its memory: the command line reads
     empty and the comm is the old one (samplers/targets.py EXEC_SETTLE_NS). Read again, both are the new ones;
     a kernel thread's or an old process's empty command line is not waited for."""
-    import threading
-    import time
-
     from samplers import targets
     from samplers.targets import EXEC_SETTLE_NS, read_process
 
     fake = _proc(tmp_path)
-    clock_gettime = time.clock_gettime
-    boot_s = 10.5  # the processes below started 1000 ticks after boot: 0.5 s ago
-
-    def boottime(clock: int) -> float:
-        return boot_s if clock == time.CLOCK_BOOTTIME else clock_gettime(clock)
-
-    monkeypatch.setattr(targets.time, "clock_gettime", boottime)
+    clock = _ExecClock(boot_s=10.5)  # the processes below started 1000 ticks after boot: 0.5 s ago
+    monkeypatch.setattr(targets, "time", clock)
     fake.add_thread(400, 400, comm="catch-load", process_comm="catch-load", cmdline="x")
     (fake.root / "400" / "cmdline").write_bytes(b"")
 
-    def replace(path: Path, data: bytes) -> None:
-        # Whole, as the kernel's files read: a file rewritten in place can be read empty halfway (one CI run).
-        path.with_suffix(".new").write_bytes(data)
-        path.with_suffix(".new").replace(path)
-
     def exec_done() -> None:
-        time.sleep(EXEC_SETTLE_NS / 1e9 / 4)
-        replace(fake.root / "400" / "stat", stat_line(400, 400, comm="known_work.py").encode())
-        replace(fake.root / "400" / "cmdline", b"python3\0known_work.py\0")
+        (fake.root / "400" / "stat").write_text(stat_line(400, 400, comm="known_work.py"))
+        (fake.root / "400" / "cmdline").write_bytes(b"python3\0known_work.py\0")
 
-    done = threading.Thread(target=exec_done)
-    done.start()
+    clock.due.append((EXEC_SETTLE_NS // 4, exec_done))
     found = read_process(ProcPaths(str(fake.root)), 400)
-    done.join()
     assert found is not None
     assert (found[0].comm, found[1]) == ("known_work.py", "python3 known_work.py")
+    assert EXEC_SETTLE_NS // 4 <= clock.now_ns < EXEC_SETTLE_NS  # read again soon after, not at the deadline
 
     def took_ns(pid: int) -> int:
-        began = time.monotonic_ns()
+        began = clock.now_ns
         found = read_process(ProcPaths(str(fake.root)), pid)
         assert found is not None and found[1] == ""
-        return time.monotonic_ns() - began
+        return clock.now_ns - began
 
     kernel_thread = stat_line(500, 500, comm="kworker/0:1").replace(" 4194368 ", f" {0x00208040} ")
     fake.add_thread(500, 500, comm="kworker/0:1", process_comm="kworker/0:1", cmdline="x")
     (fake.root / "500" / "stat").write_text(kernel_thread)
     (fake.root / "500" / "cmdline").write_bytes(b"")
-    assert took_ns(500) < EXEC_SETTLE_NS
+    assert took_ns(500) == 0
     (fake.root / "400" / "cmdline").write_bytes(b"")  # blanked: waited for while young, not once old
     assert took_ns(400) >= EXEC_SETTLE_NS
-    boot_s = 1000.0
-    assert took_ns(400) < EXEC_SETTLE_NS
+    clock.boot_s = 1000.0
+    assert took_ns(400) == 0
