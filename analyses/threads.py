@@ -238,7 +238,21 @@ def _profiles(
         "first_ns", "last_ns", "wall_ns", "on_cpu_ns", "runqueue_ns", "switches", "wakeups_per_s",
         "periodic", "period_ns", "period_source", "steady_fraction",
     ]  # fmt: skip
-    return engine_periods(cap, out[keep]).sort_values("tid").reset_index(drop=True)
+    woken = _woken_block_share(blocks)
+    return engine_periods(cap, out[keep], woken_blocks=woken).sort_values("tid").reset_index(drop=True)
+
+
+def _woken_block_share(blocks: pd.DataFrame) -> pd.Series:
+    """tid -> the share of the blocks of its life (first to last, each life of a reused tid apart) in which it
+    was switched in (rules.ENGINE_RATE_MIN_WOKEN_BLOCKS). A block with no row of it had no switch-in: a row
+    is left out only where its schedstat did not move (the recorder's skip) or it was not read (a slow tier's
+    reads are 20-50 ms apart, within a block)."""
+    if blocks.empty:
+        return pd.Series(dtype=np.float64)
+    per_life = blocks.assign(woken=blocks["woke"].to_numpy() > 0).groupby(["tid", "life"])
+    lives = per_life.agg(first=("block", "min"), last=("block", "max"), woken=("woken", "sum"))
+    lives = lives.assign(spanned=lives["last"] - lives["first"] + 1).groupby(level=0)[["woken", "spanned"]].sum()
+    return (lives["woken"] / lives["spanned"]).astype(np.float64)
 
 
 MAX_KEPT_ROWS = 3_000_000  # about 250 MB of KEPT_COLUMNS
@@ -477,7 +491,7 @@ def _batch_aggregates_pandas(
     return blocks, threads, last_slices
 
 
-def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
+def engine_periods(cap: Capture, profiles: pd.DataFrame, woken_blocks: pd.Series | None = None) -> pd.DataFrame:
     """Threads of an engine's processes switched in k times a cycle (PipeWire's data loop: by its timer,
     then by its clients' finish) show a period between a k-th of the engine's and the engine's (the
     wake-ups of one cycle that fall in one sampling window count once): where the capture has the
@@ -489,7 +503,10 @@ def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
     Each engine source (the `engine` column: JACK and PipeWire can be recorded together, at different
     periods) gives its median period to its own clients' processes (and JACK's to jackd's, the driver's
     thread). A process that is a client of both (PipeWire's JACK layer) takes the shorter period that fits
-    it: the fewer wake-ups a cycle; one that agrees with either engine's period keeps its own."""
+    it: the fewer wake-ups a cycle; one that agrees with either engine's period keeps its own.
+
+    `woken_blocks` (tid -> share of its life's blocks with a switch-in, _woken_block_share; None: not known)
+    keeps a thread that was busy a while and then asleep from running the cycle by its mean rate."""
     names = set(cap.table_names)
     if not {"engine_cycles", "engine_clients"} <= names:
         return profiles
@@ -509,6 +526,7 @@ def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
     rate = rate.to_numpy(dtype=np.float64)
     life_ns = pd.to_numeric(profiles.get("wall_ns", pd.Series(np.nan, index=profiles.index)), errors="coerce")
     life_ns = life_ns.to_numpy(dtype=np.float64)
+    woken = None if woken_blocks is None else woken_blocks.reindex(profiles["tid"]).to_numpy(dtype=np.float64)
     timeshared = ~profiles["rt"].to_numpy(dtype=bool) if "rt" in profiles else np.zeros(len(profiles), dtype=bool)
     pid = profiles["pid"]
     agrees = np.zeros(len(profiles), dtype=bool)
@@ -536,8 +554,11 @@ def engine_periods(cap: Capture, profiles: pd.DataFrame) -> pd.DataFrame:
         # cycle already (by its period, or real-time at the cycle's rate): a client runs its cycle in one
         # thread (jack2 JackClient::Execute), the server in its driver's, and beside it jackd --no-realtime has
         # a thread woken by its clients' requests and notifications (158-236 switch-ins a second through
-        # xruns at 5.333 and 2.667 ms periods).
-        by_its_rate = of_engine & ~periodic & np.isnan(fixed) & rules.runs_engine_cycle_by_rate(rate, period, life_ns)
+        # xruns at 5.333 and 2.667 ms periods). Only a thread switched in through its life runs a cycle by its
+        # mean rate: that request thread, recorded from the server's start, is busy while clients register
+        # and then asleep (rules.ENGINE_RATE_MIN_WOKEN_BLOCKS).
+        by_its_rate = of_engine & ~periodic & np.isnan(fixed)
+        by_its_rate &= rules.runs_engine_cycle_by_rate(rate, period, life_ns, woken)
         at_cycle = pid[of_engine & (~np.isnan(fixed) | (by_its_rate & ~timeshared))].unique()
         fits = by_its_rate & timeshared & ~pid.isin(at_cycle).to_numpy()
         most = pd.DataFrame({"tid": profiles["tid"], "pid": pid, "rate": rate})[fits]

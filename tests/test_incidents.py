@@ -777,12 +777,10 @@ TIMESHARED_EXTRA = (0, 9, 26, 4, 17, 33, 2, 12)
 TIMESHARED_WAIT_MS = 5.0  # the client's wait for a CPU in the late cycle: it ends past the period
 
 
-def test_a_timeshared_client_without_a_period_is_watched_and_its_wait_for_a_cpu_is_the_root():
-    """An engine without real-time priority (jackd --no-realtime; no rtprio for its user): on a busy machine its
-    clients' switch-ins per block wander and /proc finds them no period, so they were watched by nobody, their
-    waits for a CPU were no episodes, and the late cycles they made were rooted at an `unknown` driver (79 of
-    189 xruns of such a graph). Their mean rate is the cycle's: they take the engine's period, are watched,
-    and the cycle one of them ended late, runnable without a CPU, is rooted at it."""
+def _timeshared_graph() -> tuple[list[Timeline], dict[str, pd.DataFrame]]:
+    """PipeWire's data loop (500 in the daemon, 499) and a SCHED_OTHER client (600) whose switch-ins per block
+    wander (TIMESHARED_EXTRA), the client runnable TIMESHARED_WAIT_MS without a CPU in STARVED_CYCLE, a
+    request thread (498) beside the data loop; the engine's tables."""
     loop = Timeline(tid=500, comm="pipewire", pid=499, policy=0, rtprio=0, cpu=0)
     client = Timeline(tid=600, comm="python", pid=600, policy=0, rtprio=0, cpu=1)
     per_block = round(200 * MS / PERIOD)
@@ -812,7 +810,17 @@ def test_a_timeshared_client_without_a_period_is_watched_and_its_wait_for_a_cpu_
         t_ns=start, engine="pipewire", driver="Dummy-Driver", cycle=k, quantum_frames=256, rate_hz=48000,
         period_ns=PERIOD, delay_ns=0, end_ns=start + FINISH + np.where(k == STARVED_CYCLE, wait, 0), xruns_total=0,
     )  # fmt: skip
-    cap = _capture([loop, client, requests], **tables)
+    return [loop, client, requests], tables
+
+
+def test_a_timeshared_client_without_a_period_is_watched_and_its_wait_for_a_cpu_is_the_root():
+    """An engine without real-time priority (jackd --no-realtime; no rtprio for its user): on a busy machine its
+    clients' switch-ins per block wander and /proc finds them no period, so they were watched by nobody, their
+    waits for a CPU were no episodes, and the late cycles they made were rooted at an `unknown` driver (79 of
+    189 xruns of such a graph). Their mean rate is the cycle's: they take the engine's period, are watched,
+    and the cycle one of them ended late, runnable without a CPU, is rooted at it."""
+    timelines, tables = _timeshared_graph()
+    cap = _capture(timelines, **tables)
     profiles = thread_profiles(cap).set_index("tid")
     assert (profiles.loc[[600, 498], "steady_fraction"] < 0.5).all(), "they must have no period of their own"
     both = profiles.loc[[600, 498]]
@@ -820,6 +828,35 @@ def test_a_timeshared_client_without_a_period_is_watched_and_its_wait_for_a_cpu_
     watched = set(select_threads(thread_profiles(cap))["tid"].tolist())
     assert 600 in watched, "the client is watched"
     assert 498 not in watched, "the driver's process runs its cycle in the driver's thread"
+    _, incidents, _ = _analyse(cap)
+    assert len(incidents) == 1, incidents[["root_comm", "root_verdict", "evidence"]]
+    row = incidents.iloc[0]
+    assert (row.root_tid, row.root_verdict) == (600, "runqueue"), row.evidence
+
+
+def test_a_thread_busy_at_the_start_and_then_asleep_does_not_run_the_cycle_by_its_mean_rate():
+    """catch-load started before jackd --no-realtime records the server's request thread busy while the clients
+    register (4146 switch-ins, all but 7 in its first 3 s) and asleep after: by its mean rate (274 a second,
+    3.2 a cycle) it was switched in most of its process and taken for the cycle's thread over the one running
+    it, and the driver's late cycles were rooted at a thread asleep through them (a recorded MIDI graph with
+    two parallel chains). It was switched in in a fifth of its blocks: no cycle is run so
+    (rules.ENGINE_RATE_MIN_WOKEN_BLOCKS); the client's cycle thread is still the link and the root."""
+    timelines, tables = _timeshared_graph()
+    busy = Timeline(tid=601, comm="requests", pid=600, policy=0, rtprio=0, cpu=0)
+    t = T0
+    while t < T0 + DURATION // 5:  # ten switch-ins a cycle for the first 400 ms, then asleep
+        t = busy.add(t, t + PERIOD // 10 - 20 * US, synth.SLEEP)
+        t = busy.add(t, t + 20 * US, synth.USER)
+    busy.add(t, T0 + DURATION + PERIOD, synth.SLEEP)
+    cap = _capture([*timelines, busy], **tables)
+    profiles = thread_profiles(cap).set_index("tid")
+    assert not profiles.loc[601, "periodic"] or profiles.loc[601, "period_source"] != "/proc switch-ins"
+    assert profiles.loc[601, "wakeups_per_s"] > profiles.loc[600, "wakeups_per_s"], "switched in most on average"
+    assert rules.runs_engine_cycle_by_rate(
+        profiles.loc[[601], "wakeups_per_s"].to_numpy(), PERIOD, profiles.loc[[601], "wall_ns"].to_numpy()
+    ).all(), "its mean rate alone is the cycle's"
+    watched = set(select_threads(profiles.reset_index())["tid"].tolist())
+    assert 600 in watched and 601 not in watched, watched
     _, incidents, _ = _analyse(cap)
     assert len(incidents) == 1, incidents[["root_comm", "root_verdict", "evidence"]]
     row = incidents.iloc[0]

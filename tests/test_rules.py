@@ -189,6 +189,15 @@ def test_a_thread_without_a_period_runs_the_engine_cycle_by_its_mean_switch_in_r
     assert rules.runs_engine_cycle_by_rate(rate, period, second).tolist() == expected
     # jack_connect, a client for 30 ms at 435 switch-ins a second: too short a life for a mean rate
     assert rules.runs_engine_cycle_by_rate(A([435.0, 435.0]), period, A([30e6, 1e9 - 1])).tolist() == [False, False]
+    # jackd --no-realtime's request thread recorded from the server's start: 274 a second on average, woken in
+    # 20 % of its blocks (busy while the clients registered); the server's cycle thread in all of them; a
+    # share not known is not judged
+    share = A([0.195, 1.0, rules.ENGINE_RATE_MIN_WOKEN_BLOCKS, np.nan])
+    rate = A([274.0, 107.0, 107.0, 107.0])
+    assert rules.runs_engine_cycle_by_rate(rate, 11_609_977.0, np.full(4, 15e9), share).tolist() == [
+        False, True, True, True
+    ]  # fmt: skip
+    assert rules.runs_engine_cycle_by_rate(rate, 11_609_977.0, np.full(4, 15e9)).tolist() == [True] * 4
 
 
 def test_a_cycle_that_ends_after_its_period_missed_its_deadline() -> None:
