@@ -13,15 +13,26 @@ incidents overlapping it (3 ms either side) and their root; right when there is 
 `runqueue` at a thread of the graph's processes (the driver, or the first starved link: a client the hog
 preempted mid-cycle); findings away from every starvation are listed.
 
+`--engine jack-midi`: another JACK shape: jack_midiseq's MIDI into jack_midisine, whose audio feeds two
+parallel chains of two jalv each (lsp comp_delay_mono -> para_equalizer_x16_mono, lsp compressor_mono ->
+limiter_mono), jack_metro beside them unconnected, at 512 frames (10.667 ms), the hog spinning 30 ms
+(MIDI_SPIN_MS). `--no-realtime` runs jackd and so its clients SCHED_OTHER (a user without rtprio), where
+the server's cycle thread has no period /proc can find and is told from its request thread by its
+switch-ins (rules.ENGINE_RATE_MIN_WOKEN_BLOCKS).
+
 `--engine pipewire`: the real-graphs issue's PipeWire graph instead (headless PipeWire, Dummy-Driver
 256/48000, calf Reverb into lsp compressor_stereo as two jalv through pw-jack, the data loop and the
 clients at FIFO 88 as root; a FIFO 90 hog), recorder first with `--match '^pipewire$' --children`.
 
     sudo python bench/real_graph_shapes.py [--starvations 8] [--order both|graph|recorder] [--keep DIR]
     sudo python bench/real_graph_shapes.py --fixture captures/jack-shapes-recorder-first.ssf
+    sudo python bench/real_graph_shapes.py --engine jack-midi --no-realtime [--order recorder]
+    sudo python bench/real_graph_shapes.py --engine jack-midi --no-realtime \
+        --fixture captures/jack-midi-norealtime-recorder-first.ssf
 
---fixture records the recorder-first case from eBPF with 3 starvations 600 ms apart (`--taskstats none`:
-no source of the incidents, the largest table) and writes its stretch from 1 s before the first to 0.5 s
+--fixture records the recorder-first case from eBPF (from /proc alone with `--engine jack-midi`) with 3
+starvations 600 ms apart (`--taskstats none`: no source of the incidents, the largest table) and writes its
+stretch from 1 s before the first to 0.5 s
 after the last, with meta["made_by"] (the graph, the hog, each starvation's span, the pids): the stored
 fixture of tests/test_real_captures.py.
 
@@ -48,7 +59,7 @@ sys.path.insert(0, str(HERE.parent))
 import forensics  # noqa: E402
 from tests.helpers import REPO, child_env  # noqa: E402
 from tests.injections import incidents_of  # noqa: E402
-from tests.jack_fixtures import build_hog, env_with, jackd, run_hog  # noqa: E402
+from tests.jack_fixtures import LV2_PLUGINS, build_hog, env_with, jackd, run_hog  # noqa: E402
 from tests.recording import catch_load_argv, wait_capture_growing  # noqa: E402
 
 PLUGINS = (
@@ -61,6 +72,16 @@ HOG_PRIORITY = 80  # above jackd -R (10), its clients (5) and ecasound -r (50)
 SPIN_MS = 12
 MARGIN_NS = 3_000_000
 TOOLS = ("jackd", "jalv", "fluidsynth", "ecasound", "jack_connect", "jack_lsp", "gcc")
+MIDI_TOOLS = ("jack_midiseq", "jack_midisine", "jack_metro")  # jackd2's example clients
+MIDI_PERIOD = 512  # frames: 10.667 ms at 48 kHz
+# A spin of 12 ms can fall between two of its wake-ups 10.667 ms apart and delay the next by a millisecond
+# (no late cycle: one of three in the first fixture recording); 30 ms holds a wake-up at least 19 ms.
+MIDI_SPIN_MS = 30
+# The fixture's quiet stretch before the starvations: jackd --no-realtime's request thread is switched in
+# about 4300 times while the clients register, then hardly at all; over a recording of 15 s or more its
+# mean rate is that of 1-4 wake-ups a 10.667 ms cycle (93-375 a second), the case the fixture keeps
+# (rules.ENGINE_RATE_MIN_WOKEN_BLOCKS); over 10 s it is above them and nothing takes it for the cycle's.
+MIDI_FIXTURE_SETTLE_S = 9.0
 
 
 def build_graph(server, log_dir: Path) -> dict[str, subprocess.Popen[bytes]]:  # type: ignore[no-untyped-def]
@@ -88,6 +109,32 @@ def build_graph(server, log_dir: Path) -> dict[str, subprocess.Popen[bytes]]:  #
     return processes
 
 
+def build_midi_graph(server, log_dir: Path) -> dict[str, subprocess.Popen[bytes]]:  # type: ignore[no-untyped-def]
+    """jack_midiseq (a note every half second) -> jack_midisine -> two parallel chains of two jalv each into
+    the playback ports; jack_metro beside them, unconnected."""
+    quiet = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    processes = {"seq": server.start("jack_midiseq", "seq", "24000", "0", "60", "12000", **quiet)}
+    server.wait_client("seq", timeout=60)
+    processes["midisine"] = server.start("jack_midisine", **quiet)
+    server.wait_client("midisine", timeout=60)
+    processes["metro"] = server.start("jack_metro", "-b", "120", "-n", "metro", **quiet)
+    server.wait_client("metro", timeout=60)
+    server.connect("seq:out", "midisine:midi_in")
+    for chain, plugins in (("a", LV2_PLUGINS[:2]), ("b", LV2_PLUGINS[2:])):
+        upstream = ["midisine:audio_out"]
+        for k, uri in enumerate(plugins):
+            processes[f"{chain}{k}"] = server.jalv(f"{chain}{k}", uri)
+            server.wait_client(f"{chain}{k}", timeout=60)
+            for src, dst in zip(upstream, server.audio_ports(f"{chain}{k}", "input"), strict=False):
+                server.connect(src, dst)
+            upstream = server.audio_ports(f"{chain}{k}", "output")
+        server.connect(upstream[0], "system:playback_1" if chain == "a" else "system:playback_2")
+    for name, process in processes.items():
+        if process.poll() is not None:
+            raise SystemExit(f"{name} exited early (code {process.returncode})")
+    return processes
+
+
 def record(
     order: str,
     ebpf: bool,
@@ -96,14 +143,18 @@ def record(
     gap_ms: int = 1000,
     extra: tuple[str, ...] = (),
     period: int = 128,
+    shape: str = "jack",
+    realtime: bool = True,
+    spin_ms: int = SPIN_MS,
+    settle_s: float = 3.0,
 ) -> tuple[Path, list[tuple[int, int, int | None]], dict[str, int]]:
     hog = build_hog(workdir)
     out = workdir / f"{order}-{'ebpf' if ebpf else 'proc'}.ssf"
     name = f"t{uuid.uuid4().hex[:10]}"
     common = ["-q", "-o", str(out), *(["--ebpf"] if ebpf else []), *extra]
     first = _recorder_first(common, "^jackd$", env_with(name)) if order == "recorder" else None
-    with jackd(workdir, period=period, name=name) as server:
-        processes = build_graph(server, workdir)
+    with jackd(workdir, period=period, name=name, realtime=realtime) as server:
+        processes = (build_midi_graph if shape == "jack-midi" else build_graph)(server, workdir)
         recorder = first
         if recorder is None:
             args = [*common, "--jack", name, "-p", str(server.process.pid)]
@@ -114,8 +165,8 @@ def record(
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
         wait_capture_growing(out, recorder, timeout_s=120.0, growths=2, poll_s=0.5)
-        time.sleep(3.0)
-        spans = run_hog(hog, priority=HOG_PRIORITY, spin_ms=SPIN_MS, count=starvations, gap_ms=gap_ms)
+        time.sleep(settle_s)
+        spans = run_hog(hog, priority=HOG_PRIORITY, spin_ms=spin_ms, count=starvations, gap_ms=gap_ms)
         time.sleep(1.0)
         recorder.send_signal(2)
         _, err = recorder.communicate(timeout=600)
@@ -178,6 +229,37 @@ def record_pipewire(
     return out, spans, pids
 
 
+def write_midi_fixture(target: Path, realtime: bool) -> None:
+    """The MIDI graph's recorder-first recording from /proc of 3 starvations, cut and stamped."""
+    from tests.real_captures import cut
+
+    workdir = Path(tempfile.mkdtemp(prefix="shapes-fixture-"))
+    path, spans, pids = record(
+        "recorder", False, 3, workdir, gap_ms=600, extra=("--taskstats", "none"), period=MIDI_PERIOD,
+        shape="jack-midi", realtime=realtime, spin_ms=MIDI_SPIN_MS, settle_s=MIDI_FIXTURE_SETTLE_S,
+    )  # fmt: skip
+    server = "-R" if realtime else "--no-realtime (every thread SCHED_OTHER)"
+    made_by = {
+        "how": (
+            f"catch-load --taskstats none --match '^jackd$' --children started first, then jackd {server} dummy "
+            f"48000 Hz {MIDI_PERIOD} frames, jack_midiseq into jack_midisine, whose audio feeds two parallel "
+            "chains of two jalv each (" + ", ".join(LV2_PLUGINS) + "), jack_metro unconnected, while "
+            f"tests/workloads/fifo_hog.c (SCHED_FIFO {HOG_PRIORITY} on every CPU) starved it {len(spans)} times "
+            f"for {MIDI_SPIN_MS} ms, 600 ms apart"
+        ),
+        "script": "bench/real_graph_shapes.py",
+        "command": f"python bench/real_graph_shapes.py --engine jack-midi{'' if realtime else ' --no-realtime'} "
+        f"--fixture {target}",
+        "pids": pids,
+        "hog": {"priority": HOG_PRIORITY, "spin_ms": MIDI_SPIN_MS, "gap_ms": 600, "count": len(spans)},
+        "starvations": [{"start_ns": s, "end_ns": e, "steal_ns": st} for s, e, st in spans],
+    }
+    # From the recording's start: the server's start while the clients register is the shape's point.
+    cut(path, target, 0, spans[-1][1] + 500_000_000, made_by)
+    print(f"{target}: {target.stat().st_size} bytes, starvations {spans}")
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def write_fixture(target: Path) -> None:
     """The recorder-first eBPF recording of 3 starvations, cut and stamped (tests/real_captures.cut)."""
     from tests.real_captures import cut
@@ -236,14 +318,20 @@ def main() -> None:
     parser.add_argument("--order", choices=("both", "graph", "recorder"), default="both")
     parser.add_argument("--keep", type=Path, help="a directory to keep the captures in")
     parser.add_argument("--fixture", type=Path, help="write the stored fixture there instead (see above)")
-    parser.add_argument("--engine", choices=("jack", "pipewire"), default="jack")
+    parser.add_argument("--engine", choices=("jack", "jack-midi", "pipewire"), default="jack")
     parser.add_argument(
-        "--period", type=int, default=128, help="JACK's frames a cycle (64: 1.333 ms, under the 2 ms sampling interval)"
-    )
+        "--period", type=int, help="JACK's frames a cycle (64: 1.333 ms, under the 2 ms sampling interval; "
+        f"default 128, {MIDI_PERIOD} with --engine jack-midi)"
+    )  # fmt: skip
+    parser.add_argument("--no-realtime", action="store_true", help="jackd --no-realtime (JACK shapes)")
     args = parser.parse_args()
-    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    missing = [tool for tool in (*TOOLS, *MIDI_TOOLS) if shutil.which(tool) is None]
     if missing:
         raise SystemExit(f"real_graph_shapes: missing {', '.join(missing)} (tests/install-deps.sh installs them)")
+    period = args.period or (MIDI_PERIOD if args.engine == "jack-midi" else 128)
+    if args.fixture and args.engine == "jack-midi":
+        write_midi_fixture(args.fixture, realtime=not args.no_realtime)
+        return
     if args.fixture:
         write_fixture(args.fixture)
         return
@@ -253,7 +341,10 @@ def main() -> None:
         if args.engine == "pipewire":
             path, hog_spans, pids = record_pipewire(order, True, args.starvations, workdir)
         else:
-            path, hog_spans, pids = record(order, True, args.starvations, workdir, period=args.period)
+            path, hog_spans, pids = record(
+                order, True, args.starvations, workdir, period=period, shape=args.engine,
+                realtime=not args.no_realtime, spin_ms=MIDI_SPIN_MS if args.engine == "jack-midi" else SPIN_MS,
+            )  # fmt: skip
         spans = [(s, e) for s, e, _ in hog_spans]
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)

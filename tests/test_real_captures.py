@@ -27,6 +27,12 @@ captures/jack-shapes-recorder-first.ssf issue 22's graph, recorded as a new user
                                 compressor_stereo) and ecasound -r running the same four in parallel (an engine
                                 thread at FIFO 50 beside its process thread), starved three times for 12 ms by a
                                 SCHED_FIFO 80 hog (`python bench/real_graph_shapes.py --fixture PATH`)
+captures/jack-midi-norealtime-recorder-first.ssf another shape, recorded first from /proc alone: jackd
+                                --no-realtime (every thread SCHED_OTHER, 512 frames), jack_midiseq's MIDI into
+                                jack_midisine feeding two parallel chains of two jalv, jack_metro beside, starved
+                                three times for 30 ms (`python bench/real_graph_shapes.py --engine jack-midi
+                                --no-realtime --fixture PATH`); kept from the recording's start, the server's
+                                start and the clients registering included
 
 The first two and the last made by `python -m tests.real_captures captures/` on the project's VM (2 CPUs, kernel 6.18);
 each says how it was made in its metadata (meta["made_by"]: the command, the graph, the hog and the span
@@ -57,11 +63,14 @@ PIPEWIRE = "captures/pipewire-late-client.ssf"
 SPINS = "captures/jack-client-spins.ssf"
 FIRST = "captures/jack-recorder-first.ssf"
 SHAPES = "captures/jack-shapes-recorder-first.ssf"
+MIDI = "captures/jack-midi-norealtime-recorder-first.ssf"
 SPIN_MS = 12
 
 CASES = [
     ("jack-shapes-recorder-first.stalls.txt", ["stalls", SHAPES]),
     ("jack-shapes-recorder-first.xruns.txt", ["xruns", SHAPES]),
+    ("jack-midi-norealtime-recorder-first.stalls.txt", ["stalls", MIDI]),
+    ("jack-midi-norealtime-recorder-first.xruns.txt", ["xruns", MIDI]),
     ("jack-starved-ebpf.stalls.txt", ["stalls", EBPF]),
     ("jack-starved-ebpf.xruns.txt", ["xruns", EBPF]),
     ("jack-starved-ebpf.proc-only.stalls.txt", ["stalls", EBPF, "--proc-only"]),
@@ -337,3 +346,48 @@ def test_issue_22s_graph_recorded_first_roots_every_starvation_at_jackd_and_noth
     reported = rows[rows["kind"] == "xrun"]
     assert len(reported) >= len(spans)
     assert reported["incident"].notna().all() and (reported["root_comm"] == "jackd").all(), reported
+
+
+def test_a_norealtime_midi_graph_recorded_first_roots_every_starvation_at_jackds_cycle_thread():
+    """jackd --no-realtime recorded from its start (catch-load first, /proc alone): its request thread, busy
+    while the clients registered and then asleep, was taken for the server's cycle thread by its mean rate,
+    and the starvations read as a 598 ms `late wake-up` of that sleeping thread, one incident over two of
+    them (rules.ENGINE_RATE_MIN_WOKEN_BLOCKS). Each starvation
+    is one incident rooted at the thread that ran jackd's cycles meanwhile, waiting for a CPU; nothing else is
+    an incident; the MIDI link (seq -> midisine) and both parallel chains are upstream of it."""
+    import numpy as np
+
+    from analyses.incidents import chain_links
+    from analyses.threads import select_threads, thread_profiles
+
+    stored = forensics.load(REPO / MIDI)
+    made_by = stored.meta["made_by"]
+    assert "--no-realtime" in made_by["how"] and "jack_midiseq" in made_by["how"]
+    cap = real_captures.view(stored, "jack+proc")
+    spans = real_captures.starvations_of(stored)
+    spin_ms = made_by["hog"]["spin_ms"]
+    score = real_captures.score_starved(cap, spans, made_by["pids"]["jackd"], spin_ms)
+    print("\n" + score.report(MIDI))
+    assert score.unobservable == [] and len(score.right) == len(spans) == 3, score.report(MIDI)
+    # The thread that ran the cycles: of jackd's, the one switched in most from the first starvation to the
+    # last (read from the samples, not from the analysis under test).
+    samples = cap.samples
+    jackd = samples[(samples["pid"] == made_by["pids"]["jackd"]).to_numpy()]
+    during = jackd[(jackd["t_ns"] >= spans[0][0]) & (jackd["t_ns"] <= spans[-1][1])]
+    switches = during.groupby("tid")["slices"].agg(lambda s: int(s.max() - s.min()))
+    cycle_tid = int(switches.idxmax())
+    assert switches[cycle_tid] > 0.8 * (spans[-1][1] - spans[0][0]) / (MIDI_PERIOD_NS)
+    starved = score.incidents[~score.incidents["incident"].isin(score.extra["incident"])]
+    assert (starved["root_tid"] == cycle_tid).all() and (starved["root_verdict"] == "runqueue").all(), starved
+    assert (starved["end_ns"] - starved["start_ns"] < 2 * spin_ms * 1_000_000).all(), starved
+    assert score.extra.empty, score.report(MIDI)
+    links = chain_links(cap, select_threads(thread_profiles(cap))).set_index("client")
+    assert int(links.at["system", "tid"]) == cycle_tid
+    tid = {name: int(links.at[name, "tid"]) for name in ("seq", "midisine", "a0", "a1", "b0", "b1")}
+    assert links.at["midisine", "upstream"] == (tid["seq"],)
+    assert links.at["a0", "upstream"] == links.at["b0", "upstream"] == (tid["midisine"],)
+    assert links.at["a1", "upstream"] == (tid["a0"],) and links.at["b1", "upstream"] == (tid["b0"],)
+    assert np.isfinite(links["order"]).all()
+
+
+MIDI_PERIOD_NS = 512 / 48000 * 1e9  # the MIDI fixture's cycle: 10.667 ms
