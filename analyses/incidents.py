@@ -216,8 +216,11 @@ def _server_pid(cap: Capture) -> int | None:
 
 
 def _graph_edges(cap: Capture, engine: str) -> dict[str, tuple[str, ...]]:
-    """dst client -> src clients of the last connection snapshot (engine_graph) of `engine`, self-loops left
-    out (a client of both engines may bear one name in each, its connections differ)."""
+    """dst client -> src clients of every connection of `engine` the capture saw (engine_graph: its snapshots
+    and `connected` events; a disconnection removes none), self-loops left out (a client of both engines may
+    bear one name in each, its connections differ). A graph changed while recording keeps its old and new
+    edges: a plugin x inserted between a0 and a1 (a0 -> x -> a1, a0 -> a1 disconnected) leaves a1 fed by a0
+    and x, each a client it may have waited for at some time."""
     if "engine_graph" not in cap.table_names:
         return {}
     graph = cap.table("engine_graph")
