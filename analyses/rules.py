@@ -388,10 +388,9 @@ def runs_engine_cycle_by_rate(
     rate = np.asarray(wakeups_per_s, dtype=np.float64)
     mean = np.divide(1e9, rate, out=np.full(len(rate), np.nan), where=np.nan_to_num(rate) > 0)
     lived = np.nan_to_num(np.asarray(life_ns, dtype=np.float64)) >= ENGINE_RATE_MIN_LIFE_NS
-    if woken_blocks is not None:
-        share = np.asarray(woken_blocks, dtype=np.float64)
-        lived &= np.isnan(share) | (share >= ENGINE_RATE_MIN_WOKEN_BLOCKS)
-    return runs_engine_cycle(mean, period_ns) & lived
+    share = np.full(len(rate), np.nan) if woken_blocks is None else np.asarray(woken_blocks, dtype=np.float64)
+    throughout = np.isnan(share) | (share >= ENGINE_RATE_MIN_WOKEN_BLOCKS)
+    return runs_engine_cycle(mean, period_ns) & lived & throughout
 
 
 # --------------------------------------------------------------------------------------------------

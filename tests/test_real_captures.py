@@ -64,6 +64,7 @@ SPINS = "captures/jack-client-spins.ssf"
 FIRST = "captures/jack-recorder-first.ssf"
 SHAPES = "captures/jack-shapes-recorder-first.ssf"
 MIDI = "captures/jack-midi-norealtime-recorder-first.ssf"
+MIDI_PERIOD_NS = 512 / 48000 * 1e9  # its cycle: 10.667 ms
 SPIN_MS = 12
 
 CASES = [
@@ -352,9 +353,9 @@ def test_a_norealtime_midi_graph_recorded_first_roots_every_starvation_at_jackds
     """jackd --no-realtime recorded from its start (catch-load first, /proc alone): its request thread, busy
     while the clients registered and then asleep, was taken for the server's cycle thread by its mean rate,
     and the starvations read as a 598 ms `late wake-up` of that sleeping thread, one incident over two of
-    them (rules.ENGINE_RATE_MIN_WOKEN_BLOCKS). Each starvation
-    is one incident rooted at the thread that ran jackd's cycles meanwhile, waiting for a CPU; nothing else is
-    an incident; the MIDI link (seq -> midisine) and both parallel chains are upstream of it."""
+    them (rules.ENGINE_RATE_MIN_WOKEN_BLOCKS). Each starvation is one incident rooted at the thread that ran
+    jackd's cycles meanwhile, waiting for a CPU; nothing else is an incident; the MIDI link (seq -> midisine)
+    and both parallel chains are upstream of it."""
     import numpy as np
 
     from analyses.incidents import chain_links
@@ -369,6 +370,7 @@ def test_a_norealtime_midi_graph_recorded_first_roots_every_starvation_at_jackds
     score = real_captures.score_starved(cap, spans, made_by["pids"]["jackd"], spin_ms)
     print("\n" + score.report(MIDI))
     assert score.unobservable == [] and len(score.right) == len(spans) == 3, score.report(MIDI)
+    assert score.extra.empty, score.report(MIDI)
     # The thread that ran the cycles: of jackd's, the one switched in most from the first starvation to the
     # last (read from the samples, not from the analysis under test).
     samples = cap.samples
@@ -376,11 +378,10 @@ def test_a_norealtime_midi_graph_recorded_first_roots_every_starvation_at_jackds
     during = jackd[(jackd["t_ns"] >= spans[0][0]) & (jackd["t_ns"] <= spans[-1][1])]
     switches = during.groupby("tid")["slices"].agg(lambda s: int(s.max() - s.min()))
     cycle_tid = int(switches.idxmax())
-    assert switches[cycle_tid] > 0.8 * (spans[-1][1] - spans[0][0]) / (MIDI_PERIOD_NS)
-    starved = score.incidents[~score.incidents["incident"].isin(score.extra["incident"])]
-    assert (starved["root_tid"] == cycle_tid).all() and (starved["root_verdict"] == "runqueue").all(), starved
-    assert (starved["end_ns"] - starved["start_ns"] < 2 * spin_ms * 1_000_000).all(), starved
-    assert score.extra.empty, score.report(MIDI)
+    assert switches[cycle_tid] > 0.8 * (spans[-1][1] - spans[0][0]) / MIDI_PERIOD_NS
+    roots = score.incidents
+    assert (roots["root_tid"] == cycle_tid).all() and (roots["root_verdict"] == "runqueue").all(), roots
+    assert (roots["end_ns"] - roots["start_ns"] < 2 * spin_ms * 1_000_000).all(), roots
     links = chain_links(cap, select_threads(thread_profiles(cap))).set_index("client")
     assert int(links.at["system", "tid"]) == cycle_tid
     tid = {name: int(links.at[name, "tid"]) for name in ("seq", "midisine", "a0", "a1", "b0", "b1")}
@@ -388,6 +389,3 @@ def test_a_norealtime_midi_graph_recorded_first_roots_every_starvation_at_jackds
     assert links.at["a0", "upstream"] == links.at["b0", "upstream"] == (tid["midisine"],)
     assert links.at["a1", "upstream"] == (tid["a0"],) and links.at["b1", "upstream"] == (tid["b0"],)
     assert np.isfinite(links["order"]).all()
-
-
-MIDI_PERIOD_NS = 512 / 48000 * 1e9  # the MIDI fixture's cycle: 10.667 ms
