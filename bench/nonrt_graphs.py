@@ -104,13 +104,9 @@ def record_jack(order: str, sampler: str, hog_s: float, workdir: Path) -> Path:
         for client, uri in (("revA", REVERB), ("compA", COMPRESSOR)):
             processes[client] = server.jalv(client, uri)
             server.wait_client(client, timeout=60)
-        upstream = server.audio_ports("fluidsynth", "output")
-        for client in ("revA", "compA"):
-            for src, dst in zip(upstream, server.audio_ports(client, "input"), strict=False):
-                server.connect(src, dst)
-            upstream = server.audio_ports(client, "output")
-        for src, dst in zip(upstream, ("system:playback_1", "system:playback_2"), strict=False):
-            server.connect(src, dst)
+        server.connect_in_series(
+            server.audio_ports("fluidsynth", "output"), ["revA", "compA"], ("system:playback_1", "system:playback_2")
+        )
         recorder = first
         if recorder is None:
             pids = [str(p.pid) for p in (server.process, *processes.values())]

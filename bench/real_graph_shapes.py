@@ -30,11 +30,12 @@ clients at FIFO 88 as root; a FIFO 90 hog), recorder first with `--match '^pipew
     sudo python bench/real_graph_shapes.py --engine jack-midi --no-realtime \
         --fixture captures/jack-midi-norealtime-recorder-first.ssf
 
---fixture records the recorder-first case from eBPF (from /proc alone with `--engine jack-midi`) with 3
-starvations 600 ms apart (`--taskstats none`: no source of the incidents, the largest table) and writes its
-stretch from 1 s before the first to 0.5 s
+--fixture records the recorder-first case from eBPF with 3 starvations 600 ms apart (`--taskstats none`:
+no source of the incidents, the largest table) and writes its stretch from 1 s before the first to 0.5 s
 after the last, with meta["made_by"] (the graph, the hog, each starvation's span, the pids): the stored
-fixture of tests/test_real_captures.py.
+fixture of tests/test_real_captures.py. With `--engine jack-midi` it records from /proc alone, after
+MIDI_FIXTURE_SETTLE_S of quiet, and keeps the recording from its start (the server's start and the clients
+registering are that fixture's point).
 
 Needs root (eBPF, SCHED_FIFO), jackd, jalv, fluidsynth, ecasound, calf-plugins and lsp-plugins-lv2
 (tests/install-deps.sh installs them). Prints one table per recording and the totals.
@@ -72,6 +73,7 @@ HOG_PRIORITY = 80  # above jackd -R (10), its clients (5) and ecasound -r (50)
 SPIN_MS = 12
 MARGIN_NS = 3_000_000
 TOOLS = ("jackd", "jalv", "fluidsynth", "ecasound", "jack_connect", "jack_lsp", "gcc")
+PLAYBACK = ("system:playback_1", "system:playback_2")
 MIDI_TOOLS = ("jack_midiseq", "jack_midisine", "jack_metro")  # jackd2's example clients
 MIDI_PERIOD = 512  # frames: 10.667 ms at 48 kHz
 # A spin of 12 ms can fall between two of its wake-ups 10.667 ms apart and delay the next by a millisecond
@@ -90,13 +92,9 @@ def build_graph(server, log_dir: Path) -> dict[str, subprocess.Popen[bytes]]:  #
     for k, uri in enumerate(PLUGINS):
         processes[f"p{k}"] = server.jalv(f"p{k}", uri)
         server.wait_client(f"p{k}", timeout=60)
-    upstream = server.audio_ports("fluidsynth", "output")
-    for k in range(len(PLUGINS)):
-        for src, dst in zip(upstream, server.audio_ports(f"p{k}", "input"), strict=False):
-            server.connect(src, dst)
-        upstream = server.audio_ports(f"p{k}", "output")
-    for src, dst in zip(upstream, ("system:playback_1", "system:playback_2"), strict=False):
-        server.connect(src, dst)
+    server.connect_in_series(
+        server.audio_ports("fluidsynth", "output"), [f"p{k}" for k in range(len(PLUGINS))], PLAYBACK
+    )
     chain = [arg for uri in PLUGINS for arg in ("-elv2:" + uri,)]
     processes["ecasound"] = server.start(
         "ecasound", "-q", "-r", "-f:f32,2,48000", "-i", "jack,fluidsynth", *chain, "-o", "jack,system",
@@ -120,15 +118,11 @@ def build_midi_graph(server, log_dir: Path) -> dict[str, subprocess.Popen[bytes]
     processes["metro"] = server.start("jack_metro", "-b", "120", "-n", "metro", **quiet)
     server.wait_client("metro", timeout=60)
     server.connect("seq:out", "midisine:midi_in")
-    for chain, plugins in (("a", LV2_PLUGINS[:2]), ("b", LV2_PLUGINS[2:])):
-        upstream = ["midisine:audio_out"]
+    for chain, plugins, playback in (("a", LV2_PLUGINS[:2], PLAYBACK[:1]), ("b", LV2_PLUGINS[2:], PLAYBACK[1:])):
         for k, uri in enumerate(plugins):
             processes[f"{chain}{k}"] = server.jalv(f"{chain}{k}", uri)
             server.wait_client(f"{chain}{k}", timeout=60)
-            for src, dst in zip(upstream, server.audio_ports(f"{chain}{k}", "input"), strict=False):
-                server.connect(src, dst)
-            upstream = server.audio_ports(f"{chain}{k}", "output")
-        server.connect(upstream[0], "system:playback_1" if chain == "a" else "system:playback_2")
+        server.connect_in_series(["midisine:audio_out"], [f"{chain}{k}" for k in range(len(plugins))], playback)
     for name, process in processes.items():
         if process.poll() is not None:
             raise SystemExit(f"{name} exited early (code {process.returncode})")

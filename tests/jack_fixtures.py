@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,6 +112,17 @@ class JackServer:
         """`client`'s audio ports of `direction` ("input"/"output"), sorted: jack_lsp -p -t prints each
         port's properties and type on the two lines after its name."""
         return audio_ports_listed(self.run("jack_lsp", "-p", "-t").stdout, client, direction)
+
+    def connect_in_series(self, upstream: list[str], clients: Iterable[str], into: Sequence[str] = ()) -> list[str]:
+        """Each of `clients` fed by the one before (the first by the `upstream` ports), port by port in sorted
+        order, the last one's outputs into `into` (the playback ports); the last one's audio outputs."""
+        for client in clients:
+            for src, dst in zip(upstream, self.audio_ports(client, "input"), strict=False):
+                self.connect(src, dst)
+            upstream = self.audio_ports(client, "output")
+        for src, dst in zip(upstream, into, strict=False):
+            self.connect(src, dst)
+        return upstream
 
     def cue_client(self, name: str = "cue") -> CueClient:
         control = self.tmp / f"{name}.ctl"
@@ -289,11 +300,7 @@ def series_graph(
         for k in range(clients):
             processes[f"p{k}"] = server.jalv(f"p{k}", plugin)
             server.wait_client(f"p{k}", timeout=60)
-        upstream = server.audio_ports("fluidsynth", "output")
-        for k in range(clients):
-            for src, dst in zip(upstream, server.audio_ports(f"p{k}", "input"), strict=False):
-                server.connect(src, dst)
-            upstream = server.audio_ports(f"p{k}", "output")
+        server.connect_in_series(server.audio_ports("fluidsynth", "output"), [f"p{k}" for k in range(clients)])
         for name, process in processes.items():
             if process.poll() is not None:
                 raise AssertionError(f"{name} exited early (code {process.returncode}); jackd's log: {server.log}")
